@@ -1,0 +1,50 @@
+# gpu-exporter: every target builds what it needs from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_GPUS ?= 4
+DEMO_ADDRESS ?= 127.0.0.1:9872
+
+.PHONY: demo test lint typecheck pytest promtool-check system-deps bench soak docs clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Debian packages the tests use: promtool and prometheus (rule tests, fleet tests).
+system-deps:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+demo: $(STAMP)
+	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host: http://$(DEMO_ADDRESS)/metrics  (Ctrl-C stops it)"
+	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS) --collect.interval 1s
+
+lint: $(STAMP)
+	$(BIN)/ruff check gpu_exporter tests benchmarks
+	$(BIN)/ruff format --check gpu_exporter tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP) system-deps
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+docs: $(STAMP)
+	$(BIN)/python -m gpu_exporter.docs --write README.md
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md
+
+soak: $(STAMP)
+	$(BIN)/python benchmarks/soak.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -1,0 +1,424 @@
+"""`SimulatedBackend`: a made-up GPU host behind the same interface as NVML.
+
+Serves `--simulate N` for demos, dashboards and tests. Its values move with the clock
+and follow four profiles, repeated over the GPUs:
+
+0. `input-starved`: a training job whose utilization flips between 0 and 95% five
+   times a second (its input pipeline cannot keep up); `rate(gpu_busy_seconds_total)`
+   shows the true ~47% while the instantaneous gauge jumps.
+1. `idle-allocated`: memory held, no kernels (money burned).
+2. `near-oom`: memory 97% used, steady work.
+3. `busy-hot`: near 100% busy, hot, at its power limit, thermally throttled at times.
+
+Faults are injected through `Faults`, set directly by in-process tests or read from a
+scenario file (`--simulate.scenario FILE`, JSON or YAML, re-read when it changes) by
+tests that drive the real program:
+
+    faults:
+      init_error: driver_not_loaded   # NVML fails to initialise
+      lost: [1]                       # GPU_IS_LOST on these indices
+      hang: [2]                       # reads block until the fault is removed
+      unsupported: [fan_speed_ratio]  # DeviceReading fields answering NOT_SUPPORTED
+      gpus: 3                         # how many GPUs are visible (default N)
+    processes:                        # extra processes (real PIDs allowed)
+      - {gpu: 0, pid: 1234, memory_bytes: 1073741824, sm_ratio: 0.5}
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import yaml
+
+from gpu_exporter.backends.base import (
+    THROTTLE_REASONS,
+    DeviceLost,
+    DeviceReading,
+    DeviceStatic,
+    DriverInfo,
+    ErrorCounts,
+    GpuProcess,
+    NvmlUnavailable,
+    ProcessUtilization,
+    UtilizationDomain,
+    UtilizationSample,
+)
+
+GIB = 1024**3
+MEMORY_TOTAL_BYTES = 81559 * 1024**2  # H100 80GB HBM3 as nvidia-smi reports it
+MEMORY_RESERVED_BYTES = 529 * 1024**2
+SAMPLE_PERIOD_US = 166_667  # the driver fills its utilization buffer about 6 times a second
+BUFFER_SAMPLES = 100  # entries the driver keeps per buffer
+PROFILES = ("input-starved", "idle-allocated", "near-oom", "busy-hot")
+READING_FIELDS = frozenset(f.name for f in fields(DeviceReading))
+
+
+@dataclass(frozen=True)
+class SimulatedProcess:
+    """A process the scenario places on a GPU (its PID may be a real one)."""
+
+    gpu: int
+    pid: int
+    memory_bytes: int | None = None
+    sm_ratio: float | None = None
+    memory_controller_ratio: float | None = None
+    context: str = "compute"
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Faults to inject; the default injects none."""
+
+    init_error: str | None = None  # e.g. "driver_not_loaded"
+    lost: frozenset[int] = frozenset()
+    hang: frozenset[int] = frozenset()
+    unsupported: frozenset[str] = frozenset()
+    gpus: int | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a scenario file holds."""
+
+    faults: Faults = field(default_factory=Faults)
+    processes: tuple[SimulatedProcess, ...] = ()
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be read or has unknown keys."""
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """Build a Scenario from parsed JSON/YAML; raises ScenarioError."""
+    if data is None:
+        return Scenario()
+    if not isinstance(data, dict):
+        raise ScenarioError("scenario must be a mapping")
+    unknown = set(data) - {"faults", "processes"}
+    if unknown:
+        raise ScenarioError(f"unknown scenario keys: {sorted(unknown)}")
+    raw_faults = data.get("faults") or {}
+    allowed = {f.name for f in fields(Faults)}
+    if set(raw_faults) - allowed:
+        raise ScenarioError(f"unknown fault keys: {sorted(set(raw_faults) - allowed)}")
+    unsupported = frozenset(str(x) for x in raw_faults.get("unsupported", []))
+    unknown_fields = unsupported - READING_FIELDS - {"utilization_samples", "processes"}
+    if unknown_fields:
+        raise ScenarioError(f"unknown unsupported fields: {sorted(unknown_fields)}")
+    faults = Faults(
+        init_error=raw_faults.get("init_error"),
+        lost=frozenset(int(x) for x in raw_faults.get("lost", [])),
+        hang=frozenset(int(x) for x in raw_faults.get("hang", [])),
+        unsupported=unsupported,
+        gpus=int(raw_faults["gpus"]) if raw_faults.get("gpus") is not None else None,
+    )
+    processes = tuple(SimulatedProcess(**p) for p in data.get("processes") or [])
+    return Scenario(faults=faults, processes=processes)
+
+
+def load_scenario(path: str) -> Scenario:
+    """Read a scenario file (JSON is YAML too); raises ScenarioError."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        return parse_scenario(yaml.safe_load(text) if text.strip() else None)
+    except (OSError, yaml.YAMLError, TypeError, ValueError) as error:
+        raise ScenarioError(f"{path}: {error}") from error
+
+
+def _square(t: float, period: float, duty: float = 0.5) -> bool:
+    return (t % period) < period * duty
+
+
+def _wave(t: float, period: float, phase: float = 0.0) -> float:
+    """A smooth wave between 0 and 1."""
+    return 0.5 + 0.5 * math.sin(2 * math.pi * (t / period) + phase)
+
+
+class SimulatedBackend:
+    """A host of `gpus` simulated H100s. Thread-safe; `clock` returns Unix seconds."""
+
+    kind = "simulated"
+
+    def __init__(
+        self,
+        gpus: int,
+        *,
+        clock: Callable[[], float] = time.time,
+        scenario_path: str | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.errors = ErrorCounts()
+        self._gpus = gpus
+        self._clock = clock
+        self._scenario_path = scenario_path
+        self._scenario = Scenario(faults=faults or Faults())
+        self._scenario_mtime: float | None = None
+        self._lock = threading.Lock()
+        self._initialised = False
+        self._epoch = clock()  # "driver load" time: energy and sample timestamps count from it
+
+    # Fault control -----------------------------------------------------------------
+
+    @property
+    def faults(self) -> Faults:
+        return self._current().faults
+
+    @faults.setter
+    def faults(self, faults: Faults) -> None:
+        with self._lock:
+            self._scenario = replace(self._scenario, faults=faults)
+
+    def _current(self) -> Scenario:
+        """The scenario, re-read from its file when the file changed."""
+        path = self._scenario_path
+        if path is not None:
+            try:
+                mtime = os.stat(path).st_mtime_ns
+            except OSError:
+                mtime = None
+            if mtime is not None and mtime != self._scenario_mtime:
+                try:
+                    scenario = load_scenario(path)
+                except ScenarioError:
+                    scenario = None  # a half-written file: keep the last good scenario
+                if scenario is not None:
+                    with self._lock:
+                        self._scenario = scenario
+                        self._scenario_mtime = mtime
+        with self._lock:
+            return self._scenario
+
+    def _check(self, index: int) -> Faults:
+        """Apply lost/hang faults for one device; returns the faults in force."""
+        faults = self._current().faults
+        if not self._initialised:
+            raise NvmlUnavailable("uninitialized", "NVML is not initialised")
+        if faults.init_error:
+            raise NvmlUnavailable(faults.init_error, f"simulated NVML failure: {faults.init_error}")
+        while index in faults.hang:  # a wedged driver call: blocks until the fault goes
+            time.sleep(0.05)
+            faults = self._current().faults
+        if index in faults.lost:
+            raise DeviceLost("gpu_is_lost", f"GPU {index}: GPU is lost (simulated)")
+        if index >= self._visible(faults):
+            raise DeviceLost("invalid_argument", f"GPU {index} is not present")
+        return faults
+
+    def _visible(self, faults: Faults) -> int:
+        return self._gpus if faults.gpus is None else faults.gpus
+
+    # Library lifecycle -------------------------------------------------------------
+
+    def init(self) -> None:
+        faults = self._current().faults
+        if faults.init_error:
+            raise NvmlUnavailable(faults.init_error, f"simulated NVML failure: {faults.init_error}")
+        self._initialised = True
+
+    def shutdown(self) -> None:
+        self._initialised = False
+
+    def driver_info(self) -> DriverInfo:
+        return DriverInfo(driver_version="550.54.15", cuda_driver_version="12.4")
+
+    def device_count(self) -> int:
+        faults = self._current().faults
+        if not self._initialised or faults.init_error:
+            raise NvmlUnavailable(faults.init_error or "uninitialized", "NVML is not initialised")
+        return self._visible(faults)
+
+    # Devices -----------------------------------------------------------------------
+
+    @staticmethod
+    def profile(index: int) -> str:
+        return PROFILES[index % len(PROFILES)]
+
+    def device_static(self, index: int) -> DeviceStatic:
+        self._check(index)
+        return DeviceStatic(
+            index=index,
+            uuid=f"GPU-5e1a7f00-{index:04x}-4c3b-9d2e-{0xA1B2C3D40000 + index:012x}",
+            name="NVIDIA H100 80GB HBM3",
+            pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+            serial=f"{1654922000101 + index}",
+            vbios_version="96.00.99.00.01",
+            compute_capability="9.0",
+            max_clocks_hertz={"graphics": 1980e6, "sm": 1980e6, "memory": 2619e6, "video": 1545e6},
+            slowdown_temperature_celsius=90.0,
+            shutdown_temperature_celsius=92.0,
+            pcie_max_generation=5,
+            pcie_max_width=16,
+        )
+
+    def _utilization(self, index: int, t: float) -> tuple[float, float]:
+        """(gpu, memory-controller) utilization ratios at Unix time t."""
+        profile = self.profile(index)
+        if profile == "input-starved":
+            busy = _square(t, 0.4)  # 2.5 busy bursts a second
+            return (0.95, 0.40) if busy else (0.0, 0.0)
+        if profile == "idle-allocated":
+            return 0.0, 0.0
+        if profile == "near-oom":
+            return 0.70 + 0.1 * _wave(t, 60.0), 0.45 + 0.1 * _wave(t, 45.0)
+        return 0.97 + 0.03 * _wave(t, 20.0), 0.60 + 0.1 * _wave(t, 30.0)
+
+    def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
+        faults = self._check(index)
+        t = self._clock()
+        profile = self.profile(index)
+        gpu_util, mem_util = self._utilization(index, t)
+        used = {
+            "input-starved": 0.55 + 0.05 * _wave(t, 120.0),
+            "idle-allocated": 0.375,
+            "near-oom": 0.965 + 0.01 * _wave(t, 90.0),
+            "busy-hot": 0.80,
+        }[profile]
+        used_bytes = int(MEMORY_TOTAL_BYTES * used)
+        temp = {
+            "input-starved": 52.0 + 6 * gpu_util,
+            "idle-allocated": 33.0,
+            "near-oom": 64.0 + 3 * _wave(t, 60.0),
+            "busy-hot": 84.0 + 4 * _wave(t, 40.0),
+        }[profile]
+        limit = 700.0
+        power = {
+            "input-starved": 110.0 + 420.0 * gpu_util,
+            "idle-allocated": 72.0,
+            "near-oom": 430.0 + 60 * _wave(t, 60.0),
+            "busy-hot": 690.0 + 10 * _wave(t, 10.0),
+        }[profile]
+        hot = profile == "busy-hot" and temp >= 87.0
+        throttle = {reason: False for reason in THROTTLE_REASONS}
+        throttle["gpu_idle"] = gpu_util == 0.0
+        throttle["sw_power_cap"] = profile == "busy-hot" and power >= 695.0
+        throttle["sw_thermal_slowdown"] = hot
+        sm_clock = 1980e6 if not hot else 1755e6
+        if gpu_util == 0.0:
+            sm_clock = 345e6
+        values: dict[str, Any] = {}
+        if "utilization" in collectors:
+            values.update(
+                utilization_ratio=gpu_util,
+                memory_controller_utilization_ratio=mem_util,
+                encoder_utilization_ratio=0.0,
+                decoder_utilization_ratio=0.0,
+            )
+        if "memory" in collectors:
+            values.update(
+                memory_total_bytes=MEMORY_TOTAL_BYTES,
+                memory_used_bytes=used_bytes,
+                memory_free_bytes=MEMORY_TOTAL_BYTES - MEMORY_RESERVED_BYTES - used_bytes,
+                memory_reserved_bytes=MEMORY_RESERVED_BYTES,
+            )
+        if "temperature" in collectors:
+            values.update(
+                temperature_celsius=round(temp), memory_temperature_celsius=round(temp + 4)
+            )
+        if "power" in collectors:
+            values.update(
+                power_watts=round(power, 3),
+                power_limit_watts=limit,
+                energy_joules=round(self._energy(index, t), 3),
+            )
+        if "clocks" in collectors:
+            values.update(
+                clocks_hertz={
+                    "graphics": sm_clock,
+                    "sm": sm_clock,
+                    "memory": 2619e6,
+                    "video": 1245e6 if gpu_util else 765e6,
+                },
+                performance_state=0 if gpu_util else 8,
+                throttle_reasons=throttle,
+            )
+        if "pcie" in collectors:
+            values.update(pcie_generation=5 if gpu_util else 1, pcie_width=16, pcie_replay_errors=0)
+        if "pcie-throughput" in collectors:
+            values.update(
+                pcie_tx_bytes_per_second=2.1e9 * gpu_util, pcie_rx_bytes_per_second=6.4e9 * gpu_util
+            )
+        if "ecc" in collectors:
+            values.update(
+                ecc_corrected_errors=0,
+                ecc_uncorrected_errors=0,
+                retired_pages_single_bit=0,
+                retired_pages_double_bit=0,
+                retired_pages_pending=False,
+                remapped_rows_correctable=0,
+                remapped_rows_uncorrectable=0,
+                remapped_rows_pending=False,
+                remapped_rows_failed=False,
+            )
+        if "modes" in collectors:
+            values.update(persistence_mode=True, mig_mode=False, ecc_mode=True)
+        for name in faults.unsupported & READING_FIELDS:
+            values.pop(name, None)
+        return DeviceReading(**values)
+
+    def _energy(self, index: int, t: float) -> float:
+        """Joules since 'driver load': the integral of the profile's mean power."""
+        mean_power = {
+            "input-starved": 110.0 + 420.0 * 0.475,
+            "idle-allocated": 72.0,
+            "near-oom": 460.0,
+            "busy-hot": 695.0,
+        }[self.profile(index)]
+        return 3.6e6 + mean_power * max(0.0, t - self._epoch)
+
+    def _timestamp_us(self, t: float) -> int:
+        return int((t - self._epoch) * 1e6) + 1_000_000_000
+
+    def utilization_samples(
+        self, index: int, domain: UtilizationDomain, since_us: int
+    ) -> Sequence[UtilizationSample] | None:
+        faults = self._check(index)
+        if "utilization_samples" in faults.unsupported:
+            return None
+        now_us = self._timestamp_us(self._clock())
+        last = now_us - now_us % SAMPLE_PERIOD_US
+        first = max(since_us + 1, last - (BUFFER_SAMPLES - 1) * SAMPLE_PERIOD_US)
+        first += (-first) % SAMPLE_PERIOD_US
+        out: list[UtilizationSample] = []
+        pick = 0 if domain == "gpu" else 1
+        for ts in range(first, last + 1, SAMPLE_PERIOD_US):
+            # each entry covers the period that ends at ts; use its midpoint
+            mid = self._epoch + (ts - SAMPLE_PERIOD_US / 2 - 1_000_000_000) / 1e6
+            out.append(UtilizationSample(ts, self._utilization(index, mid)[pick]))
+        return out
+
+    def processes(self, index: int) -> Sequence[GpuProcess] | None:
+        faults = self._check(index)
+        if "processes" in faults.unsupported:
+            return None
+        return [
+            GpuProcess(
+                pid=p.pid,
+                context="graphics" if p.context == "graphics" else "compute",
+                used_memory_bytes=p.memory_bytes,
+            )
+            for p in self._current().processes
+            if p.gpu == index
+        ]
+
+    def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
+        faults = self._check(index)
+        if "processes" in faults.unsupported:
+            return None
+        ts = self._timestamp_us(self._clock())
+        return [
+            ProcessUtilization(
+                pid=p.pid,
+                timestamp_us=ts,
+                sm_ratio=p.sm_ratio,
+                memory_controller_ratio=p.memory_controller_ratio or 0.0,
+            )
+            for p in self._current().processes
+            if p.gpu == index and p.sm_ratio is not None
+        ]

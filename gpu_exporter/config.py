@@ -1,0 +1,384 @@
+"""Settings from flags and `--config.file`, validated in one place.
+
+The YAML file mirrors the flags: each key is a flag name without its dashes
+(`web.listen-address: ":9872"`, `collector.host: false`); nested mappings are joined
+with dots, so `collect: {interval: 2s}` means `collect.interval: 2s`. Flags override
+the file, the file overrides the defaults. Every problem is a `ConfigError` whose
+message is one line naming it; the command line turns that into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import yaml
+
+from gpu_exporter import __version__
+from gpu_exporter.catalogue import COLLECTORS
+
+DEFAULT_PORT = 9872
+DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
+MIN_INTERVAL_SECONDS = 0.1
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the program was told, validated and in base units."""
+
+    listen_address: str = DEFAULT_LISTEN_ADDRESS
+    telemetry_path: str = "/metrics"
+    web_config_file: str | None = None
+    max_requests: int = 40
+    interval_seconds: float = 5.0
+    timeout_seconds: float = 10.0
+    collectors: frozenset[str] = frozenset(c.name for c in COLLECTORS if c.default_enabled)
+    process_limit: int = 32
+    process_cmdline: bool = False
+    log_level: str = "info"
+    log_format: str = "logfmt"
+    simulate: int | None = None
+    simulate_scenario: str | None = None
+    once: bool = False
+    output: str | None = None
+    config_file: str | None = None
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """'500ms', '5s', '1m', '1h' or a number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 5s, 1m)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"not an integer: {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"not an integer: {value!r}") from None
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).lower()
+        if text == "warning":
+            text = "warn"
+        if text not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError(f"not a string: {value!r}")
+    return str(value)
+
+
+def _path(value: Any) -> str:
+    text = _text(value)
+    if not text.startswith("/"):
+        raise ValueError(f"must start with '/': {value!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag (and the config-file key of the same name)."""
+
+    key: str  # flag name without dashes, e.g. "web.listen-address"
+    field: str  # Settings field it sets
+    parse: Callable[[Any], Any]
+    help: str
+    metavar: str | None = None
+    flag_only: bool = False  # not allowed in the config file
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "web.listen-address",
+        "listen_address",
+        _text,
+        f"address to listen on: :PORT, HOST:PORT or [::]:PORT (default {DEFAULT_LISTEN_ADDRESS})",
+        "ADDR",
+    ),
+    Option(
+        "web.telemetry-path",
+        "telemetry_path",
+        _path,
+        "path of the metrics (default /metrics)",
+        "PATH",
+    ),
+    Option(
+        "web.config.file",
+        "web_config_file",
+        _text,
+        "exporter-toolkit web config: TLS and basic auth",
+        "FILE",
+    ),
+    Option(
+        "web.max-requests",
+        "max_requests",
+        _int,
+        "concurrent requests served; more get 503 (default 40)",
+        "N",
+    ),
+    Option(
+        "collect.interval",
+        "interval_seconds",
+        parse_duration,
+        "how often to sample the GPUs, at least 100ms (default 5s)",
+        "DURATION",
+    ),
+    Option(
+        "collect.timeout",
+        "timeout_seconds",
+        parse_duration,
+        "deadline for one GPU's reads; a GPU that misses it is reported down (default 10s)",
+        "DURATION",
+    ),
+    Option(
+        "collector.process.limit",
+        "process_limit",
+        _int,
+        "processes exported per GPU, largest by GPU memory; the rest are summed as "
+        'process="other" (default 32)',
+        "N",
+    ),
+    Option(
+        "collector.process.cmdline",
+        "process_cmdline",
+        _bool,
+        "export each process's command line (truncated to 256 characters; may hold secrets)",
+    ),
+    Option(
+        "log.level",
+        "log_level",
+        _choice("debug", "info", "warn", "error"),
+        "debug, info, warn or error (default info)",
+        "LEVEL",
+    ),
+    Option(
+        "log.format",
+        "log_format",
+        _choice("logfmt", "json"),
+        "logfmt or json (default logfmt)",
+        "FORMAT",
+    ),
+    Option(
+        "simulate",
+        "simulate",
+        _int,
+        "serve a simulated host of N GPUs instead of the real driver (demos, tests)",
+        "N",
+    ),
+    Option(
+        "simulate.scenario",
+        "simulate_scenario",
+        _text,
+        "scenario file of faults and processes for --simulate (re-read when it changes)",
+        "FILE",
+    ),
+    Option(
+        "once",
+        "once",
+        _bool,
+        "print one exposition to stdout (or --output) and exit",
+        flag_only=True,
+    ),
+    Option(
+        "output",
+        "output",
+        _text,
+        "with --once: write atomically to FILE (node_exporter textfile collector)",
+        "FILE",
+        flag_only=True,
+    ),
+    Option(
+        "config.file",
+        "config_file",
+        _text,
+        "YAML file mirroring these flags",
+        "FILE",
+        flag_only=True,
+    ),
+)
+_BOOL_FIELDS = frozenset({"process_cmdline", "once"})
+_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+_COLLECTOR_KEYS: dict[str, str] = {f"collector.{c.name}": c.name for c in COLLECTORS}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    collectors = "\n".join(
+        f"  {c.name:<17} {'on ' if c.default_enabled else 'off'}  {c.description}"
+        for c in COLLECTORS
+    )
+    parser = _Parser(
+        prog="gpu-exporter",
+        description="Prometheus exporter for NVIDIA GPUs, sampled through NVML.",
+        epilog=f"collectors (--collector.NAME / --no-collector.NAME):\n{collectors}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        argument_default=argparse.SUPPRESS,
+        allow_abbrev=False,
+    )
+    for option in OPTIONS:
+        if option.field in _BOOL_FIELDS:
+            kind: Any = argparse.BooleanOptionalAction if not option.flag_only else "store_true"
+            parser.add_argument(f"--{option.key}", dest=option.key, action=kind, help=option.help)
+        else:
+            parser.add_argument(
+                f"--{option.key}", dest=option.key, metavar=option.metavar, help=option.help
+            )
+    for key in _COLLECTOR_KEYS:
+        parser.add_argument(
+            f"--{key}", dest=key, action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS
+        )
+    parser.add_argument("--version", action="version", version=f"gpu-exporter {__version__}")
+    return parser
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and name not in _BY_KEY and name not in _COLLECTOR_KEYS:
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The file's settings as flat keys; raises ConfigError naming the file and line."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as error:
+        raise ConfigError(f"config file {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"config file {path}:{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config file {path}: expected a mapping of settings, got {type(data).__name__}"
+        )
+    flat = _flatten(data)
+    for key in flat:
+        option = _BY_KEY.get(key)
+        if key not in _COLLECTOR_KEYS and (option is None or option.flag_only):
+            raise ConfigError(f"config file {path}: unknown key {key!r}")
+    return flat
+
+
+def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
+    for key, value in raw.items():
+        try:
+            if key in _COLLECTOR_KEYS:
+                enabled = _bool(value)
+                collectors = set(values["collectors"])
+                name = _COLLECTOR_KEYS[key]
+                (collectors.add if enabled else collectors.discard)(name)
+                values["collectors"] = frozenset(collectors)
+            else:
+                option = _BY_KEY[key]
+                values[option.field] = option.parse(value)
+        except ValueError as error:
+            raise ConfigError(f"{source}{key}: {error}") from None
+
+
+def load_settings(argv: Sequence[str]) -> Settings:
+    """Parse flags, read the config file they name, validate; raises ConfigError."""
+    flags = vars(build_parser().parse_args(list(argv)))
+    values: dict[str, Any] = dict(vars(Settings()))
+    config_file = flags.get("config.file")
+    if config_file is not None:
+        _apply(values, read_config_file(config_file), f"config file {config_file}: ")
+    _apply(values, flags, "--")
+    settings = Settings(**values)
+    validate(settings)
+    return settings
+
+
+def validate(s: Settings) -> None:
+    """Cross-field and range checks."""
+    if s.interval_seconds < MIN_INTERVAL_SECONDS:
+        raise ConfigError(
+            f"--collect.interval: must be at least 100ms, got {s.interval_seconds:g}s"
+        )
+    if s.timeout_seconds <= 0:
+        raise ConfigError("--collect.timeout: must be positive")
+    if s.max_requests < 1:
+        raise ConfigError("--web.max-requests: must be at least 1")
+    if s.process_limit < 1:
+        raise ConfigError("--collector.process.limit: must be at least 1")
+    if s.simulate is not None and not 0 <= s.simulate <= 1024:
+        raise ConfigError("--simulate: must be between 0 and 1024 GPUs")
+    if s.simulate_scenario is not None and s.simulate is None:
+        raise ConfigError("--simulate.scenario: needs --simulate N")
+    if s.output is not None and not s.once:
+        raise ConfigError("--output: needs --once")
+    parse_listen_address(s.listen_address)
+
+
+def parse_listen_address(address: str) -> tuple[str, int]:
+    """':PORT' (all interfaces), 'HOST:PORT' or '[V6]:PORT' -> (host, port)."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ConfigError(f"--web.listen-address: {address!r} is not HOST:PORT, :PORT or [::]:PORT")
+    port = int(port_text)
+    if port > 65535:
+        raise ConfigError(f"--web.listen-address: port {port} is out of range")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(
+            f"--web.listen-address: write IPv6 addresses in brackets, e.g. [{host}]:{port}"
+        )
+    return host, port
+
+
+def main_usage_error(message: str) -> NoReturn:
+    print(f"gpu-exporter: error: {message}", file=sys.stderr)
+    raise SystemExit(2)

@@ -1,0 +1,75 @@
+"""Rendering a Snapshot once, in every format a scrape may ask for.
+
+The sampler renders after each sample; scrapes only pick bytes out of the cache, so the
+cost of a scrape does not grow with the number of GPUs or processes. The OpenMetrics
+and gzip variants are rendered the first time a client asks for them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import exposition as text_format
+from prometheus_client.openmetrics import exposition as openmetrics_format
+from prometheus_client.registry import Collector
+
+from gpu_exporter.collector import SnapshotCollector
+from gpu_exporter.snapshot import Snapshot
+
+TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST
+OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Prometheus asks for OpenMetrics first in its Accept header when it wants it."""
+    return bool(accept) and "application/openmetrics-text" in (accept or "")
+
+
+def wants_gzip(accept_encoding: str | None) -> bool:
+    for part in (accept_encoding or "").split(","):
+        token, _, params = part.strip().partition(";")
+        if token.strip().lower() == "gzip" and params.replace(" ", "") != "q=0":
+            return True
+    return False
+
+
+class Exposition:
+    """The rendered bodies of one snapshot."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        cmdline: bool = False,
+        extra: Iterable[Collector] = (),
+    ) -> None:
+        self.snapshot = snapshot
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(SnapshotCollector(snapshot, cmdline=cmdline))
+        for collector in extra:
+            self._registry.register(collector)
+        self._lock = threading.Lock()
+        self._bodies: dict[tuple[bool, bool], bytes] = {}
+        self._bodies[(False, False)] = text_format.generate_latest(self._registry)
+
+    def body(self, *, openmetrics: bool, compressed: bool) -> bytes:
+        key = (openmetrics, compressed)
+        body = self._bodies.get(key)
+        if body is not None:
+            return body
+        with self._lock:
+            body = self._bodies.get(key)
+            if body is None:
+                plain = self._bodies.get((openmetrics, False))
+                if plain is None:
+                    plain = openmetrics_format.generate_latest(self._registry)  # type: ignore[no-untyped-call]
+                    self._bodies[(openmetrics, False)] = plain
+                body = gzip.compress(plain, compresslevel=6) if compressed else plain
+                self._bodies[key] = body
+        return body
+
+    def content_type(self, *, openmetrics: bool) -> str:
+        return OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE

@@ -1,0 +1,163 @@
+"""Start the real `gpu-exporter` program on loopback and talk to it over HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class HttpResult:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+
+def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> HttpResult:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return HttpResult(response.status, dict(response.headers), response.read())
+    except urllib.error.HTTPError as error:
+        return HttpResult(error.code, dict(error.headers), error.read())
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_samples(text: str) -> Samples:
+    """{(name, sorted labels): value} of a Prometheus text exposition."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def values(samples: Samples, name: str, **labels: str) -> list[float]:
+    """Values of every series of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
+
+
+def series(samples: Samples, name: str) -> list[dict[str, str]]:
+    return [dict(ls) for (n, ls) in samples if n == name]
+
+
+@dataclass
+class Exporter:
+    """A running gpu-exporter process."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str = "/metrics", headers: dict[str, str] | None = None) -> HttpResult:
+        return http_get(self.url + path, headers)
+
+    def scrape(self) -> Samples:
+        result = self.get("/metrics")
+        assert result.status == 200, result.text
+        return parse_samples(result.text)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, predicate: object, timeout: float = 10.0, interval: float = 0.1) -> Samples:
+        """Scrape until `predicate(samples)` is true; returns those samples."""
+        deadline = time.monotonic() + timeout
+        last: Samples = {}
+        while time.monotonic() < deadline:
+            try:
+                last = self.scrape()
+                if predicate(last):  # type: ignore[operator]
+                    return last
+            except (OSError, AssertionError):
+                pass
+            time.sleep(interval)
+        raise AssertionError(f"condition not met within {timeout}s; log:\n{self.log()}")
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise
+        return int(self.process.returncode)
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpu_exporter", *args]
+
+
+def start_exporter(
+    args: Sequence[str], tmp_path: Path, *, port: int | None = None, ready: bool = True
+) -> Exporter:
+    """Start the program listening on 127.0.0.1 and wait until /metrics answers."""
+    port = port or free_port()
+    log_path = tmp_path / f"exporter-{port}.log"
+    full = [*args, "--web.listen-address", f"127.0.0.1:{port}"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command(*full), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env
+        )
+    exporter = Exporter(process, port, log_path, full)
+    if ready:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise AssertionError(f"exporter exited {process.returncode}:\n{exporter.log()}")
+            try:
+                if exporter.get("/metrics").status == 200:
+                    return exporter
+            except OSError:
+                pass
+            time.sleep(0.05)
+        exporter.stop()
+        raise AssertionError(f"exporter did not start:\n{exporter.log()}")
+    return exporter
+
+
+def run_exporter(args: Sequence[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+    """Run the program to completion (bad flags, --once); returns its output."""
+    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def gunzip(body: bytes) -> bytes:
+    return gzip.decompress(body)

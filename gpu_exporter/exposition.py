@@ -19,7 +19,8 @@ from prometheus_client.registry import Collector
 from gpu_exporter.collector import SnapshotCollector
 from gpu_exporter.snapshot import Snapshot
 
-TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST
+# The classic text format: understood by every Prometheus version (our names are plain ASCII).
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
 
 

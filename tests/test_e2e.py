@@ -1,0 +1,253 @@
+"""The real program on a simulated host, scraped over HTTP like Prometheus would."""
+
+from __future__ import annotations
+
+import ctypes.util
+import gzip
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.backends.simulated import MEMORY_TOTAL_BYTES
+from tests.support.exporter import (
+    Exporter,
+    free_port,
+    http_get,
+    parse_samples,
+    run_exporter,
+    start_exporter,
+    values,
+)
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Exporter:
+    running = start_exporter(["--simulate", "4", "--collect.interval", "0.2s"], tmp_path)
+    yield running  # type: ignore[misc]
+    running.stop()
+
+
+def test_values_match_the_simulated_host(exporter: Exporter) -> None:
+    s = exporter.scrape()
+    assert values(s, "gpu_exporter_build_info", backend="simulated") == [1.0]
+    assert values(s, "gpu_exporter_nvml_up") == [1.0]
+    assert values(s, "gpu_exporter_gpus") == [4.0]
+    assert values(s, "gpu_memory_total_bytes") == [float(MEMORY_TOTAL_BYTES)] * 4
+    # GPU 1 is idle but holds 37.5% of its memory; GPU 2 is close to full
+    assert values(s, "gpu_utilization_ratio", gpu="1") == [0.0]
+    assert values(s, "gpu_memory_used_bytes", gpu="1") == [float(int(MEMORY_TOTAL_BYTES * 0.375))]
+    assert values(s, "gpu_memory_used_bytes", gpu="2")[0] > 0.95 * MEMORY_TOTAL_BYTES
+    assert values(s, "gpu_temperature_celsius", gpu="3")[0] >= 84
+    assert values(s, "gpu_power_limit_watts") == [700.0] * 4
+    assert values(s, "gpu_clock_max_hertz", gpu="0", clock="sm") == [1980e6]
+    assert values(s, "gpu_temperature_threshold_celsius", gpu="0", threshold="slowdown") == [90.0]
+    info = [labels for (name, labels) in s if name == "gpu_info"]
+    assert len(info) == 4
+    assert dict(info[0])["name"] == "NVIDIA H100 80GB HBM3"
+    # the flickering GPU reads either ~0 or ~95% at any instant
+    assert values(s, "gpu_utilization_ratio", gpu="0")[0] in (0.0, 0.95)
+    assert "gpu_pcie_throughput_bytes_per_second" not in {name for name, _ in s}  # off by default
+
+
+def test_busy_counter_rate_is_the_true_average_of_a_flickering_gpu(exporter: Exporter) -> None:
+    first = exporter.scrape()
+    t0 = time.monotonic()
+    time.sleep(3.0)
+    second = exporter.scrape()
+    elapsed = time.monotonic() - t0
+    busy = values(second, "gpu_busy_seconds_total", gpu="0")[0]
+    busy -= values(first, "gpu_busy_seconds_total", gpu="0")[0]
+    # 95% busy half of the time: 47.5%; the window edges cost up to one interval each
+    assert 0.35 < busy / elapsed < 0.60, busy / elapsed
+    idle = values(second, "gpu_busy_seconds_total", gpu="1")[0]
+    assert idle == 0.0
+
+
+def test_counters_never_go_backwards(exporter: Exporter) -> None:
+    last: dict[str, float] = {}
+    for _ in range(6):
+        s = exporter.scrape()
+        for gpu in "0123":
+            for name in ("gpu_busy_seconds_total", "gpu_energy_joules_total"):
+                value = values(s, name, gpu=gpu)[0]
+                key = f"{name}{gpu}"
+                assert value >= last.get(key, 0.0)
+                last[key] = value
+        time.sleep(0.25)
+
+
+def test_openmetrics_and_gzip_are_negotiated(exporter: Exporter) -> None:
+    plain = exporter.get("/metrics")
+    assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    om = exporter.get(
+        "/metrics", {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"}
+    )
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.rstrip().endswith("# EOF")
+    zipped = exporter.get("/metrics", {"Accept-Encoding": "gzip"})
+    assert zipped.headers["Content-Encoding"] == "gzip"
+    assert b"gpu_up{" in gzip.decompress(zipped.body)
+    assert "Content-Encoding" not in plain.headers
+
+
+def test_landing_page_healthz_and_404(exporter: Exporter) -> None:
+    landing = exporter.get("/")
+    assert landing.status == 200
+    assert 'href="/metrics"' in landing.text
+    health = exporter.get("/healthz")
+    assert health.status == 200
+    assert health.text.startswith("ok: 4/4 GPUs up")
+    assert exporter.get("/nope").status == 404
+
+
+def test_healthz_fails_when_every_gpu_is_down(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yml"
+    scenario.write_text("faults: {lost: [0, 1]}\n")
+    args = ["--simulate", "2", "--simulate.scenario", str(scenario), "--collect.interval", "0.2s"]
+    exporter = start_exporter(args, tmp_path)
+    try:
+        health = exporter.get("/healthz")
+        assert health.status == 503
+        assert "no GPU can be sampled" in health.text
+        scenario.write_text("faults: {lost: [1]}\n")
+        exporter.wait_for(lambda s: values(s, "gpu_up", gpu="0") == [1.0])
+        assert exporter.get("/healthz").status == 200
+    finally:
+        exporter.stop()
+
+
+def test_custom_telemetry_path_and_config_file_with_flag_override(tmp_path: Path) -> None:
+    config = tmp_path / "config.yml"
+    config.write_text(
+        "web:\n  telemetry-path: /gpu-metrics\ncollect.interval: 0.2s\n"
+        "collector.pcie-throughput: true\ncollector.power: true\n"
+    )
+    exporter = start_exporter(
+        ["--simulate", "1", "--config.file", str(config), "--no-collector.power"],
+        tmp_path,
+        ready=False,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                result = exporter.get("/gpu-metrics")
+                if result.status == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        s = parse_samples(exporter.get("/gpu-metrics").text)
+        assert values(s, "gpu_pcie_throughput_bytes_per_second", direction="rx")
+        assert not values(s, "gpu_power_watts")  # the flag beat the file
+        assert exporter.get("/metrics").status == 404
+    finally:
+        exporter.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signals_exit_0_within_2_seconds(tmp_path: Path, signum: int) -> None:
+    exporter = start_exporter(["--simulate", "2", "--collect.interval", "0.2s"], tmp_path)
+    exporter.signal(signum)
+    t0 = time.monotonic()
+    assert exporter.process.wait(5) == 0
+    assert time.monotonic() - t0 < 2.0
+    assert "shutting down" in exporter.log()
+
+
+def test_once_prints_one_exposition() -> None:
+    result = run_exporter(["--simulate", "2", "--once"])
+    assert result.returncode == 0, result.stderr
+    s = parse_samples(result.stdout)
+    assert values(s, "gpu_up") == [1.0, 1.0]
+    assert "SIMULATED" in result.stderr
+
+
+def test_once_output_writes_the_file_atomically(tmp_path: Path) -> None:
+    target = tmp_path / "gpu.prom"
+    target.write_text("old content\n")
+    result = run_exporter(["--simulate", "1", "--once", "--output", str(target)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert "gpu_up{" in target.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.prom"]  # no temporary left
+
+
+def test_once_output_into_missing_directory_exits_2(tmp_path: Path) -> None:
+    result = run_exporter(["--simulate", "1", "--once", "--output", str(tmp_path / "no/gpu.prom")])
+    assert result.returncode == 2
+    assert "--output" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_json_logs_and_simulated_warning(tmp_path: Path) -> None:
+    exporter = start_exporter(["--simulate", "1", "--log.format", "json"], tmp_path)
+    exporter.stop()
+    records = [json.loads(line) for line in exporter.log().splitlines() if line.startswith("{")]
+    warnings = [r for r in records if r["level"] == "warn" and "SIMULATED" in r["msg"]]
+    assert warnings, exporter.log()
+    assert any(r["msg"] == "listening" for r in records)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("form", [":{port}", "[::]:{port}", "localhost:{port}"])
+def test_listen_address_forms(tmp_path: Path, form: str) -> None:
+    if form.startswith("[") and not _ipv6_loopback():
+        pytest.skip("no IPv6 on this machine")
+    port = free_port()
+    result_args = ["--simulate", "1", "--web.listen-address", form.format(port=port)]
+    import subprocess
+
+    from tests.support.exporter import command
+
+    process = subprocess.Popen(command(*result_args), stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        status = None
+        while time.monotonic() < deadline and status is None:
+            try:
+                status = http_get(f"http://127.0.0.1:{port}/healthz").status
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200
+    finally:
+        process.terminate()
+        process.wait(5)
+
+
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVIDIA driver"
+)
+def test_without_a_driver_it_serves_its_own_metrics_and_retries(tmp_path: Path) -> None:
+    exporter = start_exporter(["--collect.interval", "0.2s"], tmp_path)
+    try:
+        s = exporter.wait_for(
+            lambda s: (
+                values(s, "gpu_exporter_nvml_init_errors_total", error="library_not_found")
+                and values(s, "gpu_exporter_nvml_init_errors_total")[0] >= 2
+            ),
+            timeout=8,
+        )
+        assert values(s, "gpu_exporter_nvml_up") == [0.0]
+        assert values(s, "gpu_exporter_build_info", backend="nvml") == [1.0]
+        assert not values(s, "gpu_up")
+        assert not values(s, "gpu_exporter_gpus")
+        health = exporter.get("/healthz")
+        assert health.status == 503
+        assert "libnvidia-ml.so.1 not found" in health.text
+        time.sleep(1.0)
+    finally:
+        exporter.stop()
+    log = exporter.log()
+    assert log.count("NVML unavailable") == 1, log  # logged once, not every retry
+    assert "libnvidia-ml.so.1 not found" in log

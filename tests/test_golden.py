@@ -1,0 +1,129 @@
+"""Golden exposition of a fixed simulated snapshot, checked by promtool as well.
+
+Regenerate after an intended change with `UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_golden.py`
+and review the diff: it is the metric contract users' dashboards and alerts depend on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.backends.simulated import Faults, SimulatedBackend
+from gpu_exporter.catalogue import COLLECTORS
+from gpu_exporter.exposition import Exposition
+from gpu_exporter.sampler import Sampler
+from gpu_exporter.snapshot import Snapshot
+
+GOLDEN = Path(__file__).parent / "golden"
+T0 = 1_790_000_000.0
+
+
+class FakeClock:
+    """Wall and monotonic time that move only when told."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now - T0
+
+
+def fixed_snapshot(gpus: int, faults: Faults | None = None) -> Snapshot:
+    clock = FakeClock()
+    backend = SimulatedBackend(gpus, clock=clock.wall, faults=faults)
+    all_collectors = frozenset(c.name for c in COLLECTORS) - {"process", "host", "xid"}
+    sampler = Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=5.0,
+        collectors=all_collectors,
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+    sampler.sample_once()
+    clock.now += 10.0
+    snapshot = sampler.sample_once()
+    sampler.stop(0)
+    return snapshot
+
+
+def render(snapshot: Snapshot) -> str:
+    return Exposition(snapshot).body(openmetrics=False, compressed=False).decode()
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "faults"),
+    [
+        ("simulated-4gpu", 4, None),
+        (
+            "simulated-lost-and-unsupported",
+            2,
+            Faults(
+                lost=frozenset({1}),
+                unsupported=frozenset(
+                    {"fan_speed_ratio", "memory_temperature_celsius", "utilization_samples"}
+                ),
+            ),
+        ),
+    ],
+)
+def test_exposition_matches_golden_file(name: str, gpus: int, faults: Faults | None) -> None:
+    text = render(fixed_snapshot(gpus, faults))
+    path = GOLDEN / f"{name}.prom"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"exposition changed: UPDATE_GOLDEN=1 to accept ({path})"
+
+
+@pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.prom")), ids=lambda p: p.name)
+def test_promtool_check_metrics_has_no_warnings(path: Path) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: run `make system-deps`"
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=path.read_bytes(), capture_output=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
+    assert result.stdout.decode() + result.stderr.decode() == ""
+
+
+def test_unsupported_fields_are_left_out_not_zeroed() -> None:
+    faults = Faults(unsupported=frozenset({"fan_speed_ratio", "memory_temperature_celsius"}))
+    text = render(fixed_snapshot(1, faults))
+    assert "gpu_fan_speed_ratio{" not in text
+    assert "gpu_memory_temperature_celsius{" not in text
+    assert "gpu_temperature_celsius{" in text
+    assert "NaN" not in text
+
+
+def test_gpu_lost_mid_run_keeps_only_identity_and_up() -> None:
+    clock = FakeClock()
+    backend = SimulatedBackend(2, clock=clock.wall)
+    sampler = Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=5.0,
+        collectors=frozenset({"utilization", "memory", "power"}),
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+    sampler.sample_once()
+    backend.faults = Faults(lost=frozenset({1}))
+    clock.now += 1
+    text = render(sampler.sample_once())
+    lines = [line for line in text.splitlines() if 'gpu="1"' in line]
+    assert sorted({line.split("{")[0] for line in lines}) == ["gpu_info", "gpu_up"]
+    assert any(line.startswith("gpu_up{") and line.endswith(" 0.0") for line in lines)
+    assert 'gpu_up{gpu="0",' in text and 'gpu_power_watts{gpu="0"' in text
+
+
+def test_gpu_lost_before_identification_is_reported_down_without_uuid() -> None:
+    text = render(fixed_snapshot(2, Faults(lost=frozenset({1}))))
+    assert 'gpu_up{gpu="1",uuid=""} 0.0' in text

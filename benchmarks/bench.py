@@ -1,0 +1,229 @@
+"""Measure the exporter's cost on a simulated host and record it in benchmarks/README.md.
+
+Runs the real program (`--simulate 8`) with 64 real processes (8 per GPU, each a parent
+with 4 children) placed on the GPUs through a scenario file, then measures:
+
+- scrape latency (p50, p99, max) over 1000 scrapes on loopback, one keep-alive client;
+- sampler CPU at a 1 s interval with no scrapes, as a share of one core and per sample;
+- resident memory after warm-up and after the scrapes;
+- the series count of one exposition.
+
+Targets (issue 2): p99 <= 2 ms, sampler CPU <= 1% of a core, RSS <= 40 MiB.
+`make bench` prints the figures and writes them between the markers of README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+GPUS = 8
+PROCESSES_PER_GPU = 8
+CHILDREN_PER_PROCESS = 4
+SCRAPES = 1000
+CPU_WINDOW_SECONDS = 20.0
+
+CHILD_TREE = (
+    "import subprocess, sys, time\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'])"
+    f" for _ in range({CHILDREN_PER_PROCESS})]\n"
+    "time.sleep(3600)\n"
+)
+
+
+@dataclass
+class Figures:
+    scrape_p50_ms: float
+    scrape_p99_ms: float
+    scrape_max_ms: float
+    sampler_cpu_percent: float
+    sampler_cpu_ms_per_sample: float
+    rss_mib_warm: float
+    rss_mib_after_scrapes: float
+    series: int
+    exposition_bytes: int
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn_jobs() -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen([sys.executable, "-c", CHILD_TREE])
+        for _ in range(GPUS * PROCESSES_PER_GPU)
+    ]
+
+
+def scenario(jobs: list[subprocess.Popen[bytes]]) -> dict[str, object]:
+    processes = []
+    for i, job in enumerate(jobs):
+        gpu = i % GPUS
+        processes.append(
+            {
+                "gpu": gpu,
+                "pid": job.pid,
+                "memory_bytes": (1 + i % 5) * 1024**3,
+                "sm_ratio": round(0.1 * (i % 8), 2),
+            }
+        )
+    return {"processes": processes}
+
+
+def wait_ready(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/metrics")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("exporter did not start")
+
+
+def measure() -> Figures:
+    jobs = spawn_jobs()
+    time.sleep(1.0)  # let the children start, so the trees are complete
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario_path = Path(tmp) / "scenario.json"
+        scenario_path.write_text(json.dumps(scenario(jobs)))
+        exporter = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpu_exporter",
+                "--simulate",
+                str(GPUS),
+                "--simulate.scenario",
+                str(scenario_path),
+                "--collect.interval",
+                "1s",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                "--log.level",
+                "error",
+            ],
+            cwd=REPO,
+        )
+        try:
+            wait_ready(port)
+            proc = psutil.Process(exporter.pid)
+            time.sleep(3.0)  # warm-up: caches filled, first samples done
+            rss_warm = proc.memory_info().rss / 2**20
+
+            cpu0 = proc.cpu_times()
+            wall0 = time.monotonic()
+            time.sleep(CPU_WINDOW_SECONDS)
+            cpu1 = proc.cpu_times()
+            wall = time.monotonic() - wall0
+            cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            latencies: list[float] = []
+            body = b""
+            for _ in range(SCRAPES):
+                t0 = time.perf_counter()
+                conn.request("GET", "/metrics")
+                response = conn.getresponse()
+                body = response.read()
+                latencies.append((time.perf_counter() - t0) * 1000)
+            conn.close()
+            rss_after = proc.memory_info().rss / 2**20
+        finally:
+            exporter.terminate()
+            exporter.wait(10)
+            for job in jobs:
+                for child in psutil.Process(job.pid).children(recursive=True):
+                    child.kill()
+                job.kill()
+                job.wait()
+    text = body.decode()
+    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    latencies.sort()
+    return Figures(
+        scrape_p50_ms=statistics.median(latencies),
+        scrape_p99_ms=latencies[int(len(latencies) * 0.99) - 1],
+        scrape_max_ms=latencies[-1],
+        sampler_cpu_percent=100 * cpu / wall,
+        sampler_cpu_ms_per_sample=1000 * cpu / wall,  # one sample a second
+        rss_mib_warm=rss_warm,
+        rss_mib_after_scrapes=rss_after,
+        series=series,
+        exposition_bytes=len(body),
+    )
+
+
+def report(f: Figures) -> str:
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    return "\n".join(
+        [
+            f"Measured {time.strftime('%Y-%m-%d')} on {machine}: simulated host of {GPUS} GPUs, "
+            f"{GPUS * PROCESSES_PER_GPU} real processes ({PROCESSES_PER_GPU} per GPU, "
+            f"{CHILDREN_PER_PROCESS} children each), `--collect.interval 1s`.",
+            "",
+            "| figure | value | target |",
+            "|---|---|---|",
+            f"| scrape latency p50 | {f.scrape_p50_ms:.3f} ms | |",
+            f"| scrape latency p99 ({SCRAPES} scrapes, loopback, keep-alive) | "
+            f"{f.scrape_p99_ms:.3f} ms | <= 2 ms: {verdict(f.scrape_p99_ms <= 2)} |",
+            f"| scrape latency max | {f.scrape_max_ms:.3f} ms | |",
+            f"| sampler CPU at 1 s interval (no scrapes) | {f.sampler_cpu_percent:.2f}% of one core "
+            f"| <= 1%: {verdict(f.sampler_cpu_percent <= 1)} |",
+            f"| CPU per sample | {f.sampler_cpu_ms_per_sample:.2f} ms | |",
+            f"| resident memory after warm-up | {f.rss_mib_warm:.1f} MiB "
+            f"| <= 40 MiB: {verdict(f.rss_mib_warm <= 40)} |",
+            f"| resident memory after {SCRAPES} scrapes | {f.rss_mib_after_scrapes:.1f} MiB "
+            f"| <= 40 MiB: {verdict(f.rss_mib_after_scrapes <= 40)} |",
+            f"| series in one exposition | {f.series} | |",
+            f"| exposition size | {f.exposition_bytes / 1024:.1f} KiB | |",
+        ]
+    )
+
+
+def write(path: Path, table: str) -> None:
+    text = path.read_text()
+    pattern = re.compile(r"(<!-- BEGIN bench -->\n)(?:.*?\n)?(<!-- END bench -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path} has no bench markers")
+    path.write_text(pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", metavar="README", help="record the figures in this file")
+    args = parser.parse_args()
+    table = report(measure())
+    print(table)
+    if args.write:
+        write(Path(args.write), table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -193,7 +193,8 @@ def report(f: Figures) -> str:
             f"| scrape latency p99 ({SCRAPES} scrapes, loopback, keep-alive) | "
             f"{f.scrape_p99_ms:.3f} ms | <= 2 ms: {verdict(f.scrape_p99_ms <= 2)} |",
             f"| scrape latency max | {f.scrape_max_ms:.3f} ms | |",
-            f"| sampler CPU at 1 s interval (no scrapes) | {f.sampler_cpu_percent:.2f}% of one core "
+            f"| sampler CPU at 1 s interval (no scrapes) | "
+            f"{f.sampler_cpu_percent:.2f}% of one core "
             f"| <= 1%: {verdict(f.sampler_cpu_percent <= 1)} |",
             f"| CPU per sample | {f.sampler_cpu_ms_per_sample:.2f} ms | |",
             f"| resident memory after warm-up | {f.rss_mib_warm:.1f} MiB "

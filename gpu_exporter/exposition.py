@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from typing import cast
 
 from prometheus_client import CollectorRegistry
-from prometheus_client import exposition as text_format
 from prometheus_client.openmetrics import exposition as openmetrics_format
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString

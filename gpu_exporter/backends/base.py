@@ -172,6 +172,26 @@ class ProcessUtilization:
 UtilizationDomain = Literal["gpu", "memory_controller"]
 
 
+@dataclass(frozen=True)
+class DeviceEvent:
+    """One event from NVML's event API (`nvmlEventSetWait`)."""
+
+    uuid: str
+    kind: Literal["xid", "ecc_single_bit", "ecc_double_bit", "other"]
+    xid: int | None  # the Xid code for kind "xid"
+    event_type: int  # NVML's nvmlEventType* bit
+
+
+class EventSet(Protocol):
+    """Devices registered for critical events; used by one listener thread."""
+
+    def wait(self, timeout_ms: int) -> DeviceEvent | None:
+        """The next event, or None after `timeout_ms`; raises NvmlUnavailable."""
+
+    def close(self) -> None:
+        """Free the set; never raises."""
+
+
 class Backend(Protocol):
     """A source of GPU data: the real NVML library or a simulated host."""
 
@@ -204,3 +224,9 @@ class Backend(Protocol):
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
         """Per-process samples newer than `since_us`; None when unsupported."""
+
+    def open_events(self) -> EventSet | None:
+        """Register every device for Xid and ECC events.
+
+        None when no device supports events (some virtual GPUs); raises NvmlUnavailable.
+        """

@@ -13,6 +13,7 @@ NVML's error codes onto the exporter's model (see `backends.base`):
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ import pynvml
 from gpu_exporter.backends.base import (
     CLOCK_NAMES,
     THROTTLE_REASONS,
+    DeviceEvent,
     DeviceLost,
     DeviceReading,
     DeviceStatic,
@@ -450,6 +452,9 @@ class PynvmlBackend:
             key=lambda s: s.timestamp_us,
         )
 
+    def open_events(self) -> PynvmlEventSet | None:
+        return open_events(self)
+
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
         d = self._device(index)
         compute = d.query("compute_processes", pynvml.nvmlDeviceGetComputeRunningProcesses)
@@ -496,3 +501,89 @@ def nvml_device_get_memory_info_v2(handle: Any) -> Any:
 
 def _sample_value(sample: Any) -> float:
     return float(sample.sampleValue.uiVal)
+
+
+_EVENT_KINDS: dict[int, str] = {
+    pynvml.nvmlEventTypeXidCriticalError: "xid",
+    pynvml.nvmlEventTypeSingleBitEccError: "ecc_single_bit",
+    pynvml.nvmlEventTypeDoubleBitEccError: "ecc_double_bit",
+}
+_WANTED_EVENTS = (
+    pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeSingleBitEccError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+)
+
+
+class PynvmlEventSet:
+    """An `nvmlEventSet_t` with every supporting device registered."""
+
+    def __init__(self, event_set: Any, uuids: dict[int, str]) -> None:
+        self._set = event_set
+        self._uuids = uuids  # device handle address -> uuid
+
+    def wait(self, timeout_ms: int) -> DeviceEvent | None:
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self._set, timeout_ms)
+        except pynvml.NVMLError as error:
+            if getattr(error, "value", None) == pynvml.NVML_ERROR_TIMEOUT:
+                return None
+            raise_for("nvmlEventSetWait_v2", error)
+            raise NvmlUnavailable(error_name(error), f"nvmlEventSetWait_v2: {error}") from error
+        event_type = int(data.eventType)
+        kind = _EVENT_KINDS.get(event_type, "other")
+        return DeviceEvent(
+            uuid=self._uuids.get(_handle_key(data.device), ""),
+            kind=kind,  # type: ignore[arg-type]
+            xid=int(data.eventData) if kind == "xid" else None,
+            event_type=event_type,
+        )
+
+    def close(self) -> None:
+        try:
+            pynvml.nvmlEventSetFree(self._set)
+        except pynvml.NVMLError:
+            pass
+
+
+def _handle_key(handle: Any) -> int:
+    """A hashable identity for a device handle (a ctypes pointer)."""
+    try:
+        return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
+
+
+def open_events(backend: PynvmlBackend) -> PynvmlEventSet | None:
+    """Create an event set and register every device that supports Xid/ECC events."""
+    try:
+        event_set = pynvml.nvmlEventSetCreate()
+    except pynvml.NVMLError as error:
+        if getattr(error, "value", None) in _UNSUPPORTED:
+            return None
+        raise_for("nvmlEventSetCreate", error)
+        raise NvmlUnavailable(error_name(error), f"nvmlEventSetCreate: {error}") from error
+    uuids: dict[int, str] = {}
+    for index in range(backend.device_count()):
+        try:
+            device = backend._device(index)
+            supported = int(pynvml.nvmlDeviceGetSupportedEventTypes(device.handle))
+            wanted = supported & _WANTED_EVENTS
+            if not wanted:
+                continue
+            pynvml.nvmlDeviceRegisterEvents(device.handle, wanted, event_set)
+            uuids[_handle_key(device.handle)] = _text(pynvml.nvmlDeviceGetUUID(device.handle))
+        except DeviceLost:
+            continue
+        except pynvml.NVMLError as error:
+            if getattr(error, "value", None) in _UNSUPPORTED | _DEVICE_LOST:
+                continue
+            raise_for("nvmlDeviceRegisterEvents", error)
+            backend.errors.add("nvmlDeviceRegisterEvents", error_name(error))
+    if not uuids:
+        try:
+            pynvml.nvmlEventSetFree(event_set)
+        except pynvml.NVMLError:
+            pass
+        return None
+    return PynvmlEventSet(event_set, uuids)

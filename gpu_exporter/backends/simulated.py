@@ -38,6 +38,7 @@ import yaml
 
 from gpu_exporter.backends.base import (
     THROTTLE_REASONS,
+    DeviceEvent,
     DeviceLost,
     DeviceReading,
     DeviceStatic,
@@ -72,6 +73,15 @@ class SimulatedProcess:
 
 
 @dataclass(frozen=True)
+class SimulatedEvent:
+    """An Xid (or ECC) event the scenario raises on a GPU."""
+
+    gpu: int
+    xid: int | None = None
+    kind: str = "xid"
+
+
+@dataclass(frozen=True)
 class Faults:
     """Faults to inject; the default injects none."""
 
@@ -80,6 +90,7 @@ class Faults:
     hang: frozenset[int] = frozenset()
     unsupported: frozenset[str] = frozenset()
     gpus: int | None = None
+    events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,7 @@ class Scenario:
 
     faults: Faults = field(default_factory=Faults)
     processes: tuple[SimulatedProcess, ...] = ()
+    events: tuple[SimulatedEvent, ...] = ()  # delivered once each, in order
 
 
 class ScenarioError(ValueError):
@@ -100,7 +112,7 @@ def parse_scenario(data: Any) -> Scenario:
         return Scenario()
     if not isinstance(data, dict):
         raise ScenarioError("scenario must be a mapping")
-    unknown = set(data) - {"faults", "processes"}
+    unknown = set(data) - {"faults", "processes", "events"}
     if unknown:
         raise ScenarioError(f"unknown scenario keys: {sorted(unknown)}")
     raw_faults = data.get("faults") or {}
@@ -117,9 +129,11 @@ def parse_scenario(data: Any) -> Scenario:
         hang=frozenset(int(x) for x in raw_faults.get("hang", [])),
         unsupported=unsupported,
         gpus=int(raw_faults["gpus"]) if raw_faults.get("gpus") is not None else None,
+        events_unsupported=bool(raw_faults.get("events_unsupported", False)),
     )
+    events = tuple(SimulatedEvent(**e) for e in data.get("events") or [])
     processes = tuple(SimulatedProcess(**p) for p in data.get("processes") or [])
-    return Scenario(faults=faults, processes=processes)
+    return Scenario(faults=faults, processes=processes, events=events)
 
 
 def load_scenario(path: str) -> Scenario:
@@ -162,6 +176,8 @@ class SimulatedBackend:
         self._scenario_mtime: float | None = None
         self._lock = threading.Lock()
         self._initialised = False
+        self._reloaded = False
+        self._events_delivered = 0
         self._epoch = clock()  # "driver load" time: energy and sample timestamps count from it
 
     # Fault control -----------------------------------------------------------------
@@ -216,14 +232,22 @@ class SimulatedBackend:
 
     # Library lifecycle -------------------------------------------------------------
 
+    @property
+    def initialised(self) -> bool:
+        return self._initialised
+
     def init(self) -> None:
         faults = self._current().faults
         if faults.init_error:
             raise NvmlUnavailable(faults.init_error, f"simulated NVML failure: {faults.init_error}")
+        if self._reloaded:
+            self._epoch = self._clock()  # a reloaded driver restarts its counters
+            self._reloaded = False
         self._initialised = True
 
     def shutdown(self) -> None:
         self._initialised = False
+        self._reloaded = True
 
     def driver_info(self) -> DriverInfo:
         return DriverInfo(driver_version="550.54.15", cuda_driver_version="12.4")
@@ -422,3 +446,52 @@ class SimulatedBackend:
             for p in self._current().processes
             if p.gpu == index and p.sm_ratio is not None
         ]
+
+    # Events ------------------------------------------------------------------------
+
+    def open_events(self) -> SimulatedEventSet | None:
+        faults = self._current().faults
+        if not self._initialised or faults.init_error:
+            raise NvmlUnavailable(faults.init_error or "uninitialized", "NVML is not initialised")
+        if faults.events_unsupported:
+            return None
+        return SimulatedEventSet(self)
+
+    def next_event(self) -> DeviceEvent | None:
+        """The scenario's next undelivered event, if any."""
+        scenario = self._current()
+        with self._lock:
+            if self._events_delivered > len(scenario.events):  # the file was rewritten
+                self._events_delivered = 0
+            if self._events_delivered == len(scenario.events):
+                return None
+            event = scenario.events[self._events_delivered]
+            self._events_delivered += 1
+        uuid = self.device_static(event.gpu).uuid
+        kind = event.kind if event.kind in ("xid", "ecc_single_bit", "ecc_double_bit") else "other"
+        return DeviceEvent(uuid=uuid, kind=kind, xid=event.xid, event_type=8)  # type: ignore[arg-type]
+
+
+class SimulatedEventSet:
+    """Delivers the scenario's events; waits like nvmlEventSetWait."""
+
+    def __init__(self, backend: SimulatedBackend) -> None:
+        self._backend = backend
+        self._closed = False
+
+    def wait(self, timeout_ms: int) -> DeviceEvent | None:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not self._closed:
+            faults = self._backend.faults
+            if faults.init_error or not self._backend.initialised:
+                raise NvmlUnavailable(faults.init_error or "uninitialized", "NVML went away")
+            event = self._backend.next_event()
+            if event is not None:
+                return event
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        return None
+
+    def close(self) -> None:
+        self._closed = True

@@ -1,0 +1,131 @@
+"""The Xid listener: a thread that waits on NVML's event API and counts Xid errors.
+
+`nvmlEventSetWait` blocks until a device reports a critical Xid or ECC event, so the
+listener never polls the driver. It is armed when NVML initialises (and re-armed after
+every re-initialisation), stops cleanly, and stays off, after saying so once, where the
+devices do not support events (some virtual GPUs).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from gpu_exporter.backends.base import Backend, DeviceEvent, EventSet, NvmlUnavailable
+from gpu_exporter.snapshot import XidState
+
+log = logging.getLogger(__name__)
+
+XID_MEANINGS: dict[int, str] = {
+    13: "graphics engine exception: usually an application bug (illegal instruction or address)",
+    31: "GPU memory page fault: an application accessed an illegal address",
+    43: "GPU stopped processing: a user application faulted",
+    45: "preemptive cleanup after a previous error: a process was killed or ended",
+    48: "double-bit ECC error: the GPU needs a reset; check the ECC counters",
+    61: "internal micro-controller breakpoint or warning",
+    62: "internal micro-controller halt: reset the GPU",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping recording FAILED: the GPU needs service",
+    74: "NVLink error: check the links and the neighbouring GPU",
+    79: "GPU has fallen off the bus: reset or reboot, check power and seating",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error: the affected application was stopped",
+    95: "uncontained ECC error: every application on the GPU is affected, reset it",
+    119: "GSP RPC timeout: the GPU firmware stopped answering",
+    120: "GSP error: the GPU firmware reported a fault",
+}
+
+
+def xid_meaning(xid: int) -> str:
+    return XID_MEANINGS.get(xid, "see NVIDIA's Xid catalogue")
+
+
+class XidListener:
+    """Counts Xid errors per GPU from a backend's event set, on its own thread."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        clock: Callable[[], float] = time.time,
+        wait_ms: int = 500,
+    ) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._wait_ms = wait_ms
+        self._lock = threading.Lock()
+        self._state: dict[str, XidState] = {}
+        self._stop = threading.Event()
+        self._arm = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unsupported_logged = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="xid-listener", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float = 1.0) -> None:
+        self._stop.set()
+        self._arm.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
+
+    def rearm(self) -> None:
+        """Open a fresh event set: NVML was (re-)initialised."""
+        self._arm.set()
+
+    def state(self) -> Mapping[str, XidState]:
+        with self._lock:
+            return dict(self._state)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._arm.wait()
+            if self._stop.is_set():
+                return
+            self._arm.clear()
+            events = self._open()
+            if events is None:
+                continue
+            try:
+                self._listen(events)
+            finally:
+                events.close()
+
+    def _open(self) -> EventSet | None:
+        try:
+            events = self._backend.open_events()
+        except NvmlUnavailable as error:
+            log.debug("Xid listener not armed", extra={"reason": error.reason})
+            return None
+        if events is None and not self._unsupported_logged:
+            self._unsupported_logged = True
+            log.warning("NVML events are not supported on these GPUs: Xid errors are not counted")
+        return events
+
+    def _listen(self, events: EventSet) -> None:
+        while not self._stop.is_set() and not self._arm.is_set():
+            try:
+                event = events.wait(self._wait_ms)
+            except NvmlUnavailable as error:
+                log.debug("Xid listener stopped until NVML is back", extra={"reason": error.reason})
+                return
+            if event is not None:
+                self.record(event)
+
+    def record(self, event: DeviceEvent) -> None:
+        if event.kind != "xid" or event.xid is None:
+            log.warning("GPU event", extra={"uuid": event.uuid, "event": event.kind})
+            return
+        now = self._clock()
+        with self._lock:
+            old = self._state.get(event.uuid, XidState())
+            counts = dict(old.counts)
+            counts[event.xid] = counts.get(event.xid, 0) + 1
+            self._state[event.uuid] = XidState(counts=counts, last_timestamp_seconds=now)
+        log.error(
+            "Xid error",
+            extra={"uuid": event.uuid, "xid": event.xid, "meaning": xid_meaning(event.xid)},
+        )

@@ -1,0 +1,275 @@
+"""Faults injected through the simulated backend, against the real running program."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.exporter import Exporter, Samples, command, free_port, start_exporter, values
+
+FAST = ["--collect.interval", "0.2s"]
+
+
+def write_scenario(path: Path, scenario: dict[str, object]) -> None:
+    """Replace the scenario file atomically (the exporter re-reads it when it changes)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(scenario))
+    os.replace(tmp, path)
+    # mtime granularity: make sure the next write is seen as a change
+    time.sleep(0.02)
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "scenario.json"
+    write_scenario(path, {})
+    return path
+
+
+def start(tmp_path: Path, scenario: Path, gpus: int = 3, *extra: str) -> Exporter:
+    args = ["--simulate", str(gpus), "--simulate.scenario", str(scenario), *FAST, *extra]
+    return start_exporter(args, tmp_path)
+
+
+def up(samples: Samples, gpu: str) -> list[float]:
+    return values(samples, "gpu_up", gpu=gpu)
+
+
+def test_hang_on_one_gpu_marks_it_down_while_others_stay_fresh(
+    tmp_path: Path, scenario: Path
+) -> None:
+    exporter = start(tmp_path, scenario, 3, "--collect.timeout", "0.5s")
+    try:
+        write_scenario(scenario, {"faults": {"hang": [1]}})
+        s = exporter.wait_for(lambda s: up(s, "1") == [0.0])
+        assert not values(s, "gpu_power_watts", gpu="1")  # its other series are dropped
+        # the other GPUs keep fresh data on schedule while GPU 1's read is stuck
+        t1 = values(exporter.scrape(), "gpu_exporter_last_sample_timestamp_seconds")[0]
+        time.sleep(1.5)
+        s = exporter.scrape()
+        assert values(s, "gpu_exporter_last_sample_timestamp_seconds")[0] > t1 + 0.5
+        assert up(s, "0") == [1.0] and up(s, "2") == [1.0]
+        assert values(s, "gpu_power_watts", gpu="0")
+        # no thread leak: one stuck reader for GPU 1 however many intervals pass
+        threads = len(os.listdir(f"/proc/{exporter.process.pid}/task"))
+        time.sleep(1.5)
+        assert len(os.listdir(f"/proc/{exporter.process.pid}/task")) == threads
+        assert exporter.get("/healthz").status == 200  # two of three GPUs answer
+        # the call returns: the GPU comes back
+        write_scenario(scenario, {})
+        exporter.wait_for(lambda s: up(s, "1") == [1.0] and values(s, "gpu_power_watts", gpu="1"))
+    finally:
+        assert exporter.stop() == 0
+
+
+def test_sigterm_during_a_hang_exits_0_within_2_seconds(tmp_path: Path, scenario: Path) -> None:
+    exporter = start(tmp_path, scenario, 2, "--collect.timeout", "0.3s")
+    write_scenario(scenario, {"faults": {"hang": [0, 1]}})
+    exporter.wait_for(lambda s: up(s, "0") == [0.0] and up(s, "1") == [0.0])
+    assert exporter.get("/healthz").status == 503
+    t0 = time.monotonic()
+    exporter.signal(signal.SIGTERM)
+    assert exporter.process.wait(5) == 0
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_gpu_lost_mid_run_then_back(tmp_path: Path, scenario: Path) -> None:
+    exporter = start(tmp_path, scenario, 3)
+    try:
+        before = exporter.scrape()
+        busy_before = values(before, "gpu_busy_seconds_total", gpu="2")[0]
+        uuid = [dict(ls)["uuid"] for n, ls in before if n == "gpu_up" and dict(ls)["gpu"] == "2"]
+        write_scenario(scenario, {"faults": {"lost": [2]}})
+        s = exporter.wait_for(lambda s: up(s, "2") == [0.0])
+        assert values(s, "gpu_up", gpu="2", uuid=uuid[0]) == [0.0]  # still named by its UUID
+        assert up(s, "0") == [1.0] and up(s, "1") == [1.0]
+        assert not values(s, "gpu_temperature_celsius", gpu="2")
+        write_scenario(scenario, {})
+        s = exporter.wait_for(lambda s: up(s, "2") == [1.0])
+        assert values(s, "gpu_busy_seconds_total", gpu="2")[0] >= busy_before
+        assert "GPU down" in exporter.log() and "GPU back" in exporter.log()
+    finally:
+        exporter.stop()
+
+
+def test_nvml_failing_at_start_then_appearing(tmp_path: Path, scenario: Path) -> None:
+    write_scenario(scenario, {"faults": {"init_error": "driver_not_loaded"}})
+    exporter = start(tmp_path, scenario, 2)
+    try:
+        s = exporter.scrape()
+        assert values(s, "gpu_exporter_nvml_up") == [0.0]
+        assert values(s, "gpu_exporter_nvml_init_errors_total", error="driver_not_loaded")
+        assert not values(s, "gpu_up")
+        assert exporter.get("/healthz").status == 503
+        write_scenario(scenario, {})
+        s = exporter.wait_for(lambda s: values(s, "gpu_exporter_nvml_up") == [1.0], timeout=8)
+        assert values(s, "gpu_exporter_gpus") == [2.0]
+        assert exporter.get("/healthz").status == 200
+    finally:
+        exporter.stop()
+
+
+def test_driver_reload_reenumerates_and_keeps_counters_monotonic(
+    tmp_path: Path, scenario: Path
+) -> None:
+    exporter = start(tmp_path, scenario, 2)
+    try:
+        time.sleep(1.0)
+        before = exporter.scrape()
+        busy = values(before, "gpu_busy_seconds_total", gpu="0")[0]
+        assert busy > 0
+        write_scenario(scenario, {"faults": {"init_error": "driver_not_loaded"}})
+        exporter.wait_for(lambda s: values(s, "gpu_exporter_nvml_up") == [0.0])
+        # the driver comes back with one more GPU
+        write_scenario(scenario, {"faults": {"gpus": 3}})
+        s = exporter.wait_for(
+            lambda s: values(s, "gpu_exporter_nvml_up") == [1.0] and len(values(s, "gpu_up")) == 3,
+            timeout=8,
+        )
+        assert values(s, "gpu_exporter_gpus") == [3.0]
+        assert values(s, "gpu_busy_seconds_total", gpu="0")[0] >= busy
+        assert exporter.get("/healthz").status == 200
+    finally:
+        exporter.stop()
+
+
+def test_xid_event_is_counted_and_logged_with_its_meaning(tmp_path: Path, scenario: Path) -> None:
+    exporter = start(tmp_path, scenario, 2)
+    try:
+        assert not values(exporter.scrape(), "gpu_xid_errors_total")
+        t0 = time.time()
+        write_scenario(scenario, {"events": [{"gpu": 1, "xid": 79}]})
+        s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="1", xid="79"))
+        assert values(s, "gpu_xid_errors_total", gpu="1", xid="79") == [1.0]
+        assert values(s, "gpu_last_xid_timestamp_seconds", gpu="1")[0] >= t0 - 1
+        assert not values(s, "gpu_xid_errors_total", gpu="0")
+        write_scenario(scenario, {"events": [{"gpu": 1, "xid": 79}, {"gpu": 1, "xid": 79}]})
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="1", xid="79") == [2.0])
+        assert "fallen off the bus" in exporter.log()
+    finally:
+        exporter.stop()
+
+
+def test_xid_listener_is_rearmed_after_nvml_reinitialises(tmp_path: Path, scenario: Path) -> None:
+    exporter = start(tmp_path, scenario, 1)
+    try:
+        write_scenario(scenario, {"faults": {"init_error": "driver_not_loaded"}})
+        exporter.wait_for(lambda s: values(s, "gpu_exporter_nvml_up") == [0.0])
+        write_scenario(scenario, {})
+        exporter.wait_for(lambda s: values(s, "gpu_exporter_nvml_up") == [1.0], timeout=8)
+        write_scenario(scenario, {"events": [{"gpu": 0, "xid": 48}]})
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", xid="48") == [1.0])
+    finally:
+        exporter.stop()
+
+
+def test_events_not_supported_are_logged_once_and_left_off(tmp_path: Path, scenario: Path) -> None:
+    write_scenario(scenario, {"faults": {"events_unsupported": True}})
+    exporter = start(tmp_path, scenario, 1)
+    try:
+        write_scenario(
+            scenario, {"faults": {"events_unsupported": True}, "events": [{"gpu": 0, "xid": 79}]}
+        )
+        time.sleep(1.0)
+        s = exporter.scrape()
+        assert not values(s, "gpu_xid_errors_total")
+        assert values(s, "gpu_up") == [1.0]
+    finally:
+        exporter.stop()
+    assert exporter.log().count("events are not supported") == 1
+
+
+def test_sighup_applies_a_good_file_and_keeps_settings_on_a_bad_one(tmp_path: Path) -> None:
+    config = tmp_path / "config.yml"
+    config.write_text("collect.interval: 0.2s\n")
+    exporter = start_exporter(["--simulate", "1", "--config.file", str(config)], tmp_path)
+    try:
+        assert values(exporter.scrape(), "gpu_power_watts")
+        config.write_text("collect.interval: 0.2s\ncollector.power: false\n")
+        exporter.signal(signal.SIGHUP)
+        exporter.wait_for(lambda s: not values(s, "gpu_power_watts") and values(s, "gpu_up"))
+        config.write_text("collect.interval: [broken\n")
+        exporter.signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert exporter.process.poll() is None
+        s = exporter.scrape()
+        assert values(s, "gpu_up") == [1.0] and not values(s, "gpu_power_watts")
+        log = exporter.log()
+        assert log.count("reload failed, keeping the running settings") == 1
+        assert "invalid YAML" in log
+    finally:
+        assert exporter.stop() == 0
+
+
+def test_systemd_notify_ready_and_watchdog_over_a_real_socket(tmp_path: Path) -> None:
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(10)
+        port = free_port()
+        env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")
+        args = ["--simulate", "1", *FAST, "--web.listen-address", f"127.0.0.1:{port}"]
+        process = subprocess.Popen(command(*args), env=env, stderr=subprocess.DEVNULL)
+        try:
+            messages: list[str] = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and messages.count("WATCHDOG=1") < 2:
+                messages.append(sock.recv(4096).decode())
+            assert messages[0].startswith("READY=1")
+            assert messages.count("WATCHDOG=1") >= 2
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(5) == 0
+            assert "STOPPING=1" in sock.recv(4096).decode()
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def test_systemd_notify_abstract_socket(tmp_path: Path) -> None:
+    name = f"gpu-exporter-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(10)
+        port = free_port()
+        env = dict(os.environ, NOTIFY_SOCKET="@" + name)
+        args = ["--simulate", "1", *FAST, "--web.listen-address", f"127.0.0.1:{port}"]
+        process = subprocess.Popen(command(*args), env=env, stderr=subprocess.DEVNULL)
+        try:
+            assert sock.recv(4096).decode().startswith("READY=1")
+        finally:
+            process.terminate()
+            process.wait(5)
+
+
+def test_watchdog_stops_when_samples_stop_completing(tmp_path: Path, scenario: Path) -> None:
+    """A sampler stuck in a library-wide call must not pet the watchdog."""
+    from gpu_exporter.systemd_notify import Notifier, Watchdog
+
+    path = str(tmp_path / "wd.sock")
+    healthy = {"value": True}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(0.5)
+        notifier = Notifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"})
+        watchdog = Watchdog(notifier, lambda: healthy["value"])
+        watchdog.start()
+        try:
+            assert sock.recv(64) == b"WATCHDOG=1"
+            healthy["value"] = False
+            time.sleep(0.15)
+            while True:  # drain what was sent before the switch
+                try:
+                    sock.recv(64)
+                except TimeoutError:
+                    break
+            with pytest.raises(TimeoutError):
+                sock.recv(64)
+        finally:
+            watchdog.stop()

@@ -1,0 +1,110 @@
+"""The sampler's own logic, with injected clocks: busy integration, backoff, reload."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpu_exporter.backends.base import UtilizationSample
+from gpu_exporter.backends.simulated import Faults, SimulatedBackend
+from gpu_exporter.busy import BusyCounter
+from gpu_exporter.sampler import BACKOFF_MAX_SECONDS, Sampler
+from tests.test_golden import FakeClock
+
+
+def samples(*pairs: tuple[int, float]) -> Sequence[UtilizationSample]:
+    return [UtilizationSample(ts, ratio) for ts, ratio in pairs]
+
+
+def test_first_buffer_read_only_sets_the_cursor() -> None:
+    counter = BusyCounter()
+    counter.add_samples(samples((1_000_000, 1.0), (2_000_000, 1.0)), 0.0)
+    assert counter.seconds == 0.0
+    assert counter.cursor_us == 2_000_000
+
+
+def test_buffer_entries_are_integrated_exactly_however_they_flicker() -> None:
+    counter = BusyCounter()
+    counter.add_samples(samples((0, 0.0)), 0.0)
+    flicker = [(i * 100_000, 0.95 if i % 2 else 0.0) for i in range(1, 21)]  # 2 s of 0/95%
+    counter.add_samples(samples(*flicker), 2.0)
+    assert abs(counter.seconds - 0.95) < 1e-9  # 10 busy periods of 0.1 s at 95%
+    counter.add_samples(samples(*flicker), 3.0)  # the same entries again: nothing new
+    assert abs(counter.seconds - 0.95) < 1e-9
+
+
+def test_fallback_holds_the_latest_reading_over_elapsed_time() -> None:
+    counter = BusyCounter()
+    counter.add_reading(0.5, 10.0)
+    assert counter.seconds == 0.0
+    counter.add_reading(0.5, 12.0)
+    assert counter.seconds == 1.0
+    counter.add_reading(None, 13.0)  # unknown: nothing added, nothing invented
+    assert counter.seconds == 1.0
+
+
+def test_rebase_after_driver_reload_keeps_the_total() -> None:
+    counter = BusyCounter()
+    counter.add_samples(samples((5_000_000, 1.0)), 0.0)
+    counter.add_samples(samples((6_000_000, 1.0)), 1.0)
+    assert counter.seconds == 1.0
+    counter.rebase()
+    counter.add_samples(samples((100, 1.0)), 2.0)  # timestamps restarted: baseline only
+    counter.add_samples(samples((1_000_100, 0.5)), 3.0)
+    assert counter.seconds == 1.5
+
+
+def make_sampler(backend: SimulatedBackend, clock: FakeClock) -> Sampler:
+    return Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=2.0,
+        collectors=frozenset({"utilization", "memory"}),
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+
+
+def test_nvml_init_retries_with_capped_exponential_backoff() -> None:
+    clock = FakeClock()
+    backend = SimulatedBackend(1, clock=clock.wall, faults=Faults(init_error="driver_not_loaded"))
+    sampler = make_sampler(backend, clock)
+    for _ in range(400):  # 200 s of samples every half second
+        sampler.sample_once()
+        clock.now += 0.5
+    snapshot = sampler.sample_once()
+    assert not snapshot.nvml_up
+    assert (
+        snapshot.nvml_down_reason is not None and "driver_not_loaded" in snapshot.nvml_down_reason
+    )
+    count = snapshot.nvml_init_errors["driver_not_loaded"]
+    # 1, 2, 4, 8, 16, 32, 60, 60, 60 ... seconds apart: about 9 tries in 200 s, not 400
+    assert 7 <= count <= 11, count
+    backend.faults = Faults()
+    clock.now += BACKOFF_MAX_SECONDS
+    assert sampler.sample_once().nvml_up
+
+
+def test_sample_integrates_the_simulated_flicker_to_its_true_average() -> None:
+    clock = FakeClock()
+    backend = SimulatedBackend(1, clock=clock.wall)
+    sampler = make_sampler(backend, clock)
+    sampler.sample_once()
+    clock.now += 12.0  # fewer than the driver's 100 buffered entries
+    snapshot = sampler.sample_once()
+    busy = snapshot.devices[0].busy_seconds
+    assert busy is not None
+    assert abs(busy / 12.0 - 0.475) < 0.02
+
+
+def test_without_the_sample_buffer_the_latest_reading_is_integrated() -> None:
+    clock = FakeClock()
+    backend = SimulatedBackend(
+        4, clock=clock.wall, faults=Faults(unsupported=frozenset({"utilization_samples"}))
+    )
+    sampler = make_sampler(backend, clock)
+    sampler.sample_once()
+    clock.now += 10.0
+    snapshot = sampler.sample_once()
+    busy_hot = snapshot.devices[3]  # ~97-100% busy
+    assert busy_hot.busy_seconds is not None and 9.5 <= busy_hot.busy_seconds <= 10.0
+    assert snapshot.devices[1].busy_seconds == 0.0

@@ -14,12 +14,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Debian packages the tests use: promtool and prometheus (rule tests, fleet tests).
+# Debian packages the tests use: promtool and prometheus (rule tests, fleet tests),
+# systemd-analyze from systemd (unit verification).
 system-deps:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && \
+	  command -v systemd-analyze >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    prometheus systemd >/dev/null; }
 
 demo: $(STAMP)
 	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host: http://$(DEMO_ADDRESS)/metrics  (Ctrl-C stops it)"

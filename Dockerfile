@@ -1,0 +1,38 @@
+# gpu-exporter container image.
+#
+#   docker build -t gpu-exporter .
+#   docker run -d --gpus all --pid=host -p 9872:9872 gpu-exporter
+#
+# --gpus all (the NVIDIA Container Toolkit) mounts the driver's libnvidia-ml into the
+# container; --pid=host lets the exporter see the processes that hold the GPUs, without it
+# process names, users and containers cannot be attributed.
+
+FROM python:3.12-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gpu_exporter ./gpu_exporter
+RUN python -m venv /opt/gpu-exporter \
+    && /opt/gpu-exporter/bin/pip install --no-cache-dir --no-compile . \
+    && /opt/gpu-exporter/bin/python -m compileall -q /opt/gpu-exporter/lib
+
+FROM python:3.12-slim-bookworm
+COPY --from=build /opt/gpu-exporter /opt/gpu-exporter
+# A fixed non-root user: NVML only needs the device nodes, which the NVIDIA runtime
+# makes readable, and /proc of other users' processes is readable without privileges.
+RUN groupadd --system --gid 10001 gpu-exporter \
+    && useradd --system --uid 10001 --gid gpu-exporter --no-create-home \
+       --home-dir /nonexistent --shell /usr/sbin/nologin gpu-exporter
+USER 10001:10001
+ENV PATH=/opt/gpu-exporter/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=utility \
+    GPU_EXPORTER_HEALTHCHECK_URL=http://127.0.0.1:9872/healthz
+EXPOSE 9872
+# Python's standard library only: the slim image has no curl or wget. Set
+# GPU_EXPORTER_HEALTHCHECK_URL when you change --web.listen-address.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, sys, urllib.request; url = os.environ.get('GPU_EXPORTER_HEALTHCHECK_URL', 'http://127.0.0.1:9872/healthz'); sys.exit(0 if urllib.request.urlopen(url, timeout=4).status == 200 else 1)"]
+ENTRYPOINT ["gpu-exporter"]
+CMD ["--web.listen-address=:9872"]

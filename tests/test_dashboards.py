@@ -1,0 +1,347 @@
+"""The Grafana dashboards: JSON invariants, promtool-valid queries, catalogue metric names."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_exporter.catalogue import METRICS_BY_NAME
+from tests.support.dashboards import (
+    DASHBOARD_FILES,
+    PARSE_VALUES,
+    REPO,
+    TEMPLATE_VARIABLES,
+    all_panels,
+    all_queries,
+    data_panels,
+    label_values_parts,
+    load,
+    metric_names,
+    promtool_check,
+    queries,
+    record_name,
+    substitute,
+    variable_queries,
+    variables_used,
+)
+
+DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
+RANGE_FUNCTIONS = re.compile(r"\b(rate|irate|increase)\s*\(")
+GRAFANA_GLOBALS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s"}
+
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
+
+
+@pytest.fixture(params=DASHBOARD_FILES)
+def dashboard(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return load(request.param)
+
+
+def _overlap(a: dict[str, int], b: dict[str, int]) -> bool:
+    return (
+        a["x"] < b["x"] + b["w"]
+        and b["x"] < a["x"] + a["w"]
+        and a["y"] < b["y"] + b["h"]
+        and b["y"] < a["y"] + a["h"]
+    )
+
+
+def _call_argument(expr: str, open_paren: int) -> str:
+    """The text between the parenthesis at `open_paren` and its match."""
+    depth = 0
+    for i in range(open_paren, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[i], 0)
+        if depth == 0:
+            return expr[open_paren + 1 : i]
+    raise AssertionError(f"unbalanced parentheses in {expr!r}")
+
+
+def rate_windows(expr: str) -> list[str]:
+    """The range of the selector inside every rate/irate/increase call (its last [...])."""
+    windows = []
+    for match in RANGE_FUNCTIONS.finditer(expr):
+        argument = _call_argument(expr, match.end() - 1)
+        ranges = re.findall(r"\[([^\[\]]*)\]", argument)
+        windows.append(ranges[-1] if ranges else "")
+    return windows
+
+
+def test_both_dashboards_exist_with_unique_uids() -> None:
+    uids = [load(name)["uid"] for name in DASHBOARD_FILES]
+    assert len(set(uids)) == len(DASHBOARD_FILES)
+    assert all(uid and len(uid) <= 40 for uid in uids)
+
+
+def test_panel_ids_are_unique(dashboard: dict[str, Any]) -> None:
+    ids = [panel["id"] for panel in all_panels(dashboard)]
+    assert all(isinstance(i, int) for i in ids)
+    assert len(ids) == len(set(ids)), sorted(ids)
+
+
+def test_panels_do_not_overlap_and_fit_the_grid(dashboard: dict[str, Any]) -> None:
+    panels = list(all_panels(dashboard))
+    for panel in panels:
+        pos = panel["gridPos"]
+        assert pos["w"] > 0 and pos["h"] > 0 and pos["x"] >= 0 and pos["y"] >= 0, panel["title"]
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+    for a, b in combinations(panels, 2):
+        assert not _overlap(a["gridPos"], b["gridPos"]), (a["title"], b["title"])
+
+
+def test_every_panel_has_a_unit_a_description_and_queries(dashboard: dict[str, Any]) -> None:
+    for panel in data_panels(dashboard):
+        title = panel.get("title")
+        assert title, panel["id"]
+        assert len(panel.get("description", "")) >= 40, title
+        assert panel["fieldConfig"]["defaults"].get("unit"), title
+        assert panel.get("targets"), title
+
+
+def test_every_panel_and_target_uses_the_datasource_variable(dashboard: dict[str, Any]) -> None:
+    for panel in data_panels(dashboard):
+        assert panel["datasource"] == DATASOURCE_REF, panel["title"]
+        for target in panel["targets"]:
+            assert target.get("datasource") == DATASOURCE_REF, (panel["title"], target["refId"])
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            assert variable["datasource"] == DATASOURCE_REF, variable["name"]
+
+
+def test_target_ref_ids_are_unique_within_a_panel(dashboard: dict[str, Any]) -> None:
+    for panel in data_panels(dashboard):
+        ref_ids = [target["refId"] for target in panel["targets"]]
+        assert len(ref_ids) == len(set(ref_ids)), panel["title"]
+
+
+def test_no_import_inputs_so_file_provisioning_works(dashboard: dict[str, Any]) -> None:
+    assert "__inputs" not in dashboard
+    assert "${DS_" not in str(dashboard)
+    assert dashboard.get("id") is None
+
+
+def test_variables_are_datasource_job_instance_gpu_in_that_order(
+    dashboard: dict[str, Any],
+) -> None:
+    variables = dashboard["templating"]["list"]
+    assert [v["name"] for v in variables] == list(TEMPLATE_VARIABLES)
+    assert variables[0]["type"] == "datasource"
+    assert variables[0]["query"] == "prometheus"
+    for variable in variables[1:]:
+        assert variable["type"] == "query"
+        if variable.get("includeAll"):
+            assert variable.get("allValue") == ".+", variable["name"]
+
+
+def test_variables_are_used_only_as_regex_matchers() -> None:
+    """`=~"$var"` is what makes All (.+) and multi-value selections work."""
+    for query in all_queries():
+        for variable in ("job", "instance", "gpu"):
+            uses = len(re.findall(rf"\${variable}\b", query.expr))
+            matchers = len(re.findall(rf'\b{variable}=~"\${variable}"', query.expr))
+            assert uses == matchers, (query.name, variable)
+        assert variables_used(query.expr) <= GRAFANA_GLOBALS | {"job", "instance", "gpu"}, (
+            query.name
+        )
+
+
+def test_every_device_query_filters_by_job_instance_and_gpu() -> None:
+    for query in all_queries():
+        for name in metric_names(substitute(query.expr, PARSE_VALUES)):
+            spec = METRICS_BY_NAME.get(name)
+            wanted = ["job", "instance"] + (["gpu"] if spec and "gpu" in spec.labels else [])
+            for selector in re.findall(rf"\b{name}\{{([^}}]*)\}}", query.expr):
+                for label in wanted:
+                    assert f'{label}=~"${label}"' in selector, (query.name, name, label)
+            assert re.search(rf"\b{name}\{{", query.expr), (query.name, f"{name} without filter")
+
+
+def test_every_rate_uses_the_rate_interval() -> None:
+    checked = 0
+    for query in all_queries():
+        for window in rate_windows(query.expr):
+            assert window == "$__rate_interval", (query.name, window)
+            checked += 1
+    assert checked >= 10
+
+
+def test_rate_window_check_sees_a_hard_coded_window() -> None:
+    assert rate_windows("sum(rate(x[5m])) / increase(y[$__rate_interval])") == [
+        "5m",
+        "$__rate_interval",
+    ]
+    assert rate_windows("sum_over_time(rate(x[$__rate_interval])[$__range:$__interval])") == [
+        "$__rate_interval"
+    ]
+
+
+def test_metric_name_extraction() -> None:
+    expr = (
+        'sum by (instance) (rate(gpu_busy_seconds_total{job=~".+", gpu="0"}[1m] @ end())) '
+        "* on(job, uuid) group_left(name) gpu_info or vector(0) > bool 1e-3 "
+        "and time() - gpu_process_start_time_seconds"
+    )
+    assert metric_names(expr) == {
+        "gpu_busy_seconds_total",
+        "gpu_info",
+        "gpu_process_start_time_seconds",
+    }
+
+
+def test_every_metric_name_a_query_references_is_in_the_catalogue() -> None:
+    referenced: set[str] = set()
+    for query in all_queries():
+        names = metric_names(substitute(query.expr, PARSE_VALUES))
+        assert names, query.name
+        unknown = names - set(METRICS_BY_NAME)
+        assert not unknown, (query.name, unknown)
+        referenced |= names
+    for name in DASHBOARD_FILES:
+        for variable, query in variable_queries(name).items():
+            selector, _label = label_values_parts(query)
+            assert selector is not None, (name, variable)
+            assert metric_names(selector) <= set(METRICS_BY_NAME), (name, variable)
+    # the questions the dashboards must answer need these
+    assert {
+        "gpu_busy_seconds_total",
+        "gpu_utilization_ratio",
+        "gpu_memory_used_bytes",
+        "gpu_memory_total_bytes",
+        "gpu_temperature_threshold_celsius",
+        "gpu_throttle_active",
+        "gpu_xid_errors_total",
+        "gpu_ecc_errors_total",
+        "gpu_remapped_rows",
+        "gpu_pcie_link_width",
+        "gpu_energy_joules_total",
+        "gpu_process_cpu_seconds_total",
+        "gpu_process_workers",
+        "gpu_host_cpu_busy_seconds_total",
+        "gpu_host_memory_available_bytes",
+        "gpu_info",
+    } <= referenced
+
+
+def test_the_catalogue_check_would_catch_a_misspelt_metric() -> None:
+    names = metric_names('rate(gpu_busy_second_total{gpu=~".+"}[1m])')
+    assert names - set(METRICS_BY_NAME) == {"gpu_busy_second_total"}
+
+
+def test_substitution_replaces_every_variable_and_rejects_unknown_ones() -> None:
+    for query in all_queries():
+        assert "$" not in substitute(query.expr, PARSE_VALUES), query.name
+    with pytest.raises(KeyError):
+        substitute("rate(x[$__unknown])", PARSE_VALUES)
+
+
+@needs_promtool
+def test_every_query_passes_promtools_parser(tmp_path: Path) -> None:
+    exprs = {record_name(q): substitute(q.expr, PARSE_VALUES) for q in all_queries()}
+    assert len(exprs) == len(all_queries())  # record names are unique
+    for name in DASHBOARD_FILES:
+        for variable, query in variable_queries(name).items():
+            selector, _label = label_values_parts(query)
+            exprs[f"dashboard_variable_{variable}_{len(exprs)}"] = substitute(
+                selector or "", PARSE_VALUES
+            )
+    result = promtool_check(exprs, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(exprs)} rules found" in result.stdout
+
+
+@needs_promtool
+def test_promtool_check_rejects_a_broken_query(tmp_path: Path) -> None:
+    result = promtool_check({"broken": "sum(rate(gpu_up[1m])"}, tmp_path)
+    assert result.returncode != 0
+
+
+def test_panels_answer_the_operators_questions() -> None:
+    titles = {name: {p["title"] for p in data_panels(load(name))} for name in DASHBOARD_FILES}
+    fleet, node = titles["gpu-fleet.json"], titles["gpu-node.json"]
+    assert {
+        "GPUs by state",
+        "Fleet busy ratio",
+        "Idle-allocated GPU-hours per node",
+        "Top offenders: idle-allocated GPU-hours per user and container",
+        "Top offenders: GPUs idle while allocated",
+        "Memory headroom distribution",
+        "GPUs close to OOM (> 90% memory used)",
+        "Xid errors since exporter start",
+        "Uncorrected ECC errors in range",
+        "Throttled GPU-hours by reason",
+        "GPU models",
+    } <= fleet
+    assert {
+        "Busy ratio (rate) vs instantaneous utilization",
+        "Memory used vs total (OOM line)",
+        "Power draw and limit",
+        "Energy in range",
+        "Temperature with slowdown and shutdown thresholds",
+        "Clocks",
+        "Throttle reasons",
+        "PCIe link",
+        "ECC errors",
+        "Row remapping and page retirement",
+        "Xid errors",
+        "Processes",
+        "Input-bound? Busy ratio vs process-tree CPU and workers",
+        "Host CPU",
+        "Host memory",
+    } <= node
+    panels = {p["title"]: p for p in data_panels(load("gpu-node.json"))}
+    assert panels["Throttle reasons"]["type"] == "state-timeline"
+    busy = panels["Busy ratio (rate) vs instantaneous utilization"]["targets"]
+    assert "rate(gpu_busy_seconds_total{" in busy[0]["expr"]
+    assert busy[1]["expr"].startswith("gpu_utilization_ratio{")
+    input_bound = [t["expr"] for t in panels[next(t for t in panels if "Input-bound" in t)]["targets"]]
+    assert any("rate(gpu_busy_seconds_total" in e for e in input_bound)
+    assert any("rate(gpu_process_cpu_seconds_total" in e for e in input_bound)
+    assert any("gpu_process_workers" in e for e in input_bound)
+    process_columns = " ".join(t["expr"] for t in panels["Processes"]["targets"])
+    for metric in (
+        "gpu_process_memory_used_bytes",
+        "gpu_process_utilization_ratio",
+        "gpu_process_cpu_seconds_total",
+        "gpu_process_workers",
+    ):
+        assert metric in process_columns
+
+
+def test_node_dashboard_selects_one_node() -> None:
+    instance = load("gpu-node.json")["templating"]["list"][2]
+    assert instance["name"] == "instance"
+    assert not instance["multi"] and not instance["includeAll"]
+
+
+def test_provisioning_files() -> None:
+    provisioning = REPO / "grafana" / "provisioning"
+    providers = yaml.safe_load((provisioning / "dashboards" / "gpu-exporter.yaml").read_text())
+    assert providers["apiVersion"] == 1
+    [provider] = providers["providers"]
+    assert provider["type"] == "file"
+    assert provider["options"]["path"]
+    sources = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())
+    assert sources["apiVersion"] == 1
+    [source] = sources["datasources"]
+    assert source["type"] == "prometheus"
+    assert source["url"].startswith("http")
+    # $__rate_interval is computed from the scrape interval Grafana is told about
+    assert source["jsonData"]["timeInterval"]
+
+
+def test_docs_describe_every_panel() -> None:
+    docs = (REPO / "docs" / "dashboards.md").read_text()
+    for name in DASHBOARD_FILES:
+        for panel in data_panels(load(name)):
+            assert panel["title"] in docs, (name, panel["title"])
+
+
+def test_queries_helper_lists_every_target() -> None:
+    for name in DASHBOARD_FILES:
+        expected = sum(len(p["targets"]) for p in data_panels(load(name)))
+        assert len(queries(name)) == expected > 20

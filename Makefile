@@ -47,7 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md
 
 soak: $(STAMP)
-	$(BIN)/python benchmarks/soak.py
+	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

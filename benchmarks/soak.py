@@ -76,7 +76,8 @@ def main() -> int:
     growth = rss_end - rss_warm
     ok = growth < MAX_GROWTH_MIB and threads_end <= threads_warm
     result = (
-        f"Soak ({time.strftime('%Y-%m-%d')}): {SAMPLES} samples at {INTERVAL_SECONDS * 1000:.0f} ms "
+        f"Soak ({time.strftime('%Y-%m-%d')}): {SAMPLES} samples "
+        f"at {INTERVAL_SECONDS * 1000:.0f} ms "
         f"on {GPUS} simulated GPUs with {GPUS * PROCESSES_PER_GPU} new PIDs every sample, "
         f"{elapsed:.0f} s: resident memory {rss_warm:.1f} MiB after {WARM_UP} samples, "
         f"{rss_end:.1f} MiB at the end (growth {growth:+.2f} MiB, limit {MAX_GROWTH_MIB:.0f} MiB); "

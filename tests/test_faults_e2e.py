@@ -273,3 +273,32 @@ def test_watchdog_stops_when_samples_stop_completing(tmp_path: Path, scenario: P
                 sock.recv(64)
         finally:
             watchdog.stop()
+
+
+def test_nvml_itself_stuck_turns_healthz_503_and_recovers(tmp_path: Path, scenario: Path) -> None:
+    exporter = start(tmp_path, scenario, 2)
+    try:
+        assert exporter.get("/healthz").status == 200
+        write_scenario(scenario, {"faults": {"library_hang": True}})
+        deadline = time.monotonic() + 10
+        health = exporter.get("/healthz")
+        while health.status == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            health = exporter.get("/healthz")
+        assert health.status == 503
+        assert "last sample finished" in health.text
+        assert exporter.get("/metrics").status == 200  # the last sample is still served
+        write_scenario(scenario, {})
+        deadline = time.monotonic() + 10
+        while exporter.get("/healthz").status != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert exporter.get("/healthz").status == 200
+        write_scenario(scenario, {"faults": {"library_hang": True}})
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        exporter.signal(signal.SIGTERM)
+        assert exporter.process.wait(5) == 0
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        if exporter.process.poll() is None:
+            exporter.process.kill()

@@ -20,6 +20,10 @@ tests that drive the real program:
       hang: [2]                       # reads block until the fault is removed
       unsupported: [fan_speed_ratio]  # DeviceReading fields answering NOT_SUPPORTED
       gpus: 3                         # how many GPUs are visible (default N)
+      library_hang: true              # nvmlDeviceGetCount blocks (NVML itself stuck)
+      events_unsupported: true        # the event API answers NOT_SUPPORTED
+    events:                           # Xid events, delivered once each
+      - {gpu: 1, xid: 79}
     processes:                        # extra processes (real PIDs allowed)
       - {gpu: 0, pid: 1234, memory_bytes: 1073741824, sm_ratio: 0.5}
 """
@@ -91,6 +95,7 @@ class Faults:
     unsupported: frozenset[str] = frozenset()
     gpus: int | None = None
     events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
+    library_hang: bool = False  # nvmlDeviceGetCount blocks: NVML itself is stuck
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ def parse_scenario(data: Any) -> Scenario:
         unsupported=unsupported,
         gpus=int(raw_faults["gpus"]) if raw_faults.get("gpus") is not None else None,
         events_unsupported=bool(raw_faults.get("events_unsupported", False)),
+        library_hang=bool(raw_faults.get("library_hang", False)),
     )
     events = tuple(SimulatedEvent(**e) for e in data.get("events") or [])
     processes = tuple(SimulatedProcess(**p) for p in data.get("processes") or [])
@@ -254,6 +260,9 @@ class SimulatedBackend:
 
     def device_count(self) -> int:
         faults = self._current().faults
+        while faults.library_hang:
+            time.sleep(0.05)
+            faults = self._current().faults
         if not self._initialised or faults.init_error:
             raise NvmlUnavailable(faults.init_error or "uninitialized", "NVML is not initialised")
         return self._visible(faults)

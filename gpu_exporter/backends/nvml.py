@@ -4,7 +4,9 @@ Every driver call goes through `_Device.query`, the single choke point that maps
 NVML's error codes onto the exporter's model (see `backends.base`):
 
 - NOT_SUPPORTED / FUNCTION_NOT_FOUND: the field is None, and the call is remembered
-  per device so it is not repeated every interval.
+  per device so it is not repeated every interval. pynvml's unversioned wrappers raise
+  `NVMLLibraryMismatchError` (not an `NVMLError`) when the driver lacks the versioned
+  symbol; that is the same "this driver cannot answer" and is handled alike.
 - GPU_IS_LOST / UNKNOWN / TIMEOUT: `DeviceLost`.
 - UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND:
   `NvmlUnavailable`.
@@ -148,6 +150,9 @@ class _Device:
             return fn(self.handle, *args)
         except pynvml.NVMLError as error:
             self._classify(key, fn.__name__, error)
+            return None
+        except pynvml.NVMLLibraryMismatchError:  # wrapper's versioned symbol is missing
+            self.unsupported.add(key)
             return None
 
     def _classify(self, key: str, function: str, error: pynvml.NVMLError) -> None:
@@ -457,8 +462,18 @@ class PynvmlBackend:
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
         d = self._device(index)
-        compute = d.query("compute_processes", pynvml.nvmlDeviceGetComputeRunningProcesses)
-        graphics = d.query("graphics_processes", pynvml.nvmlDeviceGetGraphicsRunningProcesses)
+        compute = self._process_list(
+            d,
+            "compute_processes",
+            pynvml.nvmlDeviceGetComputeRunningProcesses_v3,
+            pynvml.nvmlDeviceGetComputeRunningProcesses_v2,
+        )
+        graphics = self._process_list(
+            d,
+            "graphics_processes",
+            pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3,
+            pynvml.nvmlDeviceGetGraphicsRunningProcesses_v2,
+        )
         if compute is None and graphics is None:
             return None
         out: list[GpuProcess] = []
@@ -473,6 +488,16 @@ class PynvmlBackend:
                     )
                 )
         return out
+
+    @staticmethod
+    def _process_list(
+        d: _Device, key: str, v3: Callable[[Any], list[Any]], v2: Callable[[Any], list[Any]]
+    ) -> list[Any] | None:
+        """The `_v3` process list (R510+), else `_v2` (R470 and older LTS branches)."""
+        procs = d.query(key, v3)
+        if procs is None and key in d.unsupported:
+            procs = d.query(f"{key}_v2", v2)
+        return procs
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
         d = self._device(index)

@@ -1,0 +1,479 @@
+"""A fake `libnvidia-ml.so.1` for driving the real `pynvml` wrappers without a GPU.
+
+pynvml resolves every C function through `_nvmlGetFunctionPointer(name)`, which does
+`getattr(pynvml.nvmlLib, name)` (and caches the result). `FakeNvmlLib` stands in for that
+`CDLL` object: each attribute is a Python function that receives exactly the ctypes
+arguments pynvml builds (`byref(...)` objects, arrays, structures, `c_uint`s) and returns an
+NVML return code. A function absent from the fake (see `FakeNvmlLib.missing`) raises
+`AttributeError`, which pynvml turns into NVML_ERROR_FUNCTION_NOT_FOUND, as it does for an
+old driver that lacks the symbol.
+
+`FakeGpu` holds what one device reports, in NVML's own units (MHz, milliwatts, percent,
+millijoules). `FakeGpu.fail` forces a return code per C function, so one fake host can
+replay several devices and driver generations (an H100 on a recent driver, an old fanless
+board that answers NOT_SUPPORTED for much of the API).
+"""
+
+# The fake's methods are named after the C symbols they stand in for (c_ + symbol).
+# ruff: noqa: N802, N815
+
+from __future__ import annotations
+
+import ctypes
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+SUCCESS = pynvml.NVML_SUCCESS
+NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
+INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+
+
+@dataclass
+class FakeGpu:
+    """One device as the driver reports it (NVML units: MHz, mW, %, mJ, bytes)."""
+
+    uuid: str
+    name: str
+    pci_bus_id: str = "00000000:01:00.0"
+    serial: str = "0"
+    vbios: str = "00.00.00.00.00"
+    compute_capability: tuple[int, int] = (9, 0)
+    max_clocks_mhz: dict[int, int] = field(default_factory=dict)  # NVML_CLOCK_* -> MHz
+    clocks_mhz: dict[int, int] = field(default_factory=dict)
+    thresholds_celsius: dict[int, int] = field(default_factory=dict)  # NVML_TEMPERATURE_THRESHOLD_*
+    pcie_max: tuple[int, int] | None = None  # (generation, width)
+    pcie_current: tuple[int, int] | None = None
+    pcie_throughput_kb: tuple[int, int] | None = None  # (tx, rx) KB/s over the last 20 ms
+    utilization_percent: tuple[int, int] | None = None  # (gpu, memory)
+    encoder_percent: int | None = None
+    decoder_percent: int | None = None
+    memory_bytes: tuple[int, int, int, int] | None = None  # (total, reserved, used, free)
+    temperature_celsius: int | None = None
+    fan_percent: int | None = None
+    power_milliwatts: int | None = None
+    power_limit_milliwatts: int | None = None
+    pstate: int | None = None
+    clocks_event_reasons: int | None = None
+    persistence: int | None = None
+    mig: tuple[int, int] | None = None  # (current, pending)
+    # nvmlDeviceGetFieldValues: field id -> value (int: unsigned long long, float: double),
+    # or a per-field return code in field_errors; a field in neither is NOT_SUPPORTED.
+    fields: dict[int, int | float] = field(default_factory=dict)
+    field_errors: dict[int, int] = field(default_factory=dict)
+    # nvmlDeviceGetSamples: sampling type -> ring buffer of (timestamp us, percent), kept
+    # in ring order (not necessarily sorted); a type absent here is NOT_SUPPORTED.
+    samples: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    compute_processes: list[tuple[int, int]] | None = None  # (pid, used bytes)
+    graphics_processes: list[tuple[int, int]] | None = None
+    process_samples: list[tuple[int, int, int, int]] | None = None  # (pid, ts us, sm %, mem %)
+    fail: dict[str, int] = field(default_factory=dict)  # C function name -> return code
+
+
+def h100(index: int = 0) -> FakeGpu:
+    """An H100 SXM on a recent driver: everything supported."""
+    return FakeGpu(
+        uuid=f"GPU-h100-{index}",
+        name="NVIDIA H100 80GB HBM3",
+        pci_bus_id=f"00000000:{0x18 + index:02X}:00.0",
+        serial="1654922001234",
+        vbios="96.00.89.00.01",
+        compute_capability=(9, 0),
+        max_clocks_mhz={
+            pynvml.NVML_CLOCK_GRAPHICS: 1980,
+            pynvml.NVML_CLOCK_SM: 1980,
+            pynvml.NVML_CLOCK_MEM: 2619,
+            pynvml.NVML_CLOCK_VIDEO: 1545,
+        },
+        clocks_mhz={
+            pynvml.NVML_CLOCK_GRAPHICS: 1755,
+            pynvml.NVML_CLOCK_SM: 1755,
+            pynvml.NVML_CLOCK_MEM: 2619,
+            pynvml.NVML_CLOCK_VIDEO: 1260,
+        },
+        thresholds_celsius={
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 87,
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92,
+        },
+        pcie_max=(5, 16),
+        pcie_current=(5, 16),
+        pcie_throughput_kb=(1_250_000, 31_000),
+        utilization_percent=(87, 41),
+        encoder_percent=3,
+        decoder_percent=0,
+        memory_bytes=(85_520_809_984, 593_494_016, 42_949_672_960, 41_977_643_008),
+        temperature_celsius=64,
+        fan_percent=None,  # SXM boards are fanless too, but answer NOT_SUPPORTED
+        power_milliwatts=512_345,
+        power_limit_milliwatts=700_000,
+        pstate=0,
+        clocks_event_reasons=pynvml.nvmlClocksEventReasonSwPowerCap,
+        persistence=pynvml.NVML_FEATURE_ENABLED,
+        mig=(pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE),
+        fields={
+            pynvml.NVML_FI_DEV_ECC_CURRENT: 1,
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: 3,
+            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: 0,
+            pynvml.NVML_FI_DEV_RETIRED_SBE: 0,
+            pynvml.NVML_FI_DEV_RETIRED_DBE: 0,
+            pynvml.NVML_FI_DEV_RETIRED_PENDING: 0,
+            pynvml.NVML_FI_DEV_REMAPPED_COR: 2,
+            pynvml.NVML_FI_DEV_REMAPPED_UNC: 1,
+            pynvml.NVML_FI_DEV_REMAPPED_PENDING: 1,
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: 0,
+            pynvml.NVML_FI_DEV_MEMORY_TEMP: 71,
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 123_456_789,
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: 7,
+        },
+        samples={
+            pynvml.NVML_GPU_UTILIZATION_SAMPLES: [],
+            pynvml.NVML_MEMORY_UTILIZATION_SAMPLES: [],
+        },
+        compute_processes=[],
+        graphics_processes=[],
+        process_samples=[],
+    )
+
+
+def old_fanless(index: int = 1) -> FakeGpu:
+    """A Kepler-era Tesla on an old driver: most optional calls are NOT_SUPPORTED."""
+    return FakeGpu(
+        uuid=f"GPU-k80-{index}",
+        name="Tesla K80",
+        pci_bus_id=f"00000000:{0x84 + index:02X}:00.0",
+        serial="0",  # boards without a serial report "0"
+        vbios="80.21.1B.00.01",
+        compute_capability=(3, 7),
+        max_clocks_mhz={pynvml.NVML_CLOCK_GRAPHICS: 875, pynvml.NVML_CLOCK_MEM: 2505},
+        clocks_mhz={pynvml.NVML_CLOCK_GRAPHICS: 562, pynvml.NVML_CLOCK_MEM: 2505},
+        utilization_percent=(12, 5),
+        memory_bytes=(12_884_901_888, 0, 1_073_741_824, 11_811_160_064),
+        temperature_celsius=41,
+        power_milliwatts=58_000,
+        power_limit_milliwatts=149_000,
+        pstate=pynvml.NVML_PSTATE_UNKNOWN,
+        fields={pynvml.NVML_FI_DEV_ECC_CURRENT: 0},
+        fail={
+            "nvmlDeviceGetEncoderUtilization": NOT_SUPPORTED,
+            "nvmlDeviceGetDecoderUtilization": NOT_SUPPORTED,
+            "nvmlDeviceGetCurrentClocksEventReasons": NOT_SUPPORTED,
+        },
+    )
+
+
+class FakeNvmlLib:
+    """Stands in for pynvml's `nvmlLib` (the loaded CDLL)."""
+
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        *,
+        driver_version: str = "550.54.15",
+        cuda_version: int = 12040,
+        missing: set[str] | None = None,
+        fail: dict[str, int] | None = None,
+        filters_by_timestamp: bool = True,
+    ) -> None:
+        self.gpus = gpus
+        self.driver_version = driver_version
+        self.cuda_version = cuda_version
+        self.missing = set(missing or ())  # C functions this "driver" lacks
+        self.fail = dict(fail or {})  # library-wide forced return codes
+        # False: sample buffers come back whole whatever the "since" timestamp, as some
+        # drivers do, so the caller has to filter.
+        self.filters_by_timestamp = filters_by_timestamp
+        self.calls: Counter[tuple[str, int | None]] = Counter()  # (function, gpu index)
+        self.field_requests: list[list[int]] = []  # field ids of each GetFieldValues call
+        self.initialised = 0
+        self._structs = [pynvml.struct_c_nvmlDevice_t() for _ in gpus]
+
+    # Lookup ------------------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Callable[..., int]:
+        if name.startswith("_") or name in self.missing:
+            raise AttributeError(name)
+        impl = getattr(type(self), "c_" + name, None)
+        if impl is None:
+            raise AttributeError(name)
+        bound: Callable[..., int] = impl.__get__(self)
+
+        def call(*args: Any) -> int:
+            index = self._index_of(args[0]) if args else None
+            self.calls[(name, index)] += 1
+            if name in self.fail:
+                return self.fail[name]
+            if index is not None and name in self.gpus[index].fail:
+                return self.gpus[index].fail[name]
+            return bound(*args)
+
+        return call
+
+    def count(self, name: str, gpu: int | None = None) -> int:
+        """How often the C function `name` was called (for `gpu`, or in all)."""
+        if gpu is None:
+            return sum(n for (fn, _), n in self.calls.items() if fn == name)
+        return self.calls[(name, gpu)]
+
+    def _index_of(self, handle: Any) -> int | None:
+        if not isinstance(handle, pynvml.c_nvmlDevice_t) or not handle:
+            return None
+        address = ctypes.addressof(handle.contents)
+        for index, struct in enumerate(self._structs):
+            if ctypes.addressof(struct) == address:
+                return index
+        return None
+
+    def _gpu(self, handle: Any) -> FakeGpu:
+        index = self._index_of(handle)
+        assert index is not None, f"not a fake device handle: {handle!r}"
+        return self.gpus[index]
+
+    # Library ------------------------------------------------------------------------
+
+    def c_nvmlInitWithFlags(self, flags: int) -> int:
+        self.initialised += 1
+        return SUCCESS
+
+    def c_nvmlShutdown(self) -> int:
+        self.initialised -= 1
+        return SUCCESS
+
+    def c_nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:
+        buf.value = self.driver_version.encode()
+        return SUCCESS
+
+    def c_nvmlSystemGetCudaDriverVersion_v2(self, ptr: Any) -> int:
+        ptr._obj.value = self.cuda_version
+        return SUCCESS
+
+    def c_nvmlDeviceGetCount_v2(self, ptr: Any) -> int:
+        ptr._obj.value = len(self.gpus)
+        return SUCCESS
+
+    def c_nvmlDeviceGetHandleByIndex_v2(self, index: Any, ptr: Any) -> int:
+        if not 0 <= index.value < len(self.gpus):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        failure = self.gpus[index.value].fail.get("nvmlDeviceGetHandleByIndex_v2")
+        if failure is not None:
+            return failure
+        ptr._obj.contents = self._structs[index.value]
+        return SUCCESS
+
+    # Identity -----------------------------------------------------------------------
+
+    @staticmethod
+    def _string(buf: Any, value: str) -> int:
+        buf.value = value.encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:
+        return self._string(buf, self._gpu(handle).uuid)
+
+    def c_nvmlDeviceGetName(self, handle: Any, buf: Any, size: Any) -> int:
+        return self._string(buf, self._gpu(handle).name)
+
+    def c_nvmlDeviceGetSerial(self, handle: Any, buf: Any, size: Any) -> int:
+        return self._string(buf, self._gpu(handle).serial)
+
+    def c_nvmlDeviceGetVbiosVersion(self, handle: Any, buf: Any, size: Any) -> int:
+        return self._string(buf, self._gpu(handle).vbios)
+
+    def c_nvmlDeviceGetPciInfo_v3(self, handle: Any, ptr: Any) -> int:
+        ptr._obj.busId = self._gpu(handle).pci_bus_id.encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
+        major._obj.value, minor._obj.value = self._gpu(handle).compute_capability
+        return SUCCESS
+
+    # Scalars ------------------------------------------------------------------------
+
+    @staticmethod
+    def _put(ptr: Any, value: int | None) -> int:
+        if value is None:
+            return NOT_SUPPORTED
+        ptr._obj.value = value
+        return SUCCESS
+
+    def c_nvmlDeviceGetMaxClockInfo(self, handle: Any, clock: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).max_clocks_mhz.get(clock.value))
+
+    def c_nvmlDeviceGetClockInfo(self, handle: Any, clock: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).clocks_mhz.get(clock.value))
+
+    def c_nvmlDeviceGetTemperatureThreshold(self, handle: Any, which: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).thresholds_celsius.get(which.value))
+
+    def c_nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any, ptr: Any) -> int:
+        pcie = self._gpu(handle).pcie_max
+        return self._put(ptr, pcie[0] if pcie else None)
+
+    def c_nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any, ptr: Any) -> int:
+        pcie = self._gpu(handle).pcie_max
+        return self._put(ptr, pcie[1] if pcie else None)
+
+    def c_nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any, ptr: Any) -> int:
+        pcie = self._gpu(handle).pcie_current
+        return self._put(ptr, pcie[0] if pcie else None)
+
+    def c_nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any, ptr: Any) -> int:
+        pcie = self._gpu(handle).pcie_current
+        return self._put(ptr, pcie[1] if pcie else None)
+
+    def c_nvmlDeviceGetPcieThroughput(self, handle: Any, counter: Any, ptr: Any) -> int:
+        kb = self._gpu(handle).pcie_throughput_kb
+        if kb is None:
+            return NOT_SUPPORTED
+        return self._put(ptr, kb[0] if counter.value == pynvml.NVML_PCIE_UTIL_TX_BYTES else kb[1])
+
+    def c_nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).temperature_celsius)
+
+    def c_nvmlDeviceGetFanSpeed(self, handle: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).fan_percent)
+
+    def c_nvmlDeviceGetPowerUsage(self, handle: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).power_milliwatts)
+
+    def c_nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).power_limit_milliwatts)
+
+    def c_nvmlDeviceGetPerformanceState(self, handle: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).pstate)
+
+    def c_nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).clocks_event_reasons)
+
+    def c_nvmlDeviceGetPersistenceMode(self, handle: Any, ptr: Any) -> int:
+        return self._put(ptr, self._gpu(handle).persistence)
+
+    def c_nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
+        mig = self._gpu(handle).mig
+        if mig is None:
+            return NOT_SUPPORTED
+        current._obj.value, pending._obj.value = mig
+        return SUCCESS
+
+    def c_nvmlDeviceGetUtilizationRates(self, handle: Any, ptr: Any) -> int:
+        rates = self._gpu(handle).utilization_percent
+        if rates is None:
+            return NOT_SUPPORTED
+        ptr._obj.gpu, ptr._obj.memory = rates
+        return SUCCESS
+
+    def c_nvmlDeviceGetEncoderUtilization(self, handle: Any, util: Any, period: Any) -> int:
+        period._obj.value = 167_000
+        return self._put(util, self._gpu(handle).encoder_percent)
+
+    def c_nvmlDeviceGetDecoderUtilization(self, handle: Any, util: Any, period: Any) -> int:
+        period._obj.value = 167_000
+        return self._put(util, self._gpu(handle).decoder_percent)
+
+    def c_nvmlDeviceGetMemoryInfo(self, handle: Any, ptr: Any) -> int:
+        memory = self._gpu(handle).memory_bytes
+        if memory is None:
+            return NOT_SUPPORTED
+        total, _reserved, used, free = memory
+        ptr._obj.total, ptr._obj.used, ptr._obj.free = total, used, free
+        return SUCCESS
+
+    def c_nvmlDeviceGetMemoryInfo_v2(self, handle: Any, ptr: Any) -> int:
+        memory = self._gpu(handle).memory_bytes
+        if memory is None:
+            return NOT_SUPPORTED
+        if ptr._obj.version != pynvml.nvmlMemory_v2:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        ptr._obj.total, ptr._obj.reserved, ptr._obj.used, ptr._obj.free = memory
+        return SUCCESS
+
+    # Arrays -------------------------------------------------------------------------
+
+    def c_nvmlDeviceGetFieldValues(self, handle: Any, count: Any, ptr: Any) -> int:
+        gpu = self._gpu(handle)
+        values = ptr._obj
+        assert len(values) == count.value
+        self.field_requests.append([int(v.fieldId) for v in values])
+        for entry in values:
+            field_id = int(entry.fieldId)
+            if field_id in gpu.field_errors:
+                entry.nvmlReturn = gpu.field_errors[field_id]
+            elif field_id in gpu.fields:
+                value = gpu.fields[field_id]
+                entry.nvmlReturn = SUCCESS
+                if isinstance(value, float):
+                    entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
+                    entry.value.dVal = value
+                else:
+                    entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                    entry.value.ullVal = value
+            else:
+                entry.nvmlReturn = NOT_SUPPORTED
+        return SUCCESS
+
+    def c_nvmlDeviceGetSamples(
+        self, handle: Any, kind: Any, since: Any, value_type: Any, count: Any, buf: Any
+    ) -> int:
+        ring = self._gpu(handle).samples.get(kind.value)
+        if ring is None:
+            return NOT_SUPPORTED
+        newer = [(ts, pct) for ts, pct in ring if self._newer(ts, since)]
+        if not newer:
+            return NOT_FOUND  # what the driver answers when nothing is newer
+        value_type._obj.value = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        if buf is None:
+            count._obj.value = len(newer)
+            return SUCCESS
+        n = min(len(newer), count._obj.value, len(buf))
+        for slot, (ts, pct) in zip(buf, newer[:n], strict=False):
+            slot.timeStamp = ts
+            slot.sampleValue.uiVal = pct
+        count._obj.value = n
+        return SUCCESS
+
+    def _newer(self, timestamp_us: int, since: Any) -> bool:
+        return not self.filters_by_timestamp or timestamp_us > since.value
+
+    def _process_list(self, procs: list[tuple[int, int]] | None, count: Any, buf: Any) -> int:
+        if procs is None:
+            return NOT_SUPPORTED
+        if buf is None:
+            count._obj.value = len(procs)
+            return INSUFFICIENT_SIZE if procs else SUCCESS
+        if count._obj.value < len(procs):
+            return INSUFFICIENT_SIZE
+        for slot, (pid, used) in zip(buf, procs, strict=False):
+            slot.pid = pid
+            slot.usedGpuMemory = used
+        count._obj.value = len(procs)
+        return SUCCESS
+
+    def c_nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, buf: Any) -> int:
+        return self._process_list(self._gpu(handle).compute_processes, count, buf)
+
+    def c_nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any, count: Any, buf: Any) -> int:
+        return self._process_list(self._gpu(handle).graphics_processes, count, buf)
+
+    # R470 and older branches only have the _v2 symbols (same struct layout in pynvml).
+    c_nvmlDeviceGetComputeRunningProcesses_v2 = c_nvmlDeviceGetComputeRunningProcesses_v3
+    c_nvmlDeviceGetGraphicsRunningProcesses_v2 = c_nvmlDeviceGetGraphicsRunningProcesses_v3
+
+    def c_nvmlDeviceGetProcessUtilization(
+        self, handle: Any, buf: Any, count: Any, since: Any
+    ) -> int:
+        samples = self._gpu(handle).process_samples
+        if samples is None:
+            return NOT_SUPPORTED
+        newer = [s for s in samples if self._newer(s[1], since)]
+        if not newer:
+            return NOT_FOUND
+        if buf is None:
+            count._obj.value = len(newer)
+            return INSUFFICIENT_SIZE
+        for slot, (pid, ts, sm, mem) in zip(buf, newer, strict=False):
+            slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = pid, ts, sm, mem
+        count._obj.value = min(len(newer), len(buf))
+        return SUCCESS

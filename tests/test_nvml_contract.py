@@ -1,0 +1,810 @@
+"""Contract tests: `PynvmlBackend` through the real `pynvml` module and a fake library.
+
+Only the shared library is replaced (`pynvml.nvmlLib`, see `tests/support/fake_nvml.py`);
+every wrapper, ctypes structure and exception class is pynvml's own, so the error mapping
+is tested against what pynvml really raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pynvml
+import pytest
+
+from gpu_exporter.backends.base import THROTTLE_REASONS, DeviceLost, NvmlUnavailable
+from gpu_exporter.backends.nvml import PynvmlBackend
+from gpu_exporter.sampler import Sampler
+from tests.support.fake_nvml import (
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    FakeGpu,
+    FakeNvmlLib,
+    h100,
+    old_fanless,
+)
+
+ALL_COLLECTORS = frozenset(
+    {"utilization", "memory", "temperature", "power", "clocks", "pcie", "ecc", "modes"}
+)
+GPU_SAMPLES = pynvml.NVML_GPU_UTILIZATION_SAMPLES
+MEM_SAMPLES = pynvml.NVML_MEMORY_UTILIZATION_SAMPLES
+
+Install = Callable[[FakeNvmlLib], FakeNvmlLib]
+
+
+@pytest.fixture
+def install(monkeypatch: pytest.MonkeyPatch) -> Install:
+    """Put a fake library where pynvml keeps its CDLL; monkeypatch restores the globals."""
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)
+
+    def _install(lib: FakeNvmlLib) -> FakeNvmlLib:
+        monkeypatch.setattr(pynvml, "nvmlLib", lib)
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        return lib
+
+    return _install
+
+
+@pytest.fixture
+def host(install: Install) -> FakeNvmlLib:
+    """An H100 and an old fanless Tesla on one driver."""
+    return install(FakeNvmlLib([h100(0), old_fanless(1)]))
+
+
+@pytest.fixture
+def backend(host: FakeNvmlLib) -> Iterator[PynvmlBackend]:
+    b = PynvmlBackend()
+    b.init()
+    yield b
+    b.shutdown()
+
+
+# Initialisation ------------------------------------------------------------------------
+
+
+def test_missing_library_is_nvml_unavailable_naming_libnvidia_ml(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_library(name: str) -> None:
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    monkeypatch.setattr(pynvml, "CDLL", no_library)
+
+    with pytest.raises(NvmlUnavailable) as caught:
+        PynvmlBackend().init()
+
+    assert caught.value.error == "library_not_found"
+    assert "libnvidia-ml.so.1" in caught.value.reason
+    assert isinstance(caught.value.__cause__, pynvml.NVMLError_LibraryNotFound)
+    assert pynvml.nvmlLib is None
+
+
+@pytest.mark.parametrize(
+    ("code", "error", "cause"),
+    [
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver_not_loaded", "Driver Not Loaded"),
+        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "lib_rm_version_mismatch", "version"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no_permission", "Insufficient Permissions"),
+    ],
+)
+def test_init_failure_is_nvml_unavailable_with_error_and_reason(
+    install: Install, code: int, error: str, cause: str
+) -> None:
+    lib = install(FakeNvmlLib([h100()], fail={"nvmlInitWithFlags": code}))
+
+    with pytest.raises(NvmlUnavailable) as caught:
+        PynvmlBackend().init()
+
+    assert caught.value.error == error
+    assert cause in caught.value.reason
+    assert isinstance(caught.value.__cause__, pynvml.NVMLError)
+    assert caught.value.__cause__.value == code
+    assert lib.count("nvmlInitWithFlags") == 1
+
+
+def test_init_then_shutdown_balances_the_library(host: FakeNvmlLib) -> None:
+    b = PynvmlBackend()
+    b.init()
+    assert host.initialised == 1
+    b.shutdown()
+    b.shutdown()  # idempotent
+    assert host.initialised == 0
+
+
+def test_driver_info_formats_cuda_version(backend: PynvmlBackend) -> None:
+    info = backend.driver_info()
+    assert info.driver_version == "550.54.15"
+    assert info.cuda_driver_version == "12.4"
+
+
+def test_driver_info_without_cuda_function_is_none(install: Install) -> None:
+    install(FakeNvmlLib([h100()], missing={"nvmlSystemGetCudaDriverVersion_v2"}))
+    b = PynvmlBackend()
+    b.init()
+    info = b.driver_info()
+    assert info.cuda_driver_version is None
+    assert info.driver_version == "550.54.15"
+    assert b.errors.snapshot() == {}
+
+
+# Static facts --------------------------------------------------------------------------
+
+
+def test_device_static_of_h100_in_base_units(backend: PynvmlBackend) -> None:
+    assert backend.device_count() == 2
+    s = backend.device_static(0)
+    assert s.index == 0
+    assert s.uuid == "GPU-h100-0"
+    assert s.name == "NVIDIA H100 80GB HBM3"
+    assert s.pci_bus_id == "00000000:18:00.0"
+    assert s.serial == "1654922001234"
+    assert s.vbios_version == "96.00.89.00.01"
+    assert s.compute_capability == "9.0"
+    assert s.max_clocks_hertz == {
+        "graphics": 1980e6,
+        "sm": 1980e6,
+        "memory": 2619e6,
+        "video": 1545e6,
+    }
+    assert s.slowdown_temperature_celsius == 87.0
+    assert s.shutdown_temperature_celsius == 92.0
+    assert s.pcie_max_generation == 5
+    assert s.pcie_max_width == 16
+
+
+def test_device_static_of_old_board_leaves_unsupported_facts_out(
+    backend: PynvmlBackend,
+) -> None:
+    s = backend.device_static(1)
+    assert s.uuid == "GPU-k80-1"
+    assert s.name == "Tesla K80"
+    assert s.serial is None  # "0" means no serial
+    assert s.compute_capability == "3.7"
+    assert s.max_clocks_hertz == {"graphics": 875e6, "memory": 2505e6}
+    assert s.slowdown_temperature_celsius is None
+    assert s.shutdown_temperature_celsius is None
+    assert s.pcie_max_generation is None
+    assert backend.errors.snapshot() == {}
+
+
+def test_device_without_uuid_is_lost(install: Install) -> None:
+    gpu = h100()
+    gpu.fail["nvmlDeviceGetUUID"] = NOT_SUPPORTED
+    install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    with pytest.raises(DeviceLost):
+        b.device_static(0)
+
+
+# Readings ------------------------------------------------------------------------------
+
+
+def test_device_reading_of_h100_in_base_units(backend: PynvmlBackend) -> None:
+    r = backend.device_reading(0, ALL_COLLECTORS)
+    assert r.utilization_ratio == pytest.approx(0.87)
+    assert r.memory_controller_utilization_ratio == pytest.approx(0.41)
+    assert r.encoder_utilization_ratio == pytest.approx(0.03)
+    assert r.decoder_utilization_ratio == 0.0
+    assert r.memory_total_bytes == 85_520_809_984
+    assert r.memory_reserved_bytes == 593_494_016
+    assert r.memory_used_bytes == 42_949_672_960
+    assert r.memory_free_bytes == 41_977_643_008
+    assert r.temperature_celsius == 64.0
+    assert r.memory_temperature_celsius == 71.0
+    assert r.fan_speed_ratio is None
+    assert r.power_watts == pytest.approx(512.345)
+    assert r.power_limit_watts == pytest.approx(700.0)
+    assert r.energy_joules == pytest.approx(123_456.789)
+    assert r.clocks_hertz == {"graphics": 1755e6, "sm": 1755e6, "memory": 2619e6, "video": 1260e6}
+    assert r.performance_state == 0
+    assert r.throttle_reasons is not None
+    assert {k for k, v in r.throttle_reasons.items() if v} == {"sw_power_cap"}
+    assert set(r.throttle_reasons) == set(THROTTLE_REASONS)
+    assert r.pcie_generation == 5
+    assert r.pcie_width == 16
+    assert r.pcie_replay_errors == 7
+    assert r.ecc_corrected_errors == 3
+    assert r.ecc_uncorrected_errors == 0
+    assert r.retired_pages_single_bit == 0
+    assert r.retired_pages_double_bit == 0
+    assert r.retired_pages_pending is False
+    assert r.remapped_rows_correctable == 2
+    assert r.remapped_rows_uncorrectable == 1
+    assert r.remapped_rows_pending is True
+    assert r.remapped_rows_failed is False
+    assert r.persistence_mode is True
+    assert r.mig_mode is False
+    assert r.ecc_mode is True
+    assert backend.errors.snapshot() == {}
+
+
+@pytest.mark.parametrize(
+    ("mask", "active"),
+    [
+        (0, set()),
+        (pynvml.nvmlClocksEventReasonGpuIdle, {"gpu_idle"}),
+        (
+            pynvml.nvmlClocksEventReasonHwThermalSlowdown
+            | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+            {"hw_thermal_slowdown", "hw_power_brake_slowdown"},
+        ),
+        (pynvml.nvmlClocksEventReasonSwThermalSlowdown, {"sw_thermal_slowdown"}),
+        (pynvml.nvmlClocksEventReasonSyncBoost, {"sync_boost"}),
+        (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, {"applications_clocks_setting"}),
+        (pynvml.nvmlClocksEventReasonDisplayClockSetting, {"display_clock_setting"}),
+        (pynvml.nvmlClocksEventReasonHwSlowdown, {"hw_slowdown"}),
+    ],
+)
+def test_clocks_event_mask_maps_onto_throttle_reasons(
+    install: Install, mask: int, active: set[str]
+) -> None:
+    gpu = h100()
+    gpu.clocks_event_reasons = mask
+    install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    reasons = b.device_reading(0, frozenset({"clocks"})).throttle_reasons
+    assert reasons is not None
+    assert {k for k, v in reasons.items() if v} == active
+
+
+def test_old_board_reading_leaves_unsupported_values_out(backend: PynvmlBackend) -> None:
+    r = backend.device_reading(1, ALL_COLLECTORS)
+    assert r.utilization_ratio == pytest.approx(0.12)
+    assert r.encoder_utilization_ratio is None
+    assert r.decoder_utilization_ratio is None
+    assert r.fan_speed_ratio is None
+    assert r.memory_temperature_celsius is None
+    assert r.energy_joules is None
+    assert r.throttle_reasons is None
+    assert r.performance_state is None  # NVML_PSTATE_UNKNOWN
+    assert r.pcie_generation is None
+    assert r.ecc_corrected_errors is None
+    assert r.persistence_mode is None
+    assert r.mig_mode is None
+    assert r.ecc_mode is False
+    assert r.clocks_hertz == {"graphics": 562e6, "memory": 2505e6}
+    assert r.power_watts == pytest.approx(58.0)
+    assert backend.errors.snapshot() == {}
+
+
+def test_only_enabled_collectors_touch_the_driver(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    r = backend.device_reading(0, frozenset({"temperature"}))
+    assert r.temperature_celsius == 64.0
+    assert r.memory_temperature_celsius == 71.0
+    assert r.power_watts is None
+    assert host.count("nvmlDeviceGetPowerUsage") == 0
+    assert host.field_requests == [[pynvml.NVML_FI_DEV_MEMORY_TEMP]]
+
+
+def test_pcie_throughput_only_when_asked_in_bytes_per_second(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    r = backend.device_reading(0, ALL_COLLECTORS)
+    assert r.pcie_tx_bytes_per_second is None
+    assert host.count("nvmlDeviceGetPcieThroughput") == 0  # ~20 ms per call in the driver
+    r = backend.device_reading(0, ALL_COLLECTORS | {"pcie-throughput"})
+    assert r.pcie_tx_bytes_per_second == pytest.approx(1.25e9)
+    assert r.pcie_rx_bytes_per_second == pytest.approx(31e6)
+    r = backend.device_reading(1, frozenset({"pcie-throughput"}))
+    assert r.pcie_tx_bytes_per_second is None
+    assert r.pcie_rx_bytes_per_second is None
+
+
+# NOT_SUPPORTED and FUNCTION_NOT_FOUND are remembered ---------------------------------
+
+
+def test_not_supported_is_none_and_not_asked_again(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    for _ in range(3):
+        r = backend.device_reading(1, ALL_COLLECTORS)
+        assert r.encoder_utilization_ratio is None
+        assert r.temperature_celsius == 41.0
+    assert host.count("nvmlDeviceGetEncoderUtilization", gpu=1) == 1
+    assert host.count("nvmlDeviceGetCurrentClocksEventReasons", gpu=1) == 1
+    assert host.count("nvmlDeviceGetFanSpeed", gpu=1) == 1
+    assert host.count("nvmlDeviceGetTemperature", gpu=1) == 3
+    # The other device is asked independently.
+    backend.device_reading(0, ALL_COLLECTORS)
+    assert host.count("nvmlDeviceGetEncoderUtilization", gpu=0) == 1
+
+
+def test_function_missing_from_library_is_none_and_not_asked_again(install: Install) -> None:
+    lib = install(
+        FakeNvmlLib(
+            [h100()],
+            missing={"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetMemoryInfo_v2"},
+        )
+    )
+    b = PynvmlBackend()
+    b.init()
+    for _ in range(3):
+        r = b.device_reading(0, ALL_COLLECTORS)
+        assert r.throttle_reasons is None
+        # An old driver without the v2 memory call falls back to v1: no reservation.
+        assert r.memory_reserved_bytes is None
+        assert r.memory_used_bytes == 42_949_672_960
+        assert r.memory_total_bytes == 85_520_809_984
+    assert lib.count("nvmlDeviceGetMemoryInfo") == 3
+    assert lib.count("nvmlDeviceGetMemoryInfo_v2") == 0  # never resolved
+    assert b.errors.snapshot() == {}
+
+
+def test_function_missing_is_raised_by_pynvml_as_function_not_found(install: Install) -> None:
+    """Pins the pynvml behaviour the backend relies on."""
+    install(FakeNvmlLib([h100()], missing={"nvmlDeviceGetFanSpeed"}))
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetFanSpeed(handle)
+    pynvml.nvmlShutdown()
+
+
+_V3_PROCESS_CALLS = {
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+}
+_V2_PROCESS_CALLS = {
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+}
+
+
+def test_unversioned_process_wrapper_raises_library_mismatch_not_nvml_error(
+    install: Install,
+) -> None:
+    """Pins why the backend must not call pynvml's unversioned process wrappers bare."""
+    install(FakeNvmlLib([h100()], missing=_V3_PROCESS_CALLS))
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLLibraryMismatchError):
+        pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    assert not issubclass(pynvml.NVMLLibraryMismatchError, pynvml.NVMLError)
+    pynvml.nvmlShutdown()
+
+
+def test_old_driver_without_v3_process_calls_falls_back_to_v2(install: Install) -> None:
+    gpu = h100()
+    gpu.compute_processes = [(4242, 2**30)]
+    gpu.graphics_processes = [(777, 2**20)]
+    lib = install(FakeNvmlLib([gpu], missing=_V3_PROCESS_CALLS))
+    b = PynvmlBackend()
+    b.init()
+    for _ in range(2):
+        procs = b.processes(0)
+        assert procs is not None
+        assert [(p.pid, p.context, p.used_memory_bytes) for p in procs] == [
+            (4242, "compute", 2**30),
+            (777, "graphics", 2**20),
+        ]
+    assert lib.count("nvmlDeviceGetComputeRunningProcesses_v2") == 4  # size + fill, twice
+    assert b.errors.snapshot() == {}
+
+
+def test_driver_without_any_process_call_reports_no_process_list(install: Install) -> None:
+    lib = install(FakeNvmlLib([h100()], missing=_V3_PROCESS_CALLS | _V2_PROCESS_CALLS))
+    b = PynvmlBackend()
+    b.init()
+    assert b.processes(0) is None
+    assert b.processes(0) is None
+    assert lib.count("nvmlDeviceGetComputeRunningProcesses_v2") == 0
+    assert b.errors.snapshot() == {}
+    assert b.device_reading(0, frozenset({"temperature"})).temperature_celsius == 64.0
+
+
+# Field values --------------------------------------------------------------------------
+
+
+def test_field_values_are_fetched_in_one_call_per_reading(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    backend.device_reading(0, ALL_COLLECTORS)
+    backend.device_reading(0, ALL_COLLECTORS)
+    assert host.count("nvmlDeviceGetFieldValues", gpu=0) == 2
+    assert len(host.field_requests[0]) == 13
+    assert host.field_requests[0] == host.field_requests[1]
+
+
+def test_field_not_supported_drops_only_that_field_and_is_not_requested_again(
+    install: Install,
+) -> None:
+    gpu = h100()
+    gpu.field_errors[pynvml.NVML_FI_DEV_MEMORY_TEMP] = NOT_SUPPORTED
+    del gpu.fields[pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER]  # also NOT_SUPPORTED
+    lib = install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+
+    first = b.device_reading(0, ALL_COLLECTORS)
+    second = b.device_reading(0, ALL_COLLECTORS)
+
+    for r in (first, second):
+        assert r.memory_temperature_celsius is None
+        assert r.pcie_replay_errors is None
+        assert r.energy_joules == pytest.approx(123_456.789)
+        assert r.ecc_corrected_errors == 3
+        assert r.temperature_celsius == 64.0
+    assert pynvml.NVML_FI_DEV_MEMORY_TEMP in lib.field_requests[0]
+    assert pynvml.NVML_FI_DEV_MEMORY_TEMP not in lib.field_requests[1]
+    assert pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER not in lib.field_requests[1]
+    assert len(lib.field_requests[1]) == len(lib.field_requests[0]) - 2
+    assert b.errors.snapshot() == {}
+
+
+def test_double_typed_field_value_is_read_as_double(install: Install) -> None:
+    gpu = h100()
+    gpu.fields[pynvml.NVML_FI_DEV_MEMORY_TEMP] = 70.5
+    install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    assert b.device_reading(0, frozenset({"temperature"})).memory_temperature_celsius == 70.5
+
+
+def test_field_with_other_error_is_counted_and_asked_again(install: Install) -> None:
+    gpu = h100()
+    gpu.field_errors[pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION] = pynvml.NVML_ERROR_NO_PERMISSION
+    lib = install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    for _ in range(2):
+        r = b.device_reading(0, frozenset({"power"}))
+        assert r.energy_joules is None
+        assert r.power_watts == pytest.approx(512.345)
+    assert lib.field_requests == [[pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] * 2
+    assert b.errors.snapshot() == {("nvmlDeviceGetFieldValues", "no_permission"): 2}
+
+
+def test_field_reporting_gpu_lost_loses_the_device(install: Install) -> None:
+    gpu = h100()
+    gpu.field_errors[pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL] = pynvml.NVML_ERROR_GPU_IS_LOST
+    install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    with pytest.raises(DeviceLost) as caught:
+        b.device_reading(0, frozenset({"ecc"}))
+    assert caught.value.error == "gpu_is_lost"
+
+
+def test_field_values_call_not_supported_is_not_repeated(install: Install) -> None:
+    gpu = h100()
+    gpu.fail["nvmlDeviceGetFieldValues"] = NOT_SUPPORTED
+    lib = install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    for _ in range(2):
+        r = b.device_reading(0, ALL_COLLECTORS)
+        assert r.energy_joules is None
+        assert r.ecc_mode is None
+        assert r.power_watts == pytest.approx(512.345)
+    assert lib.count("nvmlDeviceGetFieldValues") == 1
+
+
+# Errors that take a device or NVML down ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "error", "exception_class"),
+    [
+        (pynvml.NVML_ERROR_GPU_IS_LOST, "gpu_is_lost", "NVMLError_GpuIsLost"),
+        (pynvml.NVML_ERROR_UNKNOWN, "unknown", "NVMLError_Unknown"),
+        (pynvml.NVML_ERROR_TIMEOUT, "timeout", "NVMLError_Timeout"),
+    ],
+)
+def test_lost_device_errors_raise_device_lost(
+    install: Install, code: int, error: str, exception_class: str
+) -> None:
+    lost = h100(0)
+    lost.fail["nvmlDeviceGetTemperature"] = code
+    install(FakeNvmlLib([lost, h100(1)]))
+    b = PynvmlBackend()
+    b.init()
+    with pytest.raises(DeviceLost) as caught:
+        b.device_reading(0, ALL_COLLECTORS)
+    assert caught.value.error == error
+    assert "nvmlDeviceGetTemperature" in caught.value.reason
+    assert type(caught.value.__cause__) is getattr(pynvml, exception_class)
+    # The other device keeps answering.
+    assert b.device_reading(1, ALL_COLLECTORS).temperature_celsius == 64.0
+
+
+def test_handle_lookup_failure_is_device_lost(install: Install) -> None:
+    gpu = h100()
+    gpu.fail["nvmlDeviceGetHandleByIndex_v2"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    with pytest.raises(DeviceLost):
+        b.device_static(0)
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (pynvml.NVML_ERROR_UNINITIALIZED, "uninitialized"),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver_not_loaded"),
+        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "lib_rm_version_mismatch"),
+    ],
+)
+def test_nvml_down_mid_run_raises_nvml_unavailable(install: Install, code: int, error: str) -> None:
+    gpu = h100()
+    lib = install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    assert b.device_reading(0, ALL_COLLECTORS).power_watts == pytest.approx(512.345)
+
+    gpu.fail["nvmlDeviceGetPowerUsage"] = code
+    with pytest.raises(NvmlUnavailable) as caught:
+        b.device_reading(0, ALL_COLLECTORS)
+    assert caught.value.error == error
+
+    lib.fail["nvmlDeviceGetCount_v2"] = code
+    with pytest.raises(NvmlUnavailable) as caught:
+        b.device_count()
+    assert caught.value.error == error
+
+
+def test_other_errors_are_counted_and_the_field_is_none(install: Install) -> None:
+    gpu = h100()
+    gpu.fail["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_NO_PERMISSION
+    gpu.fail["nvmlDeviceGetEnforcedPowerLimit"] = pynvml.NVML_ERROR_CORRUPTED_INFOROM
+    lib = install(FakeNvmlLib([gpu]))
+    b = PynvmlBackend()
+    b.init()
+    for _ in range(2):
+        r = b.device_reading(0, ALL_COLLECTORS)
+        assert r.power_watts is None
+        assert r.power_limit_watts is None
+        assert r.temperature_celsius == 64.0
+    # Not remembered as unsupported: the condition may clear.
+    assert lib.count("nvmlDeviceGetPowerUsage") == 2
+    assert b.errors.snapshot() == {
+        ("nvmlDeviceGetPowerUsage", "no_permission"): 2,
+        ("nvmlDeviceGetEnforcedPowerLimit", "corrupted_inforom"): 2,
+    }
+    del gpu.fail["nvmlDeviceGetPowerUsage"]
+    assert b.device_reading(0, ALL_COLLECTORS).power_watts == pytest.approx(512.345)
+
+
+# Sample buffers ------------------------------------------------------------------------
+
+
+def test_utilization_samples_newer_than_since_sorted(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    # A ring buffer as the driver keeps it: wrapped around, not in time order.
+    host.gpus[0].samples[GPU_SAMPLES] = [
+        (1_400_000, 0),
+        (1_500_000, 50),
+        (1_100_000, 100),
+        (1_200_000, 100),
+        (1_300_000, 25),
+    ]
+    samples = backend.utilization_samples(0, "gpu", 1_150_000)
+    assert samples is not None
+    assert [(s.timestamp_us, s.ratio) for s in samples] == [
+        (1_200_000, 1.0),
+        (1_300_000, 0.25),
+        (1_400_000, 0.0),
+        (1_500_000, 0.5),
+    ]
+    everything = backend.utilization_samples(0, "gpu", 0)
+    assert everything is not None
+    assert len(everything) == 5
+
+
+def test_samples_are_filtered_even_when_the_driver_returns_the_whole_buffer(
+    install: Install,
+) -> None:
+    gpu = h100()
+    gpu.samples[GPU_SAMPLES] = [(2_000_000, 10), (1_000_000, 90), (3_000_000, 20)]
+    gpu.process_samples = [(4242, 2_000_000, 95, 30), (4343, 1_000_000, 10, 5)]
+    install(FakeNvmlLib([gpu], filters_by_timestamp=False))
+    b = PynvmlBackend()
+    b.init()
+    samples = b.utilization_samples(0, "gpu", 1_000_000)
+    assert samples is not None
+    assert [(s.timestamp_us, s.ratio) for s in samples] == [(2_000_000, 0.1), (3_000_000, 0.2)]
+    assert b.utilization_samples(0, "gpu", 3_000_000) == []
+    procs = b.process_utilization(0, 1_500_000)
+    assert procs is not None
+    assert [p.pid for p in procs] == [4242]
+
+
+def test_utilization_samples_with_nothing_new_is_empty(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    host.gpus[0].samples[MEM_SAMPLES] = [(1_000_000, 40)]
+    assert backend.utilization_samples(0, "memory_controller", 1_000_000) == []
+    assert backend.utilization_samples(0, "memory_controller", 1_000_000) == []
+    assert host.count("nvmlDeviceGetSamples", gpu=0) == 2  # asked again: not unsupported
+    assert backend.errors.snapshot() == {}
+
+
+def test_utilization_samples_not_supported_is_none_and_not_asked_again(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    assert backend.utilization_samples(1, "gpu", 0) is None
+    assert backend.utilization_samples(1, "gpu", 0) is None
+    assert host.count("nvmlDeviceGetSamples", gpu=1) == 1
+
+
+def test_processes_from_compute_and_graphics_lists(
+    backend: PynvmlBackend, host: FakeNvmlLib
+) -> None:
+    host.gpus[0].compute_processes = [(4242, 40 * 2**30), (4343, 512 * 2**20)]
+    host.gpus[0].graphics_processes = [(777, 64 * 2**20)]
+    procs = backend.processes(0)
+    assert procs is not None
+    assert [(p.pid, p.context, p.used_memory_bytes) for p in procs] == [
+        (4242, "compute", 40 * 2**30),
+        (4343, "compute", 512 * 2**20),
+        (777, "graphics", 64 * 2**20),
+    ]
+    host.gpus[0].compute_processes = []
+    host.gpus[0].graphics_processes = []
+    assert backend.processes(0) == []
+
+
+def test_processes_not_supported_is_none(backend: PynvmlBackend, host: FakeNvmlLib) -> None:
+    assert backend.processes(1) is None
+    assert backend.processes(1) is None
+    assert host.count("nvmlDeviceGetComputeRunningProcesses_v3", gpu=1) == 1
+
+
+def test_process_utilization_newer_than_since(backend: PynvmlBackend, host: FakeNvmlLib) -> None:
+    host.gpus[0].process_samples = [(4242, 2_000_000, 95, 30), (4343, 1_000_000, 10, 5)]
+    samples = backend.process_utilization(0, 1_500_000)
+    assert samples is not None
+    assert [(s.pid, s.timestamp_us, s.sm_ratio, s.memory_controller_ratio) for s in samples] == [
+        (4242, 2_000_000, pytest.approx(0.95), pytest.approx(0.30))
+    ]
+    assert backend.process_utilization(0, 2_000_000) == []  # NOT_FOUND: nothing newer
+    assert backend.process_utilization(1, 0) is None
+    assert backend.process_utilization(1, 0) is None
+    assert host.count("nvmlDeviceGetProcessUtilization", gpu=1) == 1
+    assert backend.errors.snapshot() == {}
+
+
+# Through the sampler -------------------------------------------------------------------
+
+
+def _sampler(backend: PynvmlBackend, collectors: frozenset[str] = ALL_COLLECTORS) -> Sampler:
+    return Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=5.0,
+        collectors=collectors,
+        clock=lambda: 1_700_000_000.0,
+    )
+
+
+def test_sampler_snapshot_keeps_a_healthy_gpu_when_another_is_lost(install: Install) -> None:
+    lost = old_fanless(1)
+    lib = install(FakeNvmlLib([h100(0), lost]))
+    sampler = _sampler(PynvmlBackend())
+    try:
+        first = sampler.sample_once()
+        assert first.nvml_up
+        assert first.driver is not None
+        assert first.driver.cuda_driver_version == "12.4"
+        assert [d.up for d in first.devices] == [True, True]
+
+        lost.fail["nvmlDeviceGetTemperature"] = pynvml.NVML_ERROR_GPU_IS_LOST
+        second = sampler.sample_once()
+    finally:
+        sampler.stop()
+
+    assert second.nvml_up
+    healthy, down = second.devices
+    assert healthy.up
+    assert healthy.reading is not None
+    assert healthy.reading.temperature_celsius == 64.0
+    assert healthy.reading.power_watts == pytest.approx(512.345)
+    assert not down.up
+    assert down.reading is None
+    assert down.uuid == "GPU-k80-1"
+    assert down.down_reason is not None
+    assert "nvmlDeviceGetTemperature" in down.down_reason
+    assert lib.initialised == 0  # stop() shut NVML down
+
+
+def test_sampler_reports_nvml_down_when_the_driver_goes_away(install: Install) -> None:
+    lib = install(FakeNvmlLib([h100(0)]))
+    sampler = _sampler(PynvmlBackend())
+    try:
+        assert sampler.sample_once().nvml_up
+        lib.fail["nvmlDeviceGetCount_v2"] = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+        snapshot = sampler.sample_once()
+    finally:
+        sampler.stop()
+    assert not snapshot.nvml_up
+    assert snapshot.devices == ()
+    assert snapshot.nvml_down_reason is not None
+    assert "Driver Not Loaded" in snapshot.nvml_down_reason
+
+
+def test_sampler_busy_seconds_integrate_the_driver_buffer_exactly(install: Install) -> None:
+    gpu = h100(0)
+    t0 = 5_000_000_000
+    gpu.samples[GPU_SAMPLES] = [(t0 - 166_667, 30), (t0, 40)]
+    gpu.samples[MEM_SAMPLES] = [(t0, 10)]
+    lib = install(FakeNvmlLib([gpu]))
+    sampler = _sampler(PynvmlBackend(), frozenset({"utilization"}))
+    try:
+        first = sampler.sample_once()
+        # The first sample only sets the cursor: history before the counter is not counted.
+        assert first.devices[0].busy_seconds == 0.0
+        assert first.devices[0].memory_controller_busy_seconds == 0.0
+
+        # 100% for 0.5 s, then idle for 0.5 s; the memory controller 50% for 1 s.
+        gpu.samples[GPU_SAMPLES] += [
+            (t0 + 250_000, 100),
+            (t0 + 500_000, 100),
+            (t0 + 750_000, 0),
+            (t0 + 1_000_000, 0),
+        ]
+        gpu.samples[MEM_SAMPLES] += [(t0 + 1_000_000, 50)]
+        second = sampler.sample_once()
+
+        # Nothing newer: NOT_FOUND, and the counters hold.
+        third = sampler.sample_once()
+    finally:
+        sampler.stop()
+
+    assert second.devices[0].busy_seconds == pytest.approx(0.5)
+    assert second.devices[0].memory_controller_busy_seconds == pytest.approx(0.5)
+    assert third.devices[0].busy_seconds == pytest.approx(0.5)
+    assert third.nvml_errors == {}
+    # The sampler asked for entries newer than its cursor, so none was counted twice.
+    assert lib.count("nvmlDeviceGetSamples", gpu=0) >= 4
+
+
+def test_sampler_integrates_the_reading_where_the_buffer_is_not_supported(
+    install: Install,
+) -> None:
+    gpu: FakeGpu = old_fanless(0)
+    install(FakeNvmlLib([gpu]))
+    now = [100.0]
+    sampler = Sampler(
+        PynvmlBackend(),
+        interval_seconds=1.0,
+        timeout_seconds=5.0,
+        collectors=frozenset({"utilization"}),
+        monotonic=lambda: now[0],
+    )
+    try:
+        sampler.sample_once()
+        now[0] += 2.0
+        snapshot = sampler.sample_once()
+    finally:
+        sampler.stop()
+    assert snapshot.devices[0].busy_seconds == pytest.approx(0.12 * 2.0)
+    assert snapshot.devices[0].memory_controller_busy_seconds == pytest.approx(0.05 * 2.0)
+
+
+def test_sampler_counts_other_errors_in_the_snapshot(install: Install) -> None:
+    gpu = h100(0)
+    gpu.fail["nvmlDeviceGetFanSpeed"] = pynvml.NVML_ERROR_NO_PERMISSION
+    install(FakeNvmlLib([gpu]))
+    sampler = _sampler(PynvmlBackend())
+    try:
+        sampler.sample_once()
+        snapshot = sampler.sample_once()
+    finally:
+        sampler.stop()
+    assert snapshot.devices[0].up
+    assert snapshot.nvml_errors == {("nvmlDeviceGetFanSpeed", "no_permission"): 2}
+
+
+def test_fake_library_rejects_unknown_functions(install: Install) -> None:
+    lib = install(FakeNvmlLib([h100()]))
+    assert not hasattr(lib, "nvmlDeviceGetNotARealFunction")
+    assert NOT_FOUND == pynvml.NVML_ERROR_NOT_FOUND

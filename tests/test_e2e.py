@@ -7,6 +7,7 @@ import gzip
 import json
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from gpu_exporter.backends.simulated import MEMORY_TOTAL_BYTES
 from tests.support.exporter import (
     Exporter,
+    command,
     free_port,
     http_get,
     parse_samples,
@@ -98,8 +100,7 @@ def test_landing_page_healthz_and_404(exporter: Exporter) -> None:
     landing = exporter.get("/")
     assert landing.status == 200
     assert 'href="/metrics"' in landing.text
-    health = exporter.get("/healthz")
-    assert health.status == 200
+    health = exporter.wait_health(200)
     assert health.text.startswith("ok: 4/4 GPUs up")
     assert exporter.get("/nope").status == 404
 
@@ -110,12 +111,11 @@ def test_healthz_fails_when_every_gpu_is_down(tmp_path: Path) -> None:
     args = ["--simulate", "2", "--simulate.scenario", str(scenario), "--collect.interval", "0.2s"]
     exporter = start_exporter(args, tmp_path)
     try:
-        health = exporter.get("/healthz")
-        assert health.status == 503
+        health = exporter.wait_health(503)
         assert "no GPU can be sampled" in health.text
         scenario.write_text("faults: {lost: [1]}\n")
         exporter.wait_for(lambda s: values(s, "gpu_up", gpu="0") == [1.0])
-        assert exporter.get("/healthz").status == 200
+        exporter.wait_health(200)
     finally:
         exporter.stop()
 
@@ -205,20 +205,17 @@ def test_listen_address_forms(tmp_path: Path, form: str) -> None:
     if form.startswith("[") and not _ipv6_loopback():
         pytest.skip("no IPv6 on this machine")
     port = free_port()
-    result_args = ["--simulate", "1", "--web.listen-address", form.format(port=port)]
-    import subprocess
-
-    from tests.support.exporter import command
-
-    process = subprocess.Popen(command(*result_args), stderr=subprocess.PIPE)
+    args = ["--simulate", "1", "--web.listen-address", form.format(port=port)]
+    process = subprocess.Popen(command(*args), stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         status = None
-        while time.monotonic() < deadline and status is None:
+        while time.monotonic() < deadline and status != 200:
             try:
                 status = http_get(f"http://127.0.0.1:{port}/healthz").status
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         assert status == 200
     finally:
         process.terminate()
@@ -242,8 +239,7 @@ def test_without_a_driver_it_serves_its_own_metrics_and_retries(tmp_path: Path) 
         assert values(s, "gpu_exporter_build_info", backend="nvml") == [1.0]
         assert not values(s, "gpu_up")
         assert not values(s, "gpu_exporter_gpus")
-        health = exporter.get("/healthz")
-        assert health.status == 503
+        health = exporter.wait_health(503)
         assert "libnvidia-ml.so.1 not found" in health.text
         time.sleep(1.0)
     finally:

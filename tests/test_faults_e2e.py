@@ -61,7 +61,7 @@ def test_hang_on_one_gpu_marks_it_down_while_others_stay_fresh(
         threads = len(os.listdir(f"/proc/{exporter.process.pid}/task"))
         time.sleep(1.5)
         assert len(os.listdir(f"/proc/{exporter.process.pid}/task")) == threads
-        assert exporter.get("/healthz").status == 200  # two of three GPUs answer
+        exporter.wait_health(200)  # two of three GPUs answer
         # the call returns: the GPU comes back
         write_scenario(scenario, {})
         exporter.wait_for(lambda s: up(s, "1") == [1.0] and values(s, "gpu_power_watts", gpu="1"))
@@ -73,7 +73,7 @@ def test_sigterm_during_a_hang_exits_0_within_2_seconds(tmp_path: Path, scenario
     exporter = start(tmp_path, scenario, 2, "--collect.timeout", "0.3s")
     write_scenario(scenario, {"faults": {"hang": [0, 1]}})
     exporter.wait_for(lambda s: up(s, "0") == [0.0] and up(s, "1") == [0.0])
-    assert exporter.get("/healthz").status == 503
+    exporter.wait_health(503)
     t0 = time.monotonic()
     exporter.signal(signal.SIGTERM)
     assert exporter.process.wait(5) == 0
@@ -107,11 +107,11 @@ def test_nvml_failing_at_start_then_appearing(tmp_path: Path, scenario: Path) ->
         assert values(s, "gpu_exporter_nvml_up") == [0.0]
         assert values(s, "gpu_exporter_nvml_init_errors_total", error="driver_not_loaded")
         assert not values(s, "gpu_up")
-        assert exporter.get("/healthz").status == 503
+        exporter.wait_health(503)
         write_scenario(scenario, {})
         s = exporter.wait_for(lambda s: values(s, "gpu_exporter_nvml_up") == [1.0], timeout=8)
         assert values(s, "gpu_exporter_gpus") == [2.0]
-        assert exporter.get("/healthz").status == 200
+        exporter.wait_health(200)
     finally:
         exporter.stop()
 
@@ -135,7 +135,7 @@ def test_driver_reload_reenumerates_and_keeps_counters_monotonic(
         )
         assert values(s, "gpu_exporter_gpus") == [3.0]
         assert values(s, "gpu_busy_seconds_total", gpu="0")[0] >= busy
-        assert exporter.get("/healthz").status == 200
+        exporter.wait_health(200)
     finally:
         exporter.stop()
 
@@ -278,21 +278,13 @@ def test_watchdog_stops_when_samples_stop_completing(tmp_path: Path, scenario: P
 def test_nvml_itself_stuck_turns_healthz_503_and_recovers(tmp_path: Path, scenario: Path) -> None:
     exporter = start(tmp_path, scenario, 2)
     try:
-        assert exporter.get("/healthz").status == 200
+        exporter.wait_health(200)
         write_scenario(scenario, {"faults": {"library_hang": True}})
-        deadline = time.monotonic() + 10
-        health = exporter.get("/healthz")
-        while health.status == 200 and time.monotonic() < deadline:
-            time.sleep(0.2)
-            health = exporter.get("/healthz")
-        assert health.status == 503
+        health = exporter.wait_health(503)
         assert "last sample finished" in health.text
         assert exporter.get("/metrics").status == 200  # the last sample is still served
         write_scenario(scenario, {})
-        deadline = time.monotonic() + 10
-        while exporter.get("/healthz").status != 200 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert exporter.get("/healthz").status == 200
+        exporter.wait_health(200)
         write_scenario(scenario, {"faults": {"library_hang": True}})
         time.sleep(0.5)
         t0 = time.monotonic()

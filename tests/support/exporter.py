@@ -106,6 +106,16 @@ class Exporter:
             time.sleep(interval)
         raise AssertionError(f"condition not met within {timeout}s; log:\n{self.log()}")
 
+    def wait_health(self, status: int, timeout: float = 15.0) -> HttpResult:
+        """Poll /healthz until it answers `status` (a loaded machine delays samples)."""
+        deadline = time.monotonic() + timeout
+        result = self.get("/healthz")
+        while result.status != status and time.monotonic() < deadline:
+            time.sleep(0.1)
+            result = self.get("/healthz")
+        assert result.status == status, f"/healthz {result.status}: {result.text}"
+        return result
+
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
 
@@ -139,7 +149,7 @@ def start_exporter(
         )
     exporter = Exporter(process, port, log_path, full)
     if ready:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise AssertionError(f"exporter exited {process.returncode}:\n{exporter.log()}")

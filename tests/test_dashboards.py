@@ -298,7 +298,9 @@ def test_panels_answer_the_operators_questions() -> None:
     busy = panels["Busy ratio (rate) vs instantaneous utilization"]["targets"]
     assert "rate(gpu_busy_seconds_total{" in busy[0]["expr"]
     assert busy[1]["expr"].startswith("gpu_utilization_ratio{")
-    input_bound = [t["expr"] for t in panels[next(t for t in panels if "Input-bound" in t)]["targets"]]
+    input_bound = [
+        t["expr"] for t in panels[next(t for t in panels if "Input-bound" in t)]["targets"]
+    ]
     assert any("rate(gpu_busy_seconds_total" in e for e in input_bound)
     assert any("rate(gpu_process_cpu_seconds_total" in e for e in input_bound)
     assert any("gpu_process_workers" in e for e in input_bound)

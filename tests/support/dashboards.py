@@ -81,7 +81,8 @@ class Query:
 
     @property
     def name(self) -> str:
-        return f"{self.dashboard.removesuffix('.json')}:{self.panel_id}{self.ref_id} {self.panel_title}"
+        board = self.dashboard.removesuffix(".json")
+        return f"{board}:{self.panel_id}{self.ref_id} {self.panel_title}"
 
 
 def queries(name: str) -> list[Query]:

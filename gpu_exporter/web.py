@@ -1,15 +1,31 @@
 """The HTTP side: /metrics from the cached exposition, a landing page, /healthz.
 
-Nothing here calls NVML. `Routes` decides what each request gets; `serve` binds the
-socket and runs a threaded server with a cap on concurrent requests and per-connection
-read timeouts, so slow or idle clients cannot starve Prometheus.
+Nothing here calls NVML. `Routes` decides what each request gets; `bind` binds the
+socket for a threaded server (one thread per connection) that defends itself against
+hostile clients:
+
+- TLS and basic auth from the web config file (`gpu_exporter.web_config`), re-read when it
+  or its certificates change; the TLS handshake runs in the connection's thread under the
+  read deadline, so a client that never finishes it cannot stall the accept loop;
+- a deadline of READ_TIMEOUT_SECONDS for each request's line and headers (counted from the
+  end of the previous response, so it is also the keep-alive idle timeout), so clients that
+  trickle bytes or sit idle are dropped; writes time out the same way;
+- at most `--web.max-requests` requests in flight (503 beyond), counted from the moment a
+  request's headers have arrived until its response is written, so idle connections do not
+  take a slot;
+- only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, and the
+  configured headers on every response, errors included.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import logging
+import math
+import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -21,11 +37,14 @@ from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.exposition import Exposition, wants_gzip, wants_openmetrics
+from gpu_exporter.web_config import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
 
 STALE_INTERVALS = 3  # /healthz fails when no sample finished within this many intervals
 READ_TIMEOUT_SECONDS = 10.0
+WEB_CONFIG_CHECK_SECONDS = 1.0  # how often the web config files' mtimes are looked at
+ALLOWED_METHODS = ("GET", "HEAD")
 
 
 @dataclass
@@ -126,18 +145,184 @@ def _plain() -> dict[str, str]:
     return {"Content-Type": "text/plain; charset=utf-8"}
 
 
+class LiveWebConfig:
+    """The web config in force, re-read when its file or certificates change.
+
+    `current()` looks at the files' modification times at most once every
+    WEB_CONFIG_CHECK_SECONDS, from whichever request thread gets there first (the others
+    go on with the config they have). `reload()` re-reads at once (SIGHUP). A file that no
+    longer loads keeps the previous config in force and logs one error until it changes.
+    """
+
+    def __init__(
+        self,
+        config: WebConfig,
+        *,
+        check_seconds: float = WEB_CONFIG_CHECK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._check_seconds = check_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next_check = clock() + check_seconds
+        self._signature = self._stat(config.watched_files)
+
+    def current(self) -> WebConfig:
+        config = self._config
+        if config.path is None or self._clock() < self._next_check:
+            return config
+        if not self._lock.acquire(blocking=False):
+            return config
+        try:
+            self._next_check = self._clock() + self._check_seconds
+            if self._stat(config.watched_files) != self._signature:
+                self._reload_locked()
+        finally:
+            self._lock.release()
+        return self._config
+
+    def reload(self, path: str | None = None) -> bool:
+        """Re-read the file now, or `path` instead when given; True when it is in force."""
+        with self._lock:
+            return self._reload_locked(path)
+
+    def _reload_locked(self, path: str | None = None) -> bool:
+        old = self._config
+        path = path or old.path
+        if path is None:
+            return True
+        try:
+            new = load_web_config(path)
+        except WebConfigError as error:
+            # remember what failed, so the same broken file is reported once, not every second
+            self._signature = self._stat(old.watched_files)
+            log.error(
+                "web config not reloaded; the previous settings stay in force",
+                extra={"file": path, "error": str(error)},
+            )
+            return False
+        self._config = new
+        self._signature = self._stat(new.watched_files)
+        log.info("web config reloaded", extra=_describe(new))
+        return True
+
+    @staticmethod
+    def _stat(paths: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+        out: list[tuple[int, int, int] | None] = []
+        for path in paths:
+            try:
+                st = os.stat(path)
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+
+def _describe(config: WebConfig) -> dict[str, Any]:
+    return {
+        "file": config.path,
+        "tls": config.tls is not None,
+        "client_auth": config.tls.client_auth_type if config.tls else "NoClientCert",
+        "basic_auth_users": len(config.users),
+        "headers": ",".join(config.headers),
+    }
+
+
+_PLAIN_TO_TLS = (
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Socket reads that share one deadline, so trickling a byte at a time does not help."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        self.deadline = math.inf
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request not received in time")
+        self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
-    timeout = READ_TIMEOUT_SECONDS  # per-connection socket timeout: idle clients are dropped
+    timeout = READ_TIMEOUT_SECONDS  # handshake, request and write deadline
     server_version = f"gpu-exporter/{__version__}"
     sys_version = ""
+    _config: WebConfig
+    _reader: _DeadlineReader
 
     def setup(self) -> None:
+        self._config = self.server.web.current()
+        context = self._config.ssl_context
+        if context is not None:
+            self.request.settimeout(self.timeout)
+            first = self.request.recv(1, socket.MSG_PEEK)
+            if first and first[0] != 0x16:  # not a TLS handshake record: plain HTTP, say so
+                self.request.sendall(_PLAIN_TO_TLS)
+                raise ConnectionAbortedError("plain HTTP request to the TLS port")
+            tls = context.wrap_socket(self.request, server_side=True, do_handshake_on_connect=False)
+            self.request = tls
+            try:
+                tls.do_handshake()  # bounded by the timeout above, in this connection's thread
+            except BaseException:
+                tls.close()
+                raise
         super().setup()
         # headers and body go out in separate writes: without this, Nagle's algorithm and
         # the client's delayed ACK add ~40 ms to every keep-alive scrape
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.close()
+
+    def handle_one_request(self) -> None:
+        self._reader.deadline = time.monotonic() + self.timeout
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+            return False
+        if self.headers.defects:  # e.g. a header line without a colon
+            self.send_error(HTTPStatus.BAD_REQUEST, "Malformed request header")
+            return False
+        if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length", "0") != "0":
+            self.close_connection = True  # a body we do not read must not pass as a request
+        if self.command not in ALLOWED_METHODS:
+            self.close_connection = True  # a body we will not read may follow
+            self._send(
+                Response(
+                    HTTPStatus.METHOD_NOT_ALLOWED,
+                    b"405 method not allowed\n",
+                    {**_plain(), "Allow": ", ".join(ALLOWED_METHODS), "Connection": "close"},
+                ),
+                head=False,
+            )
+            return False
+        return True
 
     def do_GET(self) -> None:
         self._serve(head=False)
@@ -155,14 +340,42 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         try:
-            self._send(self.server.routes.get(self.path, self.headers), head)
+            # a long keep-alive connection follows changes to the file too
+            self._config = self.server.web.current()
+            auth = self._config.auth
+            if auth is not None and not auth.check(self.headers.get("Authorization")):
+                response = Response(
+                    HTTPStatus.UNAUTHORIZED,
+                    b"401 unauthorized\n",
+                    {**_plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
+                )
+            else:
+                response = self.server.routes.get(self.path, self.headers)
+            self._send(response, head)
         finally:
             self.server.slots.release()
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Malformed requests (400, 414, 431, ...): plain text, configured headers, close."""
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
+            self.request_version = "HTTP/1.0"  # unparsed or HTTP/0.9: answer with a status line
+        body = f"{int(code)} {message or HTTPStatus(code).phrase}\n".encode("latin-1", "replace")
+        self._send(
+            Response(code, body, {**_plain(), "Connection": "close"}),
+            head=self.command == "HEAD",
+        )
+
     def _send(self, response: Response, head: bool) -> None:
+        self.connection.settimeout(self.timeout)  # a client that does not read is dropped
         self.send_response(response.status)
         for name, value in response.headers.items():
             self.send_header(name, value)
+        config = getattr(self, "_config", None)
+        if config is not None:
+            for name, value in config.headers.items():
+                self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
         if not head:
@@ -175,14 +388,29 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
     def __init__(
-        self, address: tuple[str, int], routes: Routes, max_requests: int, family: int
+        self,
+        address: tuple[str, int],
+        routes: Routes,
+        max_requests: int,
+        family: int,
+        web_config: WebConfig,
     ) -> None:
         self.address_family = family
         self.routes = routes
         self.slots = threading.BoundedSemaphore(max_requests)
+        self.web = LiveWebConfig(web_config)
         super().__init__(address, _Handler, bind_and_activate=False)
+
+    def reload_web_config(self, path: str | None = None) -> bool:
+        """Re-read --web.config.file now (for SIGHUP), or switch to `path` when given.
+
+        On an error the old settings stay in force and one error is logged; returns True
+        when the new file is in force. Going back to no web config at all needs a restart.
+        """
+        return self.web.reload(path)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that resets or times out is routine: one debug line, no traceback."""
@@ -200,8 +428,19 @@ class ListenError(Exception):
     """The listen address cannot be bound; the message names the address and why."""
 
 
-def bind(host: str, port: int, routes: Routes, max_requests: int) -> _Server:
-    """Bind the server socket; raises ListenError with one clear line."""
+def bind(
+    host: str,
+    port: int,
+    routes: Routes,
+    max_requests: int,
+    web_config: WebConfig | None = None,
+) -> _Server:
+    """Bind the server socket; raises ListenError with one clear line.
+
+    `web_config` (from `load_web_config`) sets TLS, basic auth and headers; its file is
+    watched for changes. Call `reload_web_config()` on the result to re-read it at once.
+    """
+    web_config = web_config or WebConfig()
     family = socket.AF_INET
     bind_host = host
     if host == "":
@@ -213,7 +452,7 @@ def bind(host: str, port: int, routes: Routes, max_requests: int) -> _Server:
     elif ":" in host:
         family = socket.AF_INET6
     try:
-        server = _Server((bind_host, port), routes, max_requests, family)
+        server = _Server((bind_host, port), routes, max_requests, family, web_config)
     except OSError as error:
         raise ListenError(
             f"cannot listen on {_show(host, port)}: {error.strerror or error}"
@@ -226,6 +465,8 @@ def bind(host: str, port: int, routes: Routes, max_requests: int) -> _Server:
         raise ListenError(
             f"cannot listen on {_show(host, port)}: {error.strerror or error}"
         ) from None
+    if web_config.path is not None:
+        log.info("web config loaded", extra=_describe(web_config))
     return server
 
 

@@ -1,0 +1,584 @@
+"""Web security and hostile clients, against the real program over real loopback sockets.
+
+TLS with certificates made at test time by `openssl`, mutual TLS, basic auth with bcrypt
+hashes made at test time, configured headers, method and syntax errors, idle and trickling
+clients, the request cap, the web config re-read while running, and bad files at start.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from tests.support.certs import KeyPair, Pki, make_pki
+from tests.support.exporter import Exporter, HttpResult, run_exporter, start_exporter
+
+pytestmark = pytest.mark.e2e
+
+PASSWORD = "correct horse battery staple"
+SIMULATE = ["--simulate", "2", "--collect.interval", "200ms"]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def password_hash() -> str:
+    return bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+
+
+def write(path: Path, text: str) -> None:
+    """Replace the file atomically, as config management tools do."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def tls_client(ca: Path, client: KeyPair | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    return context
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def call(
+    port: int,
+    path: str = "/metrics",
+    *,
+    context: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
+    method: str = "GET",
+    timeout: float = 5.0,
+) -> HttpResult:
+    """One request on a fresh connection, over TLS when `context` is given."""
+    conn: http.client.HTTPConnection
+    if context is not None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, headers=headers or {})
+        response = conn.getresponse()
+        return HttpResult(response.status, dict(response.getheaders()), response.read())
+    finally:
+        conn.close()
+
+
+def wait_serving(exporter: Exporter, probe: Callable[[], HttpResult], timeout: float = 15) -> None:
+    """Until `probe` gets 200 from /metrics (the first sample is done)."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        if exporter.process.poll() is not None:
+            raise AssertionError(
+                f"exporter exited {exporter.process.returncode}:\n{exporter.log()}"
+            )
+        try:
+            result = probe()
+            if result.status == 200:
+                return
+            last = result.status
+        except (OSError, http.client.HTTPException) as error:
+            last = error
+        time.sleep(0.05)
+    raise AssertionError(f"not serving within {timeout}s ({last!r}); log:\n{exporter.log()}")
+
+
+def eventually(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Callable[..., Exporter]]:
+    """start(config_text, *args): the exporter with that web config, stopped afterwards."""
+    running: list[Exporter] = []
+
+    def start(*args: str, config: Path | None = None) -> Exporter:
+        extra = ["--web.config.file", str(config)] if config is not None else []
+        exporter = start_exporter([*SIMULATE, *extra, *args], tmp_path, ready=False)
+        running.append(exporter)
+        return exporter
+
+    yield start
+    for exporter in running:
+        exporter.stop()
+
+
+def tls_config(pki: Pki, tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "web.yml"
+    write(
+        path,
+        "tls_server_config:\n"
+        f"  cert_file: {pki.server.cert}\n"
+        f"  key_file: {pki.server.key}\n" + extra,
+    )
+    return path
+
+
+# --- TLS -------------------------------------------------------------------------------
+
+
+def test_tls_serves_metrics_to_clients_that_trust_the_ca(
+    pki: Pki, tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    exporter = started(config=tls_config(pki, tmp_path))
+    trusted = tls_client(pki.ca.cert)
+    wait_serving(exporter, lambda: call(exporter.port, context=trusted))
+
+    result = call(exporter.port, context=trusted)
+    assert result.status == 200
+    assert "gpu_up{" in result.text
+
+    # a client that trusts another CA refuses the server's certificate
+    with pytest.raises(ssl.SSLCertVerificationError):
+        call(exporter.port, context=tls_client(pki.rogue_ca.cert))
+    # plain HTTP to the TLS port gets a clear answer, not metrics
+    plain = call(exporter.port)
+    assert plain.status == 400
+    assert b"HTTPS" in plain.body
+    # and nothing of that disturbed the server
+    assert call(exporter.port, context=trusted).status == 200
+
+
+def test_tls_min_version_tls13_refuses_tls12_clients(
+    pki: Pki, tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    exporter = started(config=tls_config(pki, tmp_path, "  min_version: TLS13\n"))
+    trusted = tls_client(pki.ca.cert)
+    wait_serving(exporter, lambda: call(exporter.port, context=trusted))
+    old = tls_client(pki.ca.cert)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ssl.SSLError):
+        call(exporter.port, context=old)
+
+
+def test_mutual_tls_admits_only_clients_with_a_certificate_from_the_client_ca(
+    pki: Pki, tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    config = tls_config(
+        pki,
+        tmp_path,
+        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.client_ca.cert}\n",
+    )
+    exporter = started(config=config)
+    good = tls_client(pki.ca.cert, pki.client)
+    wait_serving(exporter, lambda: call(exporter.port, context=good))
+
+    assert call(exporter.port, context=good).status == 200
+    refused = (ssl.SSLError, ConnectionError, http.client.HTTPException)
+    with pytest.raises(refused):  # no client certificate
+        call(exporter.port, context=tls_client(pki.ca.cert))
+    with pytest.raises(refused):  # a client certificate from a CA the server does not trust
+        call(exporter.port, context=tls_client(pki.ca.cert, pki.rogue_client))
+    with pytest.raises(refused):  # the server's own CA is not the client CA either
+        call(exporter.port, context=tls_client(pki.ca.cert, pki.server))
+    assert call(exporter.port, context=good).status == 200
+
+
+def test_verify_client_cert_if_given_admits_no_certificate_but_not_a_bad_one(
+    pki: Pki, tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    config = tls_config(
+        pki,
+        tmp_path,
+        f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {pki.client_ca.cert}\n",
+    )
+    exporter = started(config=config)
+    anonymous = tls_client(pki.ca.cert)
+    wait_serving(exporter, lambda: call(exporter.port, context=anonymous))
+    assert call(exporter.port, context=tls_client(pki.ca.cert, pki.client)).status == 200
+    with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+        call(exporter.port, context=tls_client(pki.ca.cert, pki.rogue_client))
+
+
+# --- basic auth, headers, methods ------------------------------------------------------
+
+
+def auth_config(tmp_path: Path, password_hash: str) -> Path:
+    path = tmp_path / "web.yml"
+    write(
+        path,
+        "basic_auth_users:\n"
+        f"  prometheus: '{password_hash}'\n"
+        "http_server_config:\n"
+        "  headers:\n"
+        "    X-Frame-Options: deny\n"
+        "    Strict-Transport-Security: max-age=31536000\n",
+    )
+    return path
+
+
+def test_basic_auth_right_wrong_and_missing_credentials(
+    tmp_path: Path, password_hash: str, started: Callable[..., Exporter]
+) -> None:
+    exporter = started(config=auth_config(tmp_path, password_hash))
+    right = basic("prometheus", PASSWORD)
+    wait_serving(exporter, lambda: call(exporter.port, headers=right))
+
+    ok = call(exporter.port, headers=right)
+    assert ok.status == 200
+    assert "gpu_up{" in ok.text
+    assert call(exporter.port, "/healthz", headers=right).status != 401
+    for path in ("/metrics", "/healthz", "/", "/nowhere"):
+        for headers in (
+            {},
+            basic("prometheus", "wrong"),
+            basic("prometheus", PASSWORD + "x"),
+            basic("nobody", PASSWORD),
+            {"Authorization": "Bearer abc"},
+            {"Authorization": "Basic !!!not-base64"},
+        ):
+            denied = call(exporter.port, path, headers=headers)
+            assert denied.status == 401, (path, headers)
+            assert denied.headers["WWW-Authenticate"] == 'Basic realm="gpu-exporter"'
+            assert "gpu_" not in denied.text
+    head = call(exporter.port, method="HEAD")
+    assert head.status == 401
+    assert head.body == b""
+
+
+def test_configured_headers_are_on_every_response(
+    tmp_path: Path, password_hash: str, started: Callable[..., Exporter]
+) -> None:
+    exporter = started(config=auth_config(tmp_path, password_hash))
+    right = basic("prometheus", PASSWORD)
+    wait_serving(exporter, lambda: call(exporter.port, headers=right))
+    responses = {
+        "200": call(exporter.port, headers=right),
+        "401": call(exporter.port),
+        "404": call(exporter.port, "/nowhere", headers=right),
+        "405": call(exporter.port, method="POST", headers=right),
+        "400": raw_request(exporter.port, b"GARBAGE\r\n\r\n"),
+    }
+    for status, result in responses.items():
+        assert str(result.status) == status
+        assert result.headers.get("X-Frame-Options") == "deny", status
+        assert result.headers.get("Strict-Transport-Security") == "max-age=31536000", status
+
+
+def raw_request(port: int, data: bytes, timeout: float = 5.0) -> HttpResult:
+    """Send bytes as they are and parse whatever comes back as an HTTP response."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return HttpResult(response.status, dict(response.getheaders()), response.read())
+
+
+def test_only_get_and_head_are_served_and_malformed_requests_get_400(
+    started: Callable[..., Exporter],
+) -> None:
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "BREW"):
+        result = call(exporter.port, method=method)
+        assert result.status == 405, method
+        assert result.headers["Allow"] == "GET, HEAD"
+    head = call(exporter.port, method="HEAD")
+    assert head.status == 200
+    assert head.body == b""
+    assert int(head.headers["Content-Length"]) > 0
+
+    for garbage, status in (
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET /metrics HTTP/one\r\n\r\n", 400),
+        (b"GET /metrics\r\n\r\n", 400),  # HTTP/0.9
+        (b"GET /metrics HTTP/1.1\r\nNo colon here\r\n\r\n", 400),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),  # TLS to plain HTTP
+        (b"GET /metrics HTTP/9.9\r\n\r\n", 505),
+        (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414),
+        (b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 200 + b"\r\n", 431),
+    ):
+        result = raw_request(exporter.port, garbage)
+        assert result.status == status, garbage[:40]
+        assert result.headers["Connection"] == "close"
+    # a POST body is never read as the next request: the connection is closed after 405
+    smuggled = raw_request(
+        exporter.port,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 31\r\n\r\n"
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    assert smuggled.status == 405
+    assert smuggled.headers["Connection"] == "close"
+    assert call(exporter.port).status == 200
+
+
+# --- hostile clients -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_100_idle_connections_do_not_stop_scrapes(
+    tls: bool, pki: Pki, tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    exporter = started(config=tls_config(pki, tmp_path) if tls else None)
+    context = tls_client(pki.ca.cert) if tls else None
+    wait_serving(exporter, lambda: call(exporter.port, context=context))
+    idle: list[socket.socket] = []
+    try:
+        for i in range(100):
+            sock = socket.create_connection(("127.0.0.1", exporter.port), timeout=5)
+            if i % 2 and not tls:
+                # a keep-alive client that made one request and then went quiet
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                response = http.client.HTTPResponse(sock)
+                response.begin()
+                response.read()
+                assert response.status == 200
+            # the rest connected and sent nothing (over TLS: never start the handshake)
+            idle.append(sock)
+        for _ in range(10):
+            started_at = time.monotonic()
+            result = call(exporter.port, context=context, timeout=3)
+            assert result.status == 200
+            assert time.monotonic() - started_at < 1.0
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_client_trickling_its_request_is_dropped_after_the_read_timeout(
+    started: Callable[..., Exporter],
+) -> None:
+    """A byte every half second never hits a per-read timeout; the request deadline does."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+        started_at = time.monotonic()
+        dropped_after = None
+        while time.monotonic() - started_at < 15:
+            try:
+                sock.sendall(b"X-Slow: 1\r\n")
+                sock.settimeout(0.5)
+                if sock.recv(1024) == b"":
+                    dropped_after = time.monotonic() - started_at
+                    break
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                dropped_after = time.monotonic() - started_at
+                break
+        assert dropped_after is not None, "the trickling client was never dropped"
+        assert 8 < dropped_after < 13
+    assert call(exporter.port).status == 200
+
+
+def _held_by_slow_readers(port: int, count: int) -> list[socket.socket]:
+    """Clients that ask for /metrics and read nothing, with a tiny receive window."""
+    held = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        held.append(sock)
+    return held
+
+
+@pytest.mark.parametrize(("max_requests", "third"), [(2, 503), (3, 200)])
+def test_request_cap_turns_away_requests_beyond_slow_readers(
+    max_requests: int, third: int, tmp_path: Path
+) -> None:
+    """Two clients that never read a large response stay in flight until the write
+    timeout; with a cap of 2 the next request gets 503, with a cap of 3 it is served."""
+    exporter = start_exporter(
+        ["--simulate", "1024", "--collect.interval", "5s"]
+        + ["--web.max-requests", str(max_requests)],
+        tmp_path,
+    )
+    try:
+        size = len(exporter.get("/metrics").body)
+        wmem_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+        if size < wmem_max + 256 * 1024:
+            pytest.skip(f"a {size}-byte response fits in the {wmem_max}-byte send buffer")
+        held = _held_by_slow_readers(exporter.port, 2)
+        try:
+            if third == 503:
+                eventually(
+                    lambda: exporter.get("/healthz").status == 503,
+                    what="a request beyond the cap gets 503",
+                )
+                result = exporter.get("/healthz")
+                assert result.status == 503
+                assert "too many concurrent requests" in result.text
+            else:
+                time.sleep(1.0)
+                assert exporter.get("/healthz").status == 200
+        finally:
+            for sock in held:
+                sock.close()
+        # the slots come back when the slow readers go away
+        eventually(lambda: exporter.get("/healthz").status == 200, what="slots released")
+    finally:
+        exporter.stop()
+
+
+def test_request_cap_bounds_password_guessing(
+    tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    """Guesses at an expensive bcrypt hash hold their slots while they are checked (one at a
+    time), so with a cap of 2 a third request is turned away at once with 503."""
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(13)).decode()
+    config = tmp_path / "web.yml"
+    write(config, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    exporter = started("--web.max-requests", "2", config=config)
+    right = basic("prometheus", PASSWORD)
+    wait_serving(exporter, lambda: call(exporter.port, headers=right, timeout=10))
+
+    results: list[int] = []
+
+    def guess(n: int) -> None:
+        results.append(
+            call(exporter.port, headers=basic("prometheus", f"guess{n}"), timeout=10).status
+        )
+
+    guesses = [threading.Thread(target=guess, args=(n,)) for n in range(2)]
+    for thread in guesses:
+        thread.start()
+    time.sleep(0.2)
+    turned_away = call(exporter.port, headers=right)
+    for thread in guesses:
+        thread.join()
+    assert results == [401, 401]
+    assert turned_away.status == 503
+    # the right password, checked once, is served from the cache without a bcrypt round
+    started_at = time.monotonic()
+    assert call(exporter.port, headers=right).status == 200
+    assert time.monotonic() - started_at < 0.3
+
+
+# --- reload ----------------------------------------------------------------------------
+
+
+def test_web_config_is_re_read_when_it_changes(
+    tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    old_hash = bcrypt.hashpw(b"old-password", bcrypt.gensalt(4)).decode()
+    new_hash = bcrypt.hashpw(b"new-password", bcrypt.gensalt(4)).decode()
+    config = tmp_path / "web.yml"
+    write(config, f"basic_auth_users:\n  prometheus: '{old_hash}'\n")
+    exporter = started(config=config)
+    old, new = basic("prometheus", "old-password"), basic("prometheus", "new-password")
+    wait_serving(exporter, lambda: call(exporter.port, headers=old))
+    assert call(exporter.port, headers=new).status == 401
+
+    write(config, f"basic_auth_users:\n  prometheus: '{new_hash}'\n")
+    eventually(lambda: call(exporter.port, headers=new).status == 200, what="new password works")
+    assert call(exporter.port, headers=old).status == 401
+
+    # a broken file keeps the settings in force and is reported once
+    write(config, "basic_auth_users:\n  prometheus: [oops\n")
+    # the files are looked at (at most once a second) when requests come in
+    eventually(
+        lambda: (
+            call(exporter.port, headers=new).status == 200
+            and "web config not reloaded" in exporter.log()
+        ),
+        what="error logged",
+    )
+    for _ in range(15):
+        assert call(exporter.port, headers=new).status == 200
+        assert call(exporter.port, headers=old).status == 401
+        time.sleep(0.2)
+    errors = [line for line in exporter.log().splitlines() if "web config not reloaded" in line]
+    assert len(errors) == 1, errors
+    assert "level=error" in errors[0]
+    assert str(config) in errors[0]
+    assert "invalid YAML: line " in errors[0]
+
+    # fixing it is picked up again
+    write(config, f"basic_auth_users:\n  prometheus: '{old_hash}'\n")
+    eventually(lambda: call(exporter.port, headers=old).status == 200, what="fixed file used")
+
+
+def test_rotated_certificate_is_used_without_a_restart(
+    pki: Pki, tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    cert.write_bytes(pki.server.cert.read_bytes())
+    key.write_bytes(pki.server.key.read_bytes())
+    config = tmp_path / "web.yml"
+    write(config, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    exporter = started(config=config)
+    first, second = tls_client(pki.ca.cert), tls_client(pki.rogue_ca.cert)
+    wait_serving(exporter, lambda: call(exporter.port, context=first))
+
+    # the certificate files change, the config file does not
+    key.with_suffix(".tmp").write_bytes(pki.rogue_server.key.read_bytes())
+    cert.with_suffix(".new").write_bytes(pki.rogue_server.cert.read_bytes())
+    os.replace(key.with_suffix(".tmp"), key)
+    os.replace(cert.with_suffix(".new"), cert)
+
+    def rotated() -> bool:
+        try:
+            return call(exporter.port, context=second).status == 200
+        except ssl.SSLError:
+            return False
+
+    eventually(rotated, what="the new certificate is served")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        call(exporter.port, context=first)
+
+
+# --- bad files at start ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read: No such file or directory"),
+        ("basic_auth_users: [\n", "invalid YAML: line 2"),
+        ("tls_server_confg: {}\n", "unknown key 'tls_server_confg'"),
+        (
+            "basic_auth_users:\n  prometheus: plaintext\n",
+            "basic_auth_users.prometheus: not a bcrypt",
+        ),
+        ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "nope.crt"),
+        ("mismatch", "does not match cert_file"),
+        ("http_server_config:\n  headers:\n    Content-Length: '0'\n", "can not be configured"),
+    ],
+    ids=["missing", "yaml", "unknown-key", "bad-hash", "no-cert", "key-mismatch", "header"],
+)
+def test_invalid_web_config_at_start_exits_2_with_one_line(
+    content: str | None, expected: str, pki: Pki, tmp_path: Path
+) -> None:
+    config = tmp_path / "web.yml"
+    if content == "mismatch":
+        content = (
+            f"tls_server_config:\n  cert_file: {pki.server.cert}\n"
+            f"  key_file: {pki.rogue_server.key}\n"
+        )
+    if content is not None:
+        write(config, content)
+    result = run_exporter(
+        ["--simulate", "1", "--web.listen-address", "127.0.0.1:0", "--web.config.file", str(config)]
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gpu-exporter: error: web config ")
+    assert str(config) in lines[0]
+    assert expected in lines[0]
+    assert result.stdout == ""

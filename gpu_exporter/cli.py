@@ -18,8 +18,10 @@ from gpu_exporter import __version__, logs
 from gpu_exporter.backends.base import Backend
 from gpu_exporter.config import ConfigError, Settings, load_settings, parse_listen_address
 from gpu_exporter.exposition import Exposition
+from gpu_exporter.host import HostReader
+from gpu_exporter.processes import HostProcessSource, ProcessAttributor
 from gpu_exporter.sampler import Sampler, XidSource
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.snapshot import HostSample, Snapshot
 from gpu_exporter.systemd_notify import Notifier, Watchdog
 from gpu_exporter.web import STALE_INTERVALS, ListenError, Routes, ServingState, bind
 from gpu_exporter.web_config import WebConfigError, load_web_config
@@ -51,14 +53,27 @@ def make_sampler(
     on_snapshot: Callable[[Snapshot], None] = lambda snapshot: None,
     xid_state: XidSource | None = None,
 ) -> Sampler:
-    return Sampler(
+    attributor = ProcessAttributor(
+        limit=settings.process_limit,
+        cmdline=settings.process_cmdline,
+        lookup=backend.host_process if isinstance(backend, HostProcessSource) else None,
+    )
+    host_reader = HostReader()
+
+    def read_host() -> HostSample | None:  # collectors can change on SIGHUP
+        return host_reader() if "host" in sampler.collectors else None
+
+    sampler = Sampler(
         backend,
         interval_seconds=settings.interval_seconds,
         timeout_seconds=settings.timeout_seconds,
         collectors=settings.collectors,
         on_snapshot=on_snapshot,
+        attribute_processes=attributor,
+        read_host=read_host,
         xid_state=xid_state,
     )
+    return sampler
 
 
 def render(snapshot: Snapshot, settings: Settings) -> Exposition:

@@ -6,9 +6,13 @@ and follow four profiles, repeated over the GPUs:
 0. `input-starved`: a training job whose utilization flips between 0 and 95% five
    times a second (its input pipeline cannot keep up); `rate(gpu_busy_seconds_total)`
    shows the true ~47% while the instantaneous gauge jumps.
-1. `idle-allocated`: memory held, no kernels (money burned).
+1. `idle-allocated`: memory held, no kernels (money burned), and no process: a crashed
+   job's memory is still pinned (`gpu_memory_unattributed_bytes`).
 2. `near-oom`: memory 97% used, steady work.
 3. `busy-hot`: near 100% busy, hot, at its power limit, thermally throttled at times.
+
+Each profile has plausible tenant processes (`simulated_processes.py`): the training job
+on the input-starved GPU has 4 busy DataLoader workers.
 
 Faults are injected through `Faults`, set directly by in-process tests or read from a
 scenario file (`--simulate.scenario FILE`, JSON or YAML, re-read when it changes) by
@@ -24,7 +28,7 @@ tests that drive the real program:
       events_unsupported: true        # the event API answers NOT_SUPPORTED
     events:                           # Xid events, delivered once each
       - {gpu: 1, xid: 79}
-    processes:                        # extra processes (real PIDs allowed)
+    processes:                        # replace the built-in processes (real PIDs allowed)
       - {gpu: 0, pid: 1234, memory_bytes: 1073741824, sm_ratio: 0.5}
 """
 
@@ -54,6 +58,13 @@ from gpu_exporter.backends.base import (
     UtilizationDomain,
     UtilizationSample,
 )
+from gpu_exporter.backends.simulated_processes import (
+    PROFILE_PROCESSES,
+    builtin_pid,
+    labels,
+    split_pid,
+)
+from gpu_exporter.processes import HostProcess
 
 GIB = 1024**3
 MEMORY_TOTAL_BYTES = 81559 * 1024**2  # H100 80GB HBM3 as nvidia-smi reports it
@@ -103,7 +114,7 @@ class Scenario:
     """What a scenario file holds."""
 
     faults: Faults = field(default_factory=Faults)
-    processes: tuple[SimulatedProcess, ...] = ()
+    processes: tuple[SimulatedProcess, ...] | None = None  # None: the built-in processes
     events: tuple[SimulatedEvent, ...] = ()  # delivered once each, in order
 
 
@@ -138,7 +149,10 @@ def parse_scenario(data: Any) -> Scenario:
         library_hang=bool(raw_faults.get("library_hang", False)),
     )
     events = tuple(SimulatedEvent(**e) for e in data.get("events") or [])
-    processes = tuple(SimulatedProcess(**p) for p in data.get("processes") or [])
+    raw_processes = data.get("processes")
+    processes = (
+        None if raw_processes is None else tuple(SimulatedProcess(**p) for p in raw_processes)
+    )
     return Scenario(faults=faults, processes=processes, events=events)
 
 
@@ -185,6 +199,7 @@ class SimulatedBackend:
         self._reloaded = False
         self._events_delivered = 0
         self._epoch = clock()  # "driver load" time: energy and sample timestamps count from it
+        self._reading_time: dict[int, float] = {}  # index -> clock of its last reading
 
     # Fault control -----------------------------------------------------------------
 
@@ -307,13 +322,8 @@ class SimulatedBackend:
         t = self._clock()
         profile = self.profile(index)
         gpu_util, mem_util = self._utilization(index, t)
-        used = {
-            "input-starved": 0.55 + 0.05 * _wave(t, 120.0),
-            "idle-allocated": 0.375,
-            "near-oom": 0.965 + 0.01 * _wave(t, 90.0),
-            "busy-hot": 0.80,
-        }[profile]
-        used_bytes = int(MEMORY_TOTAL_BYTES * used)
+        self._reading_time[index] = t  # the built-in processes share this reading's memory
+        used_bytes = self._memory_used_bytes(index, t)
         temp = {
             "input-starved": 52.0 + 6 * gpu_util,
             "idle-allocated": 33.0,
@@ -395,6 +405,15 @@ class SimulatedBackend:
             values.pop(name, None)
         return DeviceReading(**values)
 
+    def _memory_used_bytes(self, index: int, t: float) -> int:
+        used = {
+            "input-starved": 0.55 + 0.05 * _wave(t, 120.0),
+            "idle-allocated": 0.375,
+            "near-oom": 0.965 + 0.01 * _wave(t, 90.0),
+            "busy-hot": 0.80,
+        }[self.profile(index)]
+        return int(MEMORY_TOTAL_BYTES * used)
+
     def _energy(self, index: int, t: float) -> float:
         """Joules since 'driver load': the integral of the profile's mean power."""
         mean_power = {
@@ -430,13 +449,25 @@ class SimulatedBackend:
         faults = self._check(index)
         if "processes" in faults.unsupported:
             return None
+        scenario = self._current().processes
+        if scenario is None:
+            t = self._reading_time.get(index, self._clock())
+            used = self._memory_used_bytes(index, t)
+            return [
+                GpuProcess(
+                    pid=builtin_pid(index, p),
+                    context="compute",
+                    used_memory_bytes=int(used * p.memory_share),
+                )
+                for p in PROFILE_PROCESSES[self.profile(index)]
+            ]
         return [
             GpuProcess(
                 pid=p.pid,
                 context="graphics" if p.context == "graphics" else "compute",
                 used_memory_bytes=p.memory_bytes,
             )
-            for p in self._current().processes
+            for p in scenario
             if p.gpu == index
         ]
 
@@ -444,7 +475,16 @@ class SimulatedBackend:
         faults = self._check(index)
         if "processes" in faults.unsupported:
             return None
-        ts = self._timestamp_us(self._clock())
+        t = self._clock()
+        ts = self._timestamp_us(t)
+        scenario = self._current().processes
+        if scenario is None:
+            sm, mc = self._utilization(index, t)
+            return [
+                ProcessUtilization(builtin_pid(index, p), ts, sm, mc)
+                for p in PROFILE_PROCESSES[self.profile(index)]
+                if sm > 0
+            ]
         return [
             ProcessUtilization(
                 pid=p.pid,
@@ -452,9 +492,32 @@ class SimulatedBackend:
                 sm_ratio=p.sm_ratio,
                 memory_controller_ratio=p.memory_controller_ratio or 0.0,
             )
-            for p in self._current().processes
+            for p in scenario
             if p.gpu == index and p.sm_ratio is not None
         ]
+
+    def host_process(self, pid: int) -> HostProcess | None:
+        """The host side of a built-in process (they have no /proc entry); None otherwise."""
+        where = split_pid(pid)
+        if where is None or self._current().processes is not None:
+            return None
+        gpu, offset = where
+        if gpu >= self._gpus:
+            return None
+        for p in PROFILE_PROCESSES[self.profile(gpu)]:
+            if p.offset == offset:
+                started = self._epoch - p.age_seconds
+                return HostProcess(
+                    process=p.process,
+                    user=p.user,
+                    cmdline=p.cmdline,
+                    labels=labels(gpu, p),
+                    cpu_seconds=round(p.cpu_cores * max(0.0, self._clock() - started), 2),
+                    workers=p.workers,
+                    resident_memory_bytes=p.resident_memory_bytes,
+                    start_time_seconds=started,
+                )
+        return None
 
     # Events ------------------------------------------------------------------------
 

@@ -1,0 +1,115 @@
+"""The processes a simulated host runs unless its scenario file lists its own.
+
+Each profile of `simulated.py` has a plausible tenant:
+
+- `input-starved`: a PyTorch training job in a Kubernetes pod whose 4 DataLoader workers
+  keep 4 cores busy, yet cannot feed the GPU (utilization flickers between 0 and 95%);
+- `idle-allocated`: no process at all. A crashed job's memory is still pinned, so all of
+  it shows in `gpu_memory_unattributed_bytes` (what `fuser -v /dev/nvidia*` finds today);
+- `near-oom`: a Slurm fine-tuning job using nearly all the memory;
+- `busy-hot`: an inference server in a Docker container.
+
+Their PIDs start above Linux's largest possible PID (4194304), so they never name a real
+process, and their host side (name, user, cgroup, CPU) comes from here, not from /proc.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+
+from gpu_exporter.cgroups import CgroupLabels
+
+BUILTIN_PID_BASE = 5_000_000  # > PID_MAX_LIMIT (2**22): never a real PID
+PIDS_PER_GPU = 100
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class BuiltinProcess:
+    """One simulated tenant process; its GPU memory is a share of the GPU's used memory."""
+
+    offset: int  # pid = BUILTIN_PID_BASE + gpu * PIDS_PER_GPU + offset
+    process: str
+    user: str
+    cmdline: str
+    runtime: str  # "kubernetes", "docker", "slurm" or "" (how its cgroup labels look)
+    memory_share: float  # of the GPU's used memory, 0..1
+    cpu_cores: float  # CPU seconds per second of the process and its descendants
+    workers: int  # descendant processes
+    resident_memory_bytes: int
+    age_seconds: float  # started this long before the simulated driver load
+
+
+PROFILE_PROCESSES: dict[str, tuple[BuiltinProcess, ...]] = {
+    "input-starved": (
+        BuiltinProcess(
+            offset=1,
+            process="python",
+            user="alice",
+            cmdline="python train.py --config configs/resnet50.yaml --data /datasets/imagenet "
+            "--batch-size 256 --num-workers 4",
+            runtime="kubernetes",
+            memory_share=1.0,
+            cpu_cores=0.35 + 4 * 0.97,  # the main process, plus 4 workers flat out
+            workers=4,
+            resident_memory_bytes=9 * GIB,
+            age_seconds=3 * 3600.0,
+        ),
+    ),
+    "idle-allocated": (),
+    "near-oom": (
+        BuiltinProcess(
+            offset=1,
+            process="python",
+            user="carol",
+            cmdline="python finetune.py --model llama-3-8b --batch-size 16 --grad-accum 8",
+            runtime="slurm",
+            memory_share=1.0,
+            cpu_cores=1.1,
+            workers=2,
+            resident_memory_bytes=22 * GIB,
+            age_seconds=9 * 3600.0,
+        ),
+    ),
+    "busy-hot": (
+        BuiltinProcess(
+            offset=1,
+            process="tritonserver",
+            user="triton-server",
+            cmdline="tritonserver --model-repository=/models --http-port=8000",
+            runtime="docker",
+            memory_share=1.0,
+            cpu_cores=2.4,
+            workers=0,
+            resident_memory_bytes=5 * GIB,
+            age_seconds=2 * 86400.0,
+        ),
+    ),
+}
+
+
+def builtin_pid(gpu: int, process: BuiltinProcess) -> int:
+    return BUILTIN_PID_BASE + gpu * PIDS_PER_GPU + process.offset
+
+
+def split_pid(pid: int) -> tuple[int, int] | None:
+    """(gpu, offset) of a built-in PID, or None for any other PID."""
+    if pid < BUILTIN_PID_BASE:
+        return None
+    return divmod(pid - BUILTIN_PID_BASE, PIDS_PER_GPU)
+
+
+def labels(gpu: int, process: BuiltinProcess) -> CgroupLabels:
+    """Stable, made-up attribution labels of one built-in process."""
+    digest = hashlib.sha256(f"{gpu}/{process.offset}/{process.cmdline}".encode()).hexdigest()
+    if process.runtime == "kubernetes":
+        return CgroupLabels(container_id=digest, pod_uid=str(uuid.UUID(digest[:32])))
+    if process.runtime == "docker":
+        return CgroupLabels(container_id=digest)
+    if process.runtime == "slurm":
+        return CgroupLabels(
+            systemd_unit="slurmstepd.scope", slurm_job_id=str(48213 + gpu * 7 + process.offset)
+        )
+    return CgroupLabels()

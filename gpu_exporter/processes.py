@@ -1,0 +1,348 @@
+"""Per-process attribution: who holds each GPU context, and what their tree costs the host.
+
+`ProcessAttributor` is the sampler's `attribute_processes` hook. Once per sample it
+takes what NVML listed on every GPU (`DeviceRaw.processes`, `.process_utilization`)
+and adds the host's side of each PID:
+
+- command name, user, optional command line, and the cgroup labels (`cgroups.py`),
+  cached per (pid, start time), so a reused PID is looked up afresh;
+- CPU seconds of the process and all its descendants, the descendant count, resident
+  memory and start time, read fresh from one walk of /proc per sample (`proctree.py`).
+
+A PID the walk does not see (another PID namespace, or a process that exited after
+NVML listed it) keeps its GPU series with empty labels and no host values. psutil's
+NoSuchProcess and AccessDenied are expected: what could be read is kept, the rest is
+"" or left out. Nothing is made up.
+
+Per GPU, the `limit` processes using the most GPU memory keep their own series; the
+rest are summed into one series with `process="other"` and an empty `pid`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
+
+import psutil
+
+from gpu_exporter.backends.base import GpuProcess, ProcessUtilization
+from gpu_exporter.cgroups import CgroupLabels, parse_cgroup
+from gpu_exporter.proctree import ProcStat, ProcTable
+from gpu_exporter.sampler import Attribution, DeviceRaw
+from gpu_exporter.snapshot import ProcessSample
+
+log = logging.getLogger(__name__)
+
+CMDLINE_MAX_CHARS = 256
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class HostProcess:
+    """What the host knows of one PID, in base units; "" or None where unknown."""
+
+    process: str = ""  # command name (psutil's name(): comm, completed from the cmdline)
+    user: str = ""  # user name, or the numeric uid when it has none
+    cmdline: str | None = None  # only read with --collector.process.cmdline
+    labels: CgroupLabels = field(default_factory=CgroupLabels)
+    cpu_seconds: float | None = None  # process and all descendants, user + system
+    workers: int | None = None  # number of descendant processes
+    resident_memory_bytes: int | None = None
+    start_time_seconds: float | None = None  # Unix time
+
+
+@runtime_checkable
+class HostProcessSource(Protocol):
+    """A backend that knows the host side of some PIDs itself (the simulated host)."""
+
+    def host_process(self, pid: int) -> HostProcess | None:
+        """The host view of `pid`, or None when /proc should be asked instead."""
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """The slow-changing facts of one (pid, start time), cached between samples."""
+
+    process: str
+    user: str
+    cmdline: str | None
+    labels: CgroupLabels
+
+
+class ProcessAttributor:
+    """Builds each GPU's process series once per sample. Used on the sampler thread only.
+
+    `psutil_module`, `proc_root` and `lookup` are seams for tests; `lookup` answers
+    for PIDs that have no /proc entry on this host (the simulated backend's).
+    """
+
+    def __init__(
+        self,
+        *,
+        limit: int = 32,
+        cmdline: bool = False,
+        psutil_module: ModuleType | Any = psutil,
+        proc_root: str = "/proc",
+        lookup: Callable[[int], HostProcess | None] | None = None,
+        clock_ticks: int | None = None,
+        page_size: int | None = None,
+    ) -> None:
+        self.limit = max(0, limit)
+        self.cmdline = cmdline
+        self._psutil = psutil_module
+        self._proc_root = proc_root
+        self._lookup = lookup
+        self._clock_ticks = clock_ticks
+        self._page_size = page_size
+        self._boot_time: float | None = None
+        self._cache: dict[tuple[int, int], _Identity] = {}
+
+    # The sampler hook ----------------------------------------------------------------
+
+    def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
+        pids = {p.pid for raw in raws.values() for p in raw.processes or ()}
+        hosts = self.host_processes(pids)
+        return {
+            index: self.attribute(raw, hosts)
+            for index, raw in raws.items()
+            if raw.processes is not None
+        }
+
+    # Host side ---------------------------------------------------------------------
+
+    def host_processes(self, pids: set[int]) -> dict[int, HostProcess]:
+        """The host view of every PID, with one /proc walk for all of them."""
+        out: dict[int, HostProcess] = {}
+        rest: list[int] = []
+        for pid in pids:
+            known = self._lookup(pid) if self._lookup is not None else None
+            if known is not None:
+                out[pid] = known if self.cmdline else replace(known, cmdline=None)
+            else:
+                rest.append(pid)
+        if not rest:
+            self._cache.clear()
+            return out
+        table = ProcTable.scan(self._proc_root)
+        used: set[tuple[int, int]] = set()
+        for pid in rest:
+            stat = table.get(pid)
+            if stat is None:  # another PID namespace, hidden, or already gone
+                out[pid] = HostProcess()
+                continue
+            key = (pid, stat.start_ticks)
+            identity = self._cache.get(key)
+            if identity is None:
+                identity, complete = self._identify(stat)
+                if complete:
+                    self._cache[key] = identity
+            used.add(key)
+            descendants = table.descendants(pid)
+            ticks = self._ticks()
+            out[pid] = HostProcess(
+                process=identity.process,
+                user=identity.user,
+                cmdline=identity.cmdline,
+                labels=identity.labels,
+                cpu_seconds=table.tree_cpu_ticks(pid, descendants) / ticks,
+                workers=len(descendants),
+                resident_memory_bytes=stat.rss_pages * self._pages(),
+                start_time_seconds=self._boot() + stat.start_ticks / ticks,
+            )
+        for key in set(self._cache) - used:  # exited processes leave the cache
+            del self._cache[key]
+        return out
+
+    def _identify(self, stat: ProcStat) -> tuple[_Identity, bool]:
+        """Name, user, command line and cgroup of one process.
+
+        Returns the identity and whether it is complete enough to cache (not when the
+        process vanished half-way: the next sample will not ask again anyway).
+        """
+        ps = self._psutil
+        name, user, cmdline, complete = stat.comm, "", None, True
+        try:
+            proc = ps.Process(stat.pid)
+            with proc.oneshot():
+                try:
+                    name = proc.name() or stat.comm
+                except ps.AccessDenied:
+                    pass
+                try:
+                    user = proc.username()
+                except ps.AccessDenied:
+                    pass
+                if self.cmdline:
+                    try:
+                        cmdline = " ".join(proc.cmdline())[:CMDLINE_MAX_CHARS] or None
+                    except ps.AccessDenied:
+                        pass
+        except ps.NoSuchProcess:  # includes ZombieProcess
+            complete = False
+        except ps.AccessDenied:
+            pass
+        labels = CgroupLabels()
+        try:
+            with open(f"{self._proc_root}/{stat.pid}/cgroup", encoding="utf-8") as handle:
+                labels = parse_cgroup(handle.read())
+        except FileNotFoundError:
+            complete = False
+        except (OSError, UnicodeDecodeError):
+            pass
+        return _Identity(name, user, cmdline, labels), complete
+
+    def _ticks(self) -> int:
+        if self._clock_ticks is None:
+            self._clock_ticks = os.sysconf("SC_CLK_TCK")
+        return self._clock_ticks
+
+    def _pages(self) -> int:
+        if self._page_size is None:
+            self._page_size = os.sysconf("SC_PAGE_SIZE")
+        return self._page_size
+
+    def _boot(self) -> float:
+        if self._boot_time is None:
+            self._boot_time = float(self._psutil.boot_time())
+        return self._boot_time
+
+    # One GPU -----------------------------------------------------------------------
+
+    def attribute(self, raw: DeviceRaw, hosts: Mapping[int, HostProcess]) -> Attribution:
+        """The process series of one GPU and the memory none of them accounts for."""
+        entries = _merge(raw.processes or ())
+        utilization = _latest_utilization(raw.process_utilization)
+        samples = [
+            _sample(
+                pid,
+                context,
+                memory,
+                utilization,
+                raw.process_utilization is not None,
+                hosts.get(pid, HostProcess()),
+            )
+            for (pid, context), memory in entries.items()
+        ]
+        samples.sort(key=lambda s: (-(s.memory_used_bytes or 0), int(s.pid)))
+        kept, rest = samples[: self.limit], samples[self.limit :]
+        kept.sort(key=lambda s: (int(s.pid), s.context))
+        if rest:
+            kept.append(_other(rest))
+        return Attribution(tuple(kept), _unattributed(raw, entries))
+
+
+def _merge(processes: Sequence[GpuProcess]) -> dict[tuple[int, str], int | None]:
+    """GPU memory per (pid, context); a PID listed twice (MIG instances) is summed."""
+    out: dict[tuple[int, str], int | None] = {}
+    for p in processes:
+        key = (p.pid, p.context)
+        if key in out:
+            previous = out[key]
+            out[key] = (
+                None
+                if previous is None or p.used_memory_bytes is None
+                else previous + p.used_memory_bytes
+            )
+        else:
+            out[key] = p.used_memory_bytes
+    return out
+
+
+def _latest_utilization(
+    samples: Sequence[ProcessUtilization] | None,
+) -> dict[int, ProcessUtilization]:
+    """The newest utilization sample of each PID."""
+    latest: dict[int, ProcessUtilization] = {}
+    for s in samples or ():
+        seen = latest.get(s.pid)
+        if seen is None or s.timestamp_us >= seen.timestamp_us:
+            latest[s.pid] = s
+    return latest
+
+
+def _sample(
+    pid: int,
+    context: str,
+    memory: int | None,
+    utilization: Mapping[int, ProcessUtilization],
+    utilization_supported: bool,
+    host: HostProcess,
+) -> ProcessSample:
+    u = utilization.get(pid)
+    # The driver lists only processes that ran kernels in the period: absent means idle.
+    sm = u.sm_ratio if u is not None else (0.0 if utilization_supported else None)
+    mc = u.memory_controller_ratio if u is not None else (0.0 if utilization_supported else None)
+    return ProcessSample(
+        pid=str(pid),
+        process=host.process,
+        user=host.user,
+        context=context,
+        container_id=host.labels.container_id,
+        pod_uid=host.labels.pod_uid,
+        systemd_unit=host.labels.systemd_unit,
+        slurm_job_id=host.labels.slurm_job_id,
+        cmdline=host.cmdline,
+        memory_used_bytes=memory,
+        sm_ratio=sm,
+        memory_controller_ratio=mc,
+        cpu_seconds=host.cpu_seconds,
+        workers=host.workers,
+        resident_memory_bytes=host.resident_memory_bytes,
+        start_time_seconds=host.start_time_seconds,
+    )
+
+
+def _sum_int(values: Sequence[int | None]) -> int | None:
+    """The sum, or None when any value is unknown (a partial sum would mislead)."""
+    if any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
+
+
+def _sum_ratio(values: Sequence[float | None]) -> float | None:
+    if any(v is None for v in values):
+        return None
+    return min(1.0, sum(v for v in values if v is not None))
+
+
+def _other(rest: Sequence[ProcessSample]) -> ProcessSample:
+    """The roll-up of the processes beyond the cap.
+
+    Gauges are summed. CPU seconds and start time are left out: a sum over a set of
+    processes that changes between samples is not a counter, and has no start.
+    """
+    contexts = {s.context for s in rest}
+    return ProcessSample(
+        pid="",
+        process=OTHER,
+        user="",
+        context=contexts.pop() if len(contexts) == 1 else "",
+        memory_used_bytes=_sum_int([s.memory_used_bytes for s in rest]),
+        sm_ratio=_sum_ratio([s.sm_ratio for s in rest]),
+        memory_controller_ratio=_sum_ratio([s.memory_controller_ratio for s in rest]),
+        workers=_sum_int([s.workers for s in rest]),
+        resident_memory_bytes=_sum_int([s.resident_memory_bytes for s in rest]),
+    )
+
+
+def _unattributed(raw: DeviceRaw, entries: Mapping[tuple[int, str], int | None]) -> int | None:
+    """Used GPU memory no listed process accounts for, in bytes; never negative.
+
+    `memory_used_bytes` comes from NVML's v2 memory info, whose `used` already leaves out
+    the driver's reservation (`gpu_memory_reserved_bytes`); where only v1 exists the
+    reservation is not reported and cannot be taken out. None when the used memory or any
+    process's memory is unknown (MIG, vGPU): a guess would hide or invent a leak.
+    """
+    used = raw.reading.memory_used_bytes
+    if used is None:
+        return None
+    per_pid: dict[int, int] = {}
+    for (pid, _context), memory in entries.items():
+        if memory is None:
+            return None
+        per_pid[pid] = max(per_pid.get(pid, 0), memory)  # a C+G process counted once
+    return max(0, used - sum(per_pid.values()))

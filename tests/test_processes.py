@@ -1,0 +1,459 @@
+"""Process attribution over a fake /proc root and a fake psutil: trees, caching, failures, cap."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.backends.base import DeviceReading, DeviceStatic, GpuProcess, ProcessUtilization
+from gpu_exporter.cgroups import CgroupLabels
+from gpu_exporter.processes import CMDLINE_MAX_CHARS, HostProcess, ProcessAttributor
+from gpu_exporter.proctree import ProcTable, parse_stat
+from gpu_exporter.sampler import DeviceRaw
+from gpu_exporter.snapshot import ProcessSample
+
+TICKS = 100
+PAGE = 4096
+BOOT = 1_700_000_000.0
+CONTAINER = "ab" * 32
+
+
+# A fake /proc and a fake psutil ------------------------------------------------------------
+
+
+class NoSuchProcess(Exception):
+    pass
+
+
+class ZombieProcess(NoSuchProcess):
+    pass
+
+
+class AccessDenied(Exception):
+    pass
+
+
+@dataclass
+class FakeProc:
+    pid: int
+    ppid: int
+    comm: str
+    cpu_ticks: tuple[int, int, int, int] = (0, 0, 0, 0)  # utime, stime, cutime, cstime
+    start_ticks: int = 1000
+    rss_pages: int = 0
+    user: str = "alice"
+    name: str | None = None  # psutil's name(), when it differs from comm
+    cmdline: list[str] = field(default_factory=list)
+    cgroup: str = "0::/\n"
+    deny: frozenset[str] = frozenset()  # psutil methods answering AccessDenied
+    vanish: bool = False  # psutil says NoSuchProcess (it exited after the walk)
+
+
+class FakeHost:
+    """Writes a /proc tree and plays psutil over the same processes."""
+
+    NoSuchProcess = NoSuchProcess
+    ZombieProcess = ZombieProcess
+    AccessDenied = AccessDenied
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.procs: dict[int, FakeProc] = {}
+        self.lookups: list[int] = []
+
+    def add(self, proc: FakeProc) -> FakeProc:
+        self.procs[proc.pid] = proc
+        d = self.root / str(proc.pid)
+        d.mkdir(parents=True, exist_ok=True)
+        u, s, cu, cs = proc.cpu_ticks
+        rest = ["S", str(proc.ppid)] + ["0"] * 9 + [str(u), str(s), str(cu), str(cs)]
+        rest += ["20", "0", "1", "0", str(proc.start_ticks), "1000000", str(proc.rss_pages)]
+        rest += ["0"] * 20
+        (d / "stat").write_text(f"{proc.pid} ({proc.comm}) {' '.join(rest)}\n")
+        (d / "cgroup").write_text(proc.cgroup)
+        return proc
+
+    def remove(self, pid: int) -> None:
+        del self.procs[pid]
+        for f in (self.root / str(pid)).iterdir():
+            f.unlink()
+        (self.root / str(pid)).rmdir()
+
+    # psutil's surface ---------------------------------------------------------------
+
+    def boot_time(self) -> float:
+        return BOOT
+
+    def Process(self, pid: int) -> FakePsutilProcess:  # noqa: N802 (psutil's name)
+        self.lookups.append(pid)
+        proc = self.procs.get(pid)
+        if proc is None or proc.vanish:
+            raise NoSuchProcess(pid)
+        return FakePsutilProcess(proc)
+
+
+class FakePsutilProcess:
+    def __init__(self, proc: FakeProc) -> None:
+        self._p = proc
+
+    @contextmanager
+    def oneshot(self) -> Iterator[None]:
+        yield
+
+    def _check(self, what: str) -> None:
+        if what in self._p.deny:
+            raise AccessDenied(what)
+
+    def name(self) -> str:
+        self._check("name")
+        return self._p.name or self._p.comm
+
+    def username(self) -> str:
+        self._check("username")
+        return self._p.user
+
+    def cmdline(self) -> list[str]:
+        self._check("cmdline")
+        return self._p.cmdline
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> FakeHost:
+    h = FakeHost(tmp_path / "proc")
+    h.root.mkdir()
+    h.add(FakeProc(1, 0, "systemd", user="root"))
+    return h
+
+
+def attributor(host: FakeHost, **kwargs: object) -> ProcessAttributor:
+    return ProcessAttributor(
+        psutil_module=host,
+        proc_root=str(host.root),
+        clock_ticks=TICKS,
+        page_size=PAGE,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+STATIC = DeviceStatic(
+    index=0,
+    uuid="GPU-0",
+    name="x",
+    pci_bus_id=None,
+    serial=None,
+    vbios_version=None,
+    compute_capability=None,
+    max_clocks_hertz={},
+    slowdown_temperature_celsius=None,
+    shutdown_temperature_celsius=None,
+    pcie_max_generation=None,
+    pcie_max_width=None,
+)
+
+
+def raw(
+    processes: Sequence[GpuProcess] | None,
+    utilization: Sequence[ProcessUtilization] | None = (),
+    used: int | None = 10 * 2**30,
+) -> DeviceRaw:
+    return DeviceRaw(
+        STATIC, DeviceReading(memory_used_bytes=used), None, None, processes, utilization
+    )
+
+
+def gpu(pid: int, memory: int | None = 2**30, context: str = "compute") -> GpuProcess:
+    return GpuProcess(pid, context, memory)  # type: ignore[arg-type]
+
+
+def by_pid(samples: Sequence[ProcessSample]) -> dict[str, ProcessSample]:
+    return {s.pid: s for s in samples}
+
+
+# /proc/PID/stat and the walk --------------------------------------------------------------
+
+
+def test_stat_parse_survives_spaces_and_parentheses_in_the_command_name() -> None:
+    rest = "S 7 " + " ".join(["0"] * 9) + " 10 20 30 40 0 0 1 0 555 0 9 " + " ".join(["0"] * 20)
+    stat = parse_stat(f"42 (my (odd) name) {rest}".encode())
+    assert (stat.pid, stat.comm, stat.ppid) == (42, "my (odd) name", 7)
+    assert (stat.cpu_ticks, stat.start_ticks, stat.rss_pages) == (100, 555, 9)
+
+
+def test_walk_finds_every_generation_of_descendants(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
+    host.add(FakeProc(11, 10, "pt_data_worker"))
+    host.add(FakeProc(12, 10, "pt_data_worker"))
+    host.add(FakeProc(13, 12, "sh"))
+    host.add(FakeProc(20, 1, "other"))
+    table = ProcTable.scan(str(host.root))
+    assert sorted(table.descendants(10)) == [11, 12, 13]
+    assert table.descendants(20) == []
+    assert table.descendants(999) == []
+
+
+def test_walk_of_a_missing_root_is_empty(tmp_path: Path) -> None:
+    assert ProcTable.scan(str(tmp_path / "nope")).stats == {}
+
+
+# The tree CPU counter and host values -----------------------------------------------------
+
+
+def test_process_series_carry_the_tree_cpu_workers_rss_and_start_time(host: FakeHost) -> None:
+    host.add(
+        FakeProc(10, 1, "python", (300, 100, 50, 50), start_ticks=5000, rss_pages=1000,
+                 cgroup=f"0::/system.slice/docker-{CONTAINER}.scope\n")
+    )  # fmt: skip
+    host.add(FakeProc(11, 10, "pt_data_worker", (200, 0, 0, 0)))
+    host.add(FakeProc(12, 10, "pt_data_worker", (200, 0, 0, 0)))
+    host.add(FakeProc(13, 12, "sh", (100, 0, 0, 0)))
+    host.add(FakeProc(20, 1, "unrelated", (9999, 0, 0, 0)))
+    out = attributor(host)({0: raw([gpu(10)])})
+    (p,) = out[0].processes
+    assert p.pid == "10" and p.process == "python" and p.user == "alice"
+    assert p.container_id == CONTAINER and p.context == "compute"
+    assert p.cpu_seconds == pytest.approx((500 + 200 + 200 + 100) / TICKS)
+    assert p.workers == 3
+    assert p.resident_memory_bytes == 1000 * PAGE
+    assert p.start_time_seconds == pytest.approx(BOOT + 5000 / TICKS)
+    assert p.memory_used_bytes == 2**30
+
+
+def test_one_proc_walk_per_sample_whatever_the_number_of_processes(
+    host: FakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for pid in range(10, 18):
+        host.add(FakeProc(pid, 1, "python"))
+    scans: list[str] = []
+    real = ProcTable.scan
+
+    def counting(root: str = "/proc") -> ProcTable:
+        scans.append(root)
+        return real(root)
+
+    monkeypatch.setattr(ProcTable, "scan", staticmethod(counting))
+    a = attributor(host)
+    raws = {i: raw([gpu(10 + 2 * i), gpu(11 + 2 * i)]) for i in range(4)}
+    a(raws)
+    assert len(scans) == 1
+    a(raws)
+    assert len(scans) == 2
+
+
+def test_no_walk_when_no_gpu_has_a_process(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ProcTable, "scan", staticmethod(lambda root="/proc": pytest.fail()))
+    out = attributor(host)({0: raw([]), 1: raw(None)})
+    assert out[0].processes == ()
+    assert 1 not in out  # processes unsupported: no gpu_processes, no unattributed memory
+
+
+# Processes we cannot see ------------------------------------------------------------------
+
+
+def test_pid_from_another_namespace_keeps_its_gpu_series_with_empty_labels(
+    host: FakeHost,
+) -> None:
+    out = attributor(host)({0: raw([gpu(4_000_123, 3 * 2**30)], [ProcessUtilization(
+        4_000_123, 5, 0.5, 0.25)])})  # fmt: skip
+    (p,) = out[0].processes
+    assert (p.pid, p.process, p.user, p.container_id) == ("4000123", "", "", "")
+    assert p.memory_used_bytes == 3 * 2**30 and p.sm_ratio == 0.5
+    assert p.memory_controller_ratio == 0.25
+    assert p.cpu_seconds is None and p.workers is None and p.start_time_seconds is None
+    assert host.lookups == []  # not in the walk: psutil is not even asked
+
+
+def test_process_that_exits_after_the_walk_keeps_what_the_walk_saw(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python", (100, 0, 0, 0), vanish=True))
+    a = attributor(host)
+    (p,) = a({0: raw([gpu(10)])})[0].processes
+    assert (p.process, p.user) == ("python", "")
+    assert p.cpu_seconds == pytest.approx(1.0)
+    a({0: raw([gpu(10)])})
+    assert host.lookups == [10, 10]  # an incomplete identity is not cached
+
+
+def test_access_denied_leaves_that_label_empty_and_keeps_the_rest(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python", deny=frozenset({"username", "cmdline"}),
+                      cmdline=["python", "x.py"]))  # fmt: skip
+    host.add(FakeProc(11, 1, "python", deny=frozenset({"name"}), user="bob"))
+    out = by_pid(attributor(host, cmdline=True)({0: raw([gpu(10), gpu(11)])})[0].processes)
+    assert (out["10"].process, out["10"].user, out["10"].cmdline) == ("python", "", None)
+    assert (out["11"].process, out["11"].user) == ("python", "bob")
+
+
+def test_unreadable_cgroup_file_leaves_the_attribution_labels_empty(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
+    (host.root / "10" / "cgroup").unlink()
+    (p,) = attributor(host)({0: raw([gpu(10)])})[0].processes
+    assert (p.container_id, p.pod_uid, p.systemd_unit, p.slurm_job_id) == ("", "", "", "")
+    assert p.process == "python"
+
+
+# The cache --------------------------------------------------------------------------------
+
+
+def test_identity_is_cached_per_pid_and_start_time_but_cpu_is_read_every_sample(
+    host: FakeHost,
+) -> None:
+    host.add(FakeProc(10, 1, "python", (100, 0, 0, 0), start_ticks=500))
+    a = attributor(host)
+    first = a({0: raw([gpu(10)])})[0].processes[0]
+    host.add(FakeProc(10, 1, "python", (250, 0, 0, 0), start_ticks=500, user="changed"))
+    second = a({0: raw([gpu(10)])})[0].processes[0]
+    assert host.lookups == [10]
+    assert (first.user, second.user) == ("alice", "alice")
+    assert (first.cpu_seconds, second.cpu_seconds) == (1.0, 2.5)
+    # the PID is reused by a new process: a new start time, a fresh lookup
+    host.add(FakeProc(10, 1, "bash", start_ticks=900, user="mallory"))
+    third = a({0: raw([gpu(10)])})[0].processes[0]
+    assert (third.process, third.user) == ("bash", "mallory")
+    assert host.lookups == [10, 10]
+
+
+def test_exited_processes_leave_the_cache_and_their_series_vanish(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
+    host.add(FakeProc(11, 1, "python"))
+    a = attributor(host)
+    assert len(a({0: raw([gpu(10), gpu(11)])})[0].processes) == 2
+    host.remove(11)
+    out = a({0: raw([gpu(10)])})[0].processes
+    assert [p.pid for p in out] == ["10"]
+    assert [pid for pid, _start in a._cache] == [10]
+
+
+# The command line -------------------------------------------------------------------------
+
+
+def test_command_line_is_read_only_when_enabled_and_truncated(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python", cmdline=["python", "train.py", "--token=" + "x" * 400]))
+    (off,) = attributor(host)({0: raw([gpu(10)])})[0].processes
+    assert off.cmdline is None
+    (on,) = attributor(host, cmdline=True)({0: raw([gpu(10)])})[0].processes
+    assert on.cmdline is not None and len(on.cmdline) == CMDLINE_MAX_CHARS
+    assert on.cmdline.startswith("python train.py --token=xxx")
+
+
+def test_full_name_from_psutil_beats_the_truncated_comm(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "tritonserver_lo", name="tritonserver_long_name"))
+    (p,) = attributor(host)({0: raw([gpu(10)])})[0].processes
+    assert p.process == "tritonserver_long_name"
+
+
+# Utilization ------------------------------------------------------------------------------
+
+
+def test_utilization_is_the_newest_sample_and_idle_processes_read_zero(host: FakeHost) -> None:
+    for pid in (10, 11):
+        host.add(FakeProc(pid, 1, "python"))
+    samples = [ProcessUtilization(10, 100, 0.9, 0.3), ProcessUtilization(10, 200, 0.4, 0.1)]
+    out = by_pid(attributor(host)({0: raw([gpu(10), gpu(11)], samples)})[0].processes)
+    assert (out["10"].sm_ratio, out["10"].memory_controller_ratio) == (0.4, 0.1)
+    assert (out["11"].sm_ratio, out["11"].memory_controller_ratio) == (0.0, 0.0)
+
+
+def test_utilization_unsupported_leaves_the_ratios_out(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
+    (p,) = attributor(host)({0: raw([gpu(10)], None)})[0].processes
+    assert p.sm_ratio is None and p.memory_controller_ratio is None
+
+
+# The cap ----------------------------------------------------------------------------------
+
+
+def test_cap_keeps_the_largest_and_sums_the_rest_into_other(host: FakeHost) -> None:
+    for pid in range(10, 15):
+        host.add(FakeProc(pid, 1, "python", (100, 0, 0, 0), rss_pages=10))
+    procs = [gpu(10, 1), gpu(11, 50), gpu(12, 30), gpu(13, 40), gpu(14, 2)]
+    util = [ProcessUtilization(10, 1, 0.5, 0.1), ProcessUtilization(14, 1, 0.7, 0.2)]
+    out = attributor(host, limit=2)({0: raw(procs, util, used=200)})[0]
+    *kept, other = out.processes
+    assert [p.pid for p in kept] == ["11", "13"]
+    assert (other.pid, other.process, other.user) == ("", "other", "")
+    assert other.memory_used_bytes == 1 + 30 + 2
+    assert other.sm_ratio == 1.0  # 0.5 + 0.7 + 0.0, a ratio stays in 0..1
+    assert other.memory_controller_ratio == pytest.approx(0.3)
+    assert other.resident_memory_bytes == 3 * 10 * PAGE and other.workers == 0
+    assert other.cpu_seconds is None and other.start_time_seconds is None
+    assert out.unattributed_memory_bytes == 200 - 123
+
+
+def test_no_other_series_under_the_cap(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
+    out = attributor(host, limit=2)({0: raw([gpu(10)])})[0]
+    assert [p.process for p in out.processes] == ["python"]
+
+
+def test_other_sum_is_left_out_when_a_member_is_unknown(host: FakeHost) -> None:
+    out = attributor(host, limit=0)({0: raw([gpu(10, 5), gpu(11, None)])})[0]
+    (other,) = out.processes
+    assert other.memory_used_bytes is None and other.resident_memory_bytes is None
+
+
+# Unattributed memory ----------------------------------------------------------------------
+
+
+def test_unattributed_memory_is_used_minus_the_processes(host: FakeHost) -> None:
+    out = attributor(host)({0: raw([gpu(10, 3 * 2**30), gpu(11, 2**30)], used=10 * 2**30)})
+    assert out[0].unattributed_memory_bytes == 6 * 2**30
+
+
+def test_unattributed_memory_is_never_negative(host: FakeHost) -> None:
+    out = attributor(host)({0: raw([gpu(10, 12 * 2**30)], used=10 * 2**30)})
+    assert out[0].unattributed_memory_bytes == 0
+
+
+def test_gpu_with_memory_and_no_process_is_all_unattributed(host: FakeHost) -> None:
+    out = attributor(host)({0: raw([], used=30 * 2**30)})
+    assert out[0].processes == () and out[0].unattributed_memory_bytes == 30 * 2**30
+
+
+def test_unattributed_memory_is_unknown_when_any_process_memory_is(host: FakeHost) -> None:
+    assert attributor(host)({0: raw([gpu(10, None)])})[0].unattributed_memory_bytes is None
+    assert attributor(host)({0: raw([gpu(10)], used=None)})[0].unattributed_memory_bytes is None
+
+
+def test_compute_and_graphics_contexts_of_one_process(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "Xorg"))
+    procs = [gpu(10, 2**30, "compute"), gpu(10, 2**30, "graphics")]
+    out = attributor(host)({0: raw(procs, used=3 * 2**30)})[0]
+    assert sorted(p.context for p in out.processes) == ["compute", "graphics"]
+    assert out.unattributed_memory_bytes == 2 * 2**30  # its memory counted once
+
+
+def test_a_pid_listed_twice_in_one_context_is_one_series(host: FakeHost) -> None:
+    out = attributor(host)({0: raw([gpu(10, 5), gpu(10, 7)], used=20)})[0]
+    (p,) = out.processes
+    assert p.memory_used_bytes == 12 and out.unattributed_memory_bytes == 8
+
+
+# A backend that knows its own processes ---------------------------------------------------
+
+
+def test_lookup_answers_for_pids_without_a_proc_entry(host: FakeHost) -> None:
+    known = HostProcess(
+        process="python",
+        user="alice",
+        cmdline="python train.py",
+        labels=CgroupLabels(slurm_job_id="7"),
+        cpu_seconds=12.5,
+        workers=4,
+    )
+
+    def lookup(pid: int) -> HostProcess | None:
+        return known if pid == 5_000_001 else None
+
+    (p,) = attributor(host, lookup=lookup)({0: raw([gpu(5_000_001)])})[0].processes
+    assert (p.process, p.user, p.slurm_job_id, p.cpu_seconds, p.workers) == (
+        "python",
+        "alice",
+        "7",
+        12.5,
+        4,
+    )
+    assert p.cmdline is None  # the command line stays off unless enabled
+    (q,) = attributor(host, lookup=lookup, cmdline=True)({0: raw([gpu(5_000_001)])})[0].processes
+    assert q.cmdline == "python train.py"

@@ -1,0 +1,104 @@
+"""The simulated host's built-in tenants, through the real sampler and attributor."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_exporter.backends.simulated import Scenario, SimulatedBackend, SimulatedProcess
+from gpu_exporter.backends.simulated_processes import BUILTIN_PID_BASE
+from gpu_exporter.catalogue import COLLECTORS
+from gpu_exporter.processes import HostProcessSource, ProcessAttributor
+from gpu_exporter.sampler import Sampler
+from gpu_exporter.snapshot import Snapshot
+
+T0 = 1_790_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now - T0
+
+
+def sampler(backend: SimulatedBackend, clock: Clock) -> Sampler:
+    assert isinstance(backend, HostProcessSource)
+    return Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=5.0,
+        collectors=frozenset(c.name for c in COLLECTORS),
+        attribute_processes=ProcessAttributor(lookup=backend.host_process),
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+
+
+def two_samples(gpus: int, seconds: float = 10.0) -> tuple[Snapshot, Snapshot]:
+    clock = Clock()
+    s = sampler(SimulatedBackend(gpus, clock=clock.wall), clock)
+    first = s.sample_once()
+    clock.now += seconds
+    second = s.sample_once()
+    s.stop(0)
+    return first, second
+
+
+def test_training_job_on_the_flickering_gpu_has_four_busy_workers() -> None:
+    first, second = two_samples(4)
+    (a,) = first.devices[0].processes or ()
+    (b,) = second.devices[0].processes or ()
+    assert (b.process, b.user, b.workers) == ("python", "alice", 4)
+    assert b.container_id and b.pod_uid and int(b.pid) >= BUILTIN_PID_BASE
+    assert a.cpu_seconds is not None and b.cpu_seconds is not None
+    cores = (b.cpu_seconds - a.cpu_seconds) / 10.0
+    assert 4.0 <= cores <= 4.5  # the 4 workers flat out, the main process a little
+    assert b.sm_ratio in (0.0, 0.95)
+
+
+def test_idle_allocated_gpu_holds_leaked_memory_with_no_process() -> None:
+    _, snapshot = two_samples(4)
+    leaked = snapshot.devices[1]
+    assert leaked.processes == ()
+    assert leaked.reading is not None
+    assert leaked.unattributed_memory_bytes == leaked.reading.memory_used_bytes > 0
+
+
+def test_healthy_gpus_have_all_their_memory_attributed() -> None:
+    _, snapshot = two_samples(8)
+    for device in snapshot.devices:
+        if device.index % 4 != 1:
+            assert device.unattributed_memory_bytes == 0, device.index
+            assert device.processes, device.index
+
+
+def test_every_profile_has_distinct_labels_per_gpu() -> None:
+    _, snapshot = two_samples(8)
+    jobs = {d.index: (d.processes or ())[0] for d in snapshot.devices if d.processes}
+    assert jobs[0].container_id != jobs[4].container_id
+    assert jobs[2].slurm_job_id and jobs[2].slurm_job_id != jobs[6].slurm_job_id
+    assert (jobs[3].process, jobs[3].container_id != "") == ("tritonserver", True)
+
+
+def test_scenario_processes_replace_the_built_in_ones() -> None:
+    clock = Clock()
+    backend = SimulatedBackend(2, clock=clock.wall)
+    backend._scenario = Scenario(
+        processes=(SimulatedProcess(gpu=1, pid=4_000_001, memory_bytes=2**30, sm_ratio=0.5),)
+    )
+    s = sampler(backend, clock)
+    snapshot = s.sample_once()
+    s.stop(0)
+    assert snapshot.devices[0].processes == ()
+    (p,) = snapshot.devices[1].processes or ()
+    assert (p.pid, p.memory_used_bytes, p.sm_ratio) == ("4000001", 2**30, 0.5)
+    assert backend.host_process(BUILTIN_PID_BASE + 1) is None
+
+
+@pytest.mark.parametrize("pid", [1, BUILTIN_PID_BASE + 150, BUILTIN_PID_BASE + 99 * 100 + 1])
+def test_host_process_answers_only_for_built_in_pids(pid: int) -> None:
+    assert SimulatedBackend(4).host_process(pid) is None

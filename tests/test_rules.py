@@ -1,0 +1,392 @@
+"""Alert and recording rules: promtool checks and tests them, and they keep their contract.
+
+`python -m tests.test_rules --write` regenerates deploy/kubernetes/prometheusrule.yaml
+from deploy/prometheus/rules/*.yml.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from gpu_exporter.catalogue import INFO_LABELS, METRICS_BY_NAME
+from tests.support.exporter import REPO
+
+PROMETHEUS = REPO / "deploy" / "prometheus"
+RULES = PROMETHEUS / "rules"
+RULE_FILES = (RULES / "gpu-recording.yml", RULES / "gpu-alerts.yml")
+ALERT_TESTS = PROMETHEUS / "tests" / "gpu-alerts.test.yml"
+RECORDING_TESTS = PROMETHEUS / "tests" / "gpu-recording.test.yml"
+PROMETHEUS_RULE = REPO / "deploy" / "kubernetes" / "prometheusrule.yaml"
+ALERTS_DOC = REPO / "docs" / "alerts.md"
+
+# labels the scrape adds to every series (target labels)
+TARGET_LABELS = frozenset({"instance", "job"})
+# series Prometheus itself makes
+BUILTIN_METRICS = {"up": TARGET_LABELS}
+SEVERITIES = frozenset({"critical", "warning", "info"})
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    assert binary, "promtool is not installed: run `make system-deps`"
+    return subprocess.run(
+        [binary, *args], capture_output=True, text=True, timeout=120, cwd=PROMETHEUS / "tests"
+    )
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def groups() -> list[dict[str, Any]]:
+    return [group for path in RULE_FILES for group in load(path)["groups"]]
+
+
+def alerts() -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for g in groups() for r in g["rules"] if "alert" in r}
+
+
+def recordings() -> dict[str, dict[str, Any]]:
+    return {r["record"]: r for g in groups() for r in g["rules"] if "record" in r}
+
+
+# --- promtool ------------------------------------------------------------------------
+
+
+def test_promtool_check_rules_passes() -> None:
+    result = promtool("check", "rules", *(str(p) for p in RULE_FILES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_check_rules_rejects_a_broken_expression(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    text = (RULES / "gpu-alerts.yml").read_text()
+    broken.write_text(text.replace("expr: gpu_up == 0", "expr: gpu_up == == 0"))
+    result = promtool("check", "rules", str(broken))
+    assert result.returncode != 0
+
+
+@pytest.mark.parametrize("tests", [ALERT_TESTS, RECORDING_TESTS], ids=lambda p: p.name)
+def test_promtool_test_rules_passes(tests: Path) -> None:
+    result = promtool("test", "rules", str(tests))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_test_rules_fails_when_an_alert_changes(tmp_path: Path) -> None:
+    """The unit tests are sharp: a changed threshold makes them fail."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(RULES / "gpu-recording.yml", rules)
+    text = (RULES / "gpu-alerts.yml").read_text()
+    (rules / "gpu-alerts.yml").write_text(text.replace("/ gpu_memory_total_bytes > 0.95", "> 0"))
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copy(ALERT_TESTS, tests)
+    result = promtool("test", "rules", str(tests / ALERT_TESTS.name))
+    assert result.returncode != 0
+    assert "GPUMemoryNearFull" in result.stdout + result.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for test in load(ALERT_TESTS)["tests"]:
+        for case in test.get("alert_rule_test", []):
+            (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
+    defined = set(alerts())
+    assert firing | quiet <= defined, f"tests for unknown alerts: {(firing | quiet) - defined}"
+    assert defined - firing == set(), "alerts never tested firing"
+    assert defined - quiet == set(), "alerts never tested quiet"
+
+
+def test_every_recording_rule_is_tested() -> None:
+    tested = {
+        case["expr"].split("{")[0].strip()
+        for test in load(RECORDING_TESTS)["tests"]
+        for case in test.get("promql_expr_test", [])
+    }
+    assert set(recordings()) - tested == set()
+
+
+def test_the_test_files_load_both_rule_files() -> None:
+    wanted = {"../rules/gpu-recording.yml", "../rules/gpu-alerts.yml"}
+    assert set(load(ALERT_TESTS)["rule_files"]) == wanted
+    assert set(load(RECORDING_TESTS)["rule_files"]) <= wanted
+
+
+# --- the alert contract -----------------------------------------------------------------
+
+REQUIRED_ALERTS = {
+    "GPUExporterDown",
+    "GPUExporterStale",
+    "GPUNVMLDown",
+    "GPULost",
+    "GPUMissing",
+    "GPUXidCritical",
+    "GPUEccUncorrectable",
+    "GPURowRemapFailure",
+    "GPURowRemapPending",
+    "GPUThermalThrottling",
+    "GPUPowerBrake",
+    "GPUPCIeLinkDegraded",
+    "GPUMemoryNearFull",
+    "GPUMemoryFillingUp",
+    "GPUIdleWhileAllocated",
+    "GPUInputBound",
+    "GPUMemoryLeaked",
+}
+
+
+def test_the_issue_s_alerts_are_all_there() -> None:
+    assert set(alerts()) == REQUIRED_ALERTS
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's slug of a Markdown heading."""
+    slug = heading.strip().lower()
+    slug = re.sub(r"[^\w\- ]", "", slug)
+    return slug.replace(" ", "-")
+
+
+def doc_anchors() -> set[str]:
+    return {
+        github_anchor(line.lstrip("#"))
+        for line in ALERTS_DOC.read_text().splitlines()
+        if line.startswith("#")
+    }
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_ALERTS))
+def test_alert_has_severity_summary_description_and_a_runbook_section(name: str) -> None:
+    rule = alerts()[name]
+    assert rule["labels"]["severity"] in SEVERITIES
+    annotations = rule["annotations"]
+    assert set(annotations) == {"summary", "description", "runbook_url"}
+    assert annotations["summary"].strip() and len(annotations["description"]) > 40
+    url = urlparse(annotations["runbook_url"])
+    assert url.scheme == "https" and url.path.endswith("/docs/alerts.md")
+    assert url.fragment == name.lower()
+    assert url.fragment in doc_anchors(), f"docs/alerts.md has no section for {name}"
+
+
+def test_alerts_doc_explains_each_alert_s_cause_and_fix() -> None:
+    text = ALERTS_DOC.read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    by_name = {s.splitlines()[0].strip(): s for s in sections}
+    for name in REQUIRED_ALERTS:
+        section = by_name.get(name)
+        assert section, f"no '## {name}' section"
+        assert re.search(r"\*\*Cause", section) and re.search(r"\*\*Fix", section), name
+
+
+def test_input_bound_runbook_names_the_dataloader_fixes() -> None:
+    section = ALERTS_DOC.read_text().split("## GPUInputBound", 1)[1].split("\n## ", 1)[0]
+    for term in ("num_workers", "pin_memory", "augmentation"):
+        assert term in section
+
+
+def test_xid_alert_covers_fallen_off_the_bus() -> None:
+    expr = alerts()["GPUXidCritical"]["expr"]
+    lists = set(re.findall(r'xid=~"([^"]+)"', expr))
+    assert len(lists) == 1, "every selector of the Xid alert should use the same list"
+    xids = set(lists.pop().split("|"))
+    assert "79" in xids
+    assert "13" not in xids and "31" not in xids, "application errors must not page"
+    doc = ALERTS_DOC.read_text().split("## GPUXidCritical", 1)[1].split("\n## ", 1)[0]
+    for xid in xids:
+        assert re.search(rf"\|\s*{xid}\s*\|", doc), f"Xid {xid} is not explained"
+
+
+# --- metric names and labels --------------------------------------------------------------
+
+TOKEN = re.compile(
+    r"""(?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
+      |(?P<matchers>\{[^}]*\})
+      |(?P<range>\[[^\]]*\])
+      |(?P<duration>\d+(?:ms|[smhdwy])\b)
+      |(?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+      |(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
+      |(?P<other>\S)""",
+    re.X,
+)
+KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "inf", "nan"})
+# aggregations may be followed by `by (...)` instead of their opening parenthesis
+AGGREGATIONS = frozenset(
+    {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values"}
+    | {"bottomk", "topk", "quantile"}
+)
+LABEL_LIST_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
+MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+
+
+def references(expr: str) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """([(metric name, labels in its matchers)], [labels named in by/on/... lists])."""
+    tokens = [(m.lastgroup, m.group()) for m in TOKEN.finditer(expr)]
+    selectors: list[tuple[str, list[str]]] = []
+    grouping: list[str] = []
+    i = 0
+    while i < len(tokens):
+        kind, text = tokens[i]
+        following = tokens[i + 1] if i + 1 < len(tokens) else (None, "")
+        if kind == "ident" and text in LABEL_LIST_KEYWORDS:
+            if following[1] == "(":
+                i += 2
+                while i < len(tokens) and tokens[i][1] != ")":
+                    if tokens[i][0] == "ident":
+                        grouping.append(tokens[i][1])
+                    i += 1
+            i += 1
+            continue
+        if kind == "ident" and text not in KEYWORDS | AGGREGATIONS and following[1] != "(":
+            labels = MATCHER.findall(following[1]) if following[0] == "matchers" else []
+            selectors.append((text, labels))
+        elif kind == "matchers" and (i == 0 or tokens[i - 1][0] != "ident"):
+            raise AssertionError(f"selector without a metric name in {expr!r}")
+        i += 1
+    return selectors, grouping
+
+
+def check_names(expr: str, recorded: set[str]) -> list[str]:
+    """Problems with the metric names and labels `expr` uses; empty when all is well."""
+    problems = []
+    selectors, grouping = references(expr)
+    known_labels = set(TARGET_LABELS)
+    for name, labels in selectors:
+        if name in recorded:
+            continue
+        if name in BUILTIN_METRICS:
+            allowed = set(BUILTIN_METRICS[name])
+        elif name in METRICS_BY_NAME:
+            allowed = set(METRICS_BY_NAME[name].labels) | TARGET_LABELS
+        else:
+            problems.append(f"unknown metric {name}")
+            continue
+        known_labels |= allowed
+        problems += [f"{name} has no label {label}" for label in labels if label not in allowed]
+    if "gpu_info" in expr or any(name in recorded for name, _ in selectors):
+        known_labels |= set(INFO_LABELS)
+    problems += [f"unknown label {label}" for label in grouping if label not in known_labels]
+    return problems
+
+
+def test_reference_checker_finds_bad_names_and_labels() -> None:
+    """The checker below is not vacuous."""
+    assert check_names("rate(gpu_busy_second_total[5m])", set()) == [
+        "unknown metric gpu_busy_second_total"
+    ]
+    assert check_names('gpu_ecc_errors_total{type="uncorrected"}', set()) == [
+        "gpu_ecc_errors_total has no label type"
+    ]
+    assert check_names("sum by (node) (gpu_up)", set()) == ["unknown label node"]
+    assert (
+        check_names(
+            'increase(gpu_xid_errors_total{xid=~"79"}[10m]) > 0 and on (instance, gpu) gpu_up'
+            " offset 5m",
+            set(),
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    "rule", [r.get("alert") or r.get("record") for g in groups() for r in g["rules"]]
+)
+def test_rules_use_only_catalogue_metrics_and_their_labels(rule: str) -> None:
+    recorded = set(recordings())
+    (spec,) = [r for g in groups() for r in g["rules"] if rule in (r.get("alert"), r.get("record"))]
+    assert check_names(spec["expr"], recorded) == []
+
+
+def test_recording_rules_use_rules_defined_before_them() -> None:
+    """A rule reading another group's rule sees it one evaluation late; in a group, in order."""
+    seen: set[str] = set()
+    recorded = set(recordings())
+    for group in load(RULES / "gpu-recording.yml")["groups"]:
+        for rule in group["rules"]:
+            selectors, _ = references(rule["expr"])
+            for name, _ in selectors:
+                if name in recorded:
+                    assert name in seen, f"{rule['record']} uses {name} before it is recorded"
+            seen.add(rule["record"])
+
+
+def test_recording_rule_names_follow_level_metric_operations() -> None:
+    for name in recordings():
+        level, metric, operations = name.split(":")
+        assert level and metric.startswith("gpu_") and operations, name
+
+
+# --- the PrometheusRule manifest ----------------------------------------------------------
+
+HEADER = """\
+# The rules of deploy/prometheus/rules/*.yml for the Prometheus Operator.
+# Generated: `python -m tests.test_rules --write` (tests/test_rules.py fails if the two
+# ever differ). Your Prometheus' ruleSelector may require a label such as
+# `release: kube-prometheus-stack`; add it under metadata.labels.
+"""
+
+
+def render_prometheusrule() -> str:
+    manifest = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "gpu-exporter",
+            "labels": {"app.kubernetes.io/name": "gpu-exporter"},
+        },
+        "spec": {"groups": groups()},
+    }
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, string)
+    return HEADER + yaml.dump(manifest, Dumper=Dumper, sort_keys=False, width=120)
+
+
+def test_prometheusrule_holds_exactly_the_rule_files_rules() -> None:
+    manifest = load(PROMETHEUS_RULE)
+    assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
+    assert manifest["kind"] == "PrometheusRule"
+    assert manifest["metadata"]["name"]
+    assert manifest["spec"]["groups"] == groups(), (
+        "deploy/kubernetes/prometheusrule.yaml differs from deploy/prometheus/rules/*.yml: "
+        "run `python -m tests.test_rules --write`"
+    )
+
+
+def test_prometheusrule_comparison_notices_a_changed_threshold() -> None:
+    manifest = load(PROMETHEUS_RULE)
+    rule = manifest["spec"]["groups"][-1]["rules"][0]
+    rule["expr"] = rule["expr"].replace("0.95", "0.90")
+    assert manifest["spec"]["groups"] != groups()
+
+
+def test_prometheusrule_rules_pass_promtool(tmp_path: Path) -> None:
+    """The manifest's spec is itself a valid rule file."""
+    spec = tmp_path / "spec.yml"
+    spec.write_text(yaml.safe_dump(load(PROMETHEUS_RULE)["spec"]))
+    result = promtool("check", "rules", str(spec))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m tests.test_rules --write")
+    PROMETHEUS_RULE.write_text(render_prometheusrule())
+    print(f"wrote {PROMETHEUS_RULE.relative_to(REPO)}")

@@ -30,13 +30,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.catalogue import METRICS_BY_NAME
 from tests.support.dashboards import (
     DASHBOARD_FILES,
     Query,
     all_queries,
     label_values_parts,
-    metric_names,
     queries,
     substitute,
     variable_queries,
@@ -63,16 +61,12 @@ LIVE_VALUES = {
     "gpu": ".+",
 }
 STEADY_RANGE = {"__range": "4s"}
-# Per-process and host series come with issue 3; until the exporter emits them, the
-# panels that need them are skipped by name (and checked as soon as it does).
-PENDING_COLLECTORS = {"process", "host"}
 
 
 @dataclass
 class Fleet:
     prometheus: Prometheus
     exporters: list[Exporter]
-    emitted: set[str]
     job_pids: list[int]  # a parent with two workers on A's GPU 0, a lone process on GPU 1
 
     @property
@@ -97,13 +91,6 @@ def _process_tree(workers: int) -> subprocess.Popen[bytes]:
         "time.sleep(300)\n"
     )
     return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-
-
-def _metric_names_emitted(exporters: list[Exporter]) -> set[str]:
-    names: set[str] = set()
-    for exporter in exporters:
-        names |= {name for name, _labels in exporter.scrape()}
-    return names
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +138,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         # plus the steady range
         prometheus.wait_for("count(gpu_up) == 12", timeout=30)
         prometheus.wait_for("count(count_over_time(gpu_busy_seconds_total[1m]) >= 15) == 11", 40)
-        yield Fleet(prometheus, exporters, _metric_names_emitted(exporters), [t.pid for t in trees])
+        yield Fleet(prometheus, exporters, [t.pid for t in trees])
     finally:
         if prometheus is not None:
             prometheus.stop()
@@ -162,20 +149,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             tree.wait()
 
 
-def _pending(query: Query, fleet: Fleet) -> list[str]:
-    """Metrics the query needs that the exporter does not emit yet (issue 3)."""
-    return sorted(
-        name
-        for name in metric_names(substitute(query.expr, fleet.values(query.dashboard)))
-        if METRICS_BY_NAME[name].collector in PENDING_COLLECTORS and name not in fleet.emitted
-    )
-
-
 @pytest.mark.parametrize("query", all_queries(), ids=lambda q: q.name)
 def test_panel_query_returns_data(fleet: Fleet, query: Query) -> None:
     result = fleet.run(query)
-    if not result and _pending(query, fleet):
-        pytest.skip(f"{', '.join(_pending(query, fleet))} not emitted yet (issue 3)")
     if not result:
         deadline = time.monotonic() + 5  # a moment more of warm-up, once
         while not result and time.monotonic() < deadline:
@@ -200,12 +176,6 @@ def test_template_variables_list_the_fleet(fleet: Fleet, dashboard: str) -> None
         "instance": sorted(fleet.instances),
         "gpu": ["0", "1", "2", "3"],
     }
-
-
-def _require(fleet: Fleet, *metrics: str) -> None:
-    missing = sorted(set(metrics) - fleet.emitted)
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not emitted yet (issue 3)")
 
 
 def _panel(dashboard: str, title: str, ref: str = "A") -> Query:
@@ -302,7 +272,6 @@ def test_oom_line_is_total_minus_reserved(fleet: Fleet) -> None:
 
 
 def test_process_table_and_input_bound_panel_show_the_training_job(fleet: Fleet) -> None:
-    _require(fleet, "gpu_process_workers", "gpu_process_cpu_seconds_total")
     parent, lone = (str(pid) for pid in fleet.job_pids)
     workers = fleet.run(_panel("gpu-node.json", "Processes", "D"))
     by_pid = {r["metric"]["pid"]: r for r in workers}
@@ -319,7 +288,6 @@ def test_process_table_and_input_bound_panel_show_the_training_job(fleet: Fleet)
 
 
 def test_idle_gpu_hours_are_charged_to_the_owner(fleet: Fleet) -> None:
-    _require(fleet, "gpu_process_memory_used_bytes")
     title = "Top offenders: idle-allocated GPU-hours per user and container"
     result = fleet.run(_panel("gpu-fleet.json", title), **STEADY_RANGE)
     # the lone process sits on A's idle-allocated GPU 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -551,9 +552,14 @@ class PynvmlEventSet:
         try:
             data = pynvml.nvmlEventSetWait_v2(self._set, timeout_ms)
         except pynvml.NVMLError as error:
-            if getattr(error, "value", None) == pynvml.NVML_ERROR_TIMEOUT:
+            code = getattr(error, "value", None)
+            if code == pynvml.NVML_ERROR_TIMEOUT:
                 return None
-            raise_for("nvmlEventSetWait_v2", error)
+            if code in _DEVICE_LOST:
+                # A registered GPU fell off the bus: the sampler reports it down; keep
+                # waiting for the other devices, without spinning on a repeated error.
+                time.sleep(timeout_ms / 1000.0)
+                return None
             raise NvmlUnavailable(error_name(error), f"nvmlEventSetWait_v2: {error}") from error
         event_type = int(data.eventType)
         kind = _EVENT_KINDS.get(event_type, "other")
@@ -565,10 +571,7 @@ class PynvmlEventSet:
         )
 
     def close(self) -> None:
-        try:
-            pynvml.nvmlEventSetFree(self._set)
-        except pynvml.NVMLError:
-            pass
+        _free(self._set)
 
 
 def _handle_key(handle: Any) -> int:
@@ -588,27 +591,46 @@ def open_events(backend: PynvmlBackend) -> PynvmlEventSet | None:
             return None
         raise_for("nvmlEventSetCreate", error)
         raise NvmlUnavailable(error_name(error), f"nvmlEventSetCreate: {error}") from error
+    try:
+        uuids = _register_devices(backend, event_set)
+    except BaseException:
+        _free(event_set)
+        raise
+    if not uuids:
+        _free(event_set)
+        return None
+    return PynvmlEventSet(event_set, uuids)
+
+
+def _register_devices(backend: PynvmlBackend, event_set: Any) -> dict[int, str]:
+    """Register each device for the wanted events it supports: handle address -> uuid."""
     uuids: dict[int, str] = {}
     for index in range(backend.device_count()):
+        function = "nvmlDeviceGetHandleByIndex"
         try:
             device = backend._device(index)
+            function = "nvmlDeviceGetSupportedEventTypes"
             supported = int(pynvml.nvmlDeviceGetSupportedEventTypes(device.handle))
             wanted = supported & _WANTED_EVENTS
             if not wanted:
                 continue
+            function = "nvmlDeviceGetUUID"
+            uuid = _text(pynvml.nvmlDeviceGetUUID(device.handle))
+            function = "nvmlDeviceRegisterEvents"
             pynvml.nvmlDeviceRegisterEvents(device.handle, wanted, event_set)
-            uuids[_handle_key(device.handle)] = _text(pynvml.nvmlDeviceGetUUID(device.handle))
+            uuids[_handle_key(device.handle)] = uuid
         except DeviceLost:
             continue
         except pynvml.NVMLError as error:
             if getattr(error, "value", None) in _UNSUPPORTED | _DEVICE_LOST:
                 continue
-            raise_for("nvmlDeviceRegisterEvents", error)
-            backend.errors.add("nvmlDeviceRegisterEvents", error_name(error))
-    if not uuids:
-        try:
-            pynvml.nvmlEventSetFree(event_set)
-        except pynvml.NVMLError:
-            pass
-        return None
-    return PynvmlEventSet(event_set, uuids)
+            raise_for(function, error)
+            backend.errors.add(function, error_name(error))
+    return uuids
+
+
+def _free(event_set: Any) -> None:
+    try:
+        pynvml.nvmlEventSetFree(event_set)
+    except pynvml.NVMLError:
+        pass

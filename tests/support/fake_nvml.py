@@ -12,6 +12,13 @@ old driver that lacks the symbol.
 millijoules). `FakeGpu.fail` forces a return code per C function, so one fake host can
 replay several devices and driver generations (an H100 on a recent driver, an old fanless
 board that answers NOT_SUPPORTED for much of the API).
+
+The event API (nvmlEventSetCreate / RegisterEvents / EventSetWait_v2 / EventSetFree) is
+faked too: `FakeGpu.supported_events` is what nvmlDeviceGetSupportedEventTypes reports,
+`FakeNvmlLib.registrations` records every nvmlDeviceRegisterEvents call, and a test
+queues driver events with `FakeNvmlLib.push_event`; nvmlEventSetWait_v2 delivers the first
+one the set registered for (blocking up to its timeout, as the driver does) or answers
+NVML_ERROR_TIMEOUT.
 """
 
 # The fake's methods are named after the C symbols they stand in for (c_ + symbol).
@@ -20,6 +27,7 @@ board that answers NOT_SUPPORTED for much of the API).
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +39,13 @@ SUCCESS = pynvml.NVML_SUCCESS
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
+
+XID = pynvml.nvmlEventTypeXidCriticalError
+SBE = pynvml.nvmlEventTypeSingleBitEccError
+DBE = pynvml.nvmlEventTypeDoubleBitEccError
+PSTATE = pynvml.nvmlEventTypePState
+CLOCK = pynvml.nvmlEventTypeClock
 
 
 @dataclass
@@ -71,7 +86,27 @@ class FakeGpu:
     compute_processes: list[tuple[int, int]] | None = None  # (pid, used bytes)
     graphics_processes: list[tuple[int, int]] | None = None
     process_samples: list[tuple[int, int, int, int]] | None = None  # (pid, ts us, sm %, mem %)
+    # nvmlDeviceGetSupportedEventTypes: nvmlEventType* bits (0: the device supports none).
+    supported_events: int = 0
     fail: dict[str, int] = field(default_factory=dict)  # C function name -> return code
+
+
+@dataclass
+class FakeEvent:
+    """A driver event waiting to be delivered by nvmlEventSetWait_v2."""
+
+    gpu: int  # index into FakeNvmlLib.gpus
+    event_type: int  # one nvmlEventType* bit
+    data: int = 0  # eventData: the Xid code for nvmlEventTypeXidCriticalError
+
+
+@dataclass
+class FakeEventSet:
+    """One nvmlEventSet_t: the devices registered on it and their event masks."""
+
+    struct: Any  # the pynvml struct_c_nvmlEventSet_t the handle points at
+    registered: dict[int, int] = field(default_factory=dict)  # gpu index -> mask
+    freed: bool = False
 
 
 def h100(index: int = 0) -> FakeGpu:
@@ -136,6 +171,7 @@ def h100(index: int = 0) -> FakeGpu:
         compute_processes=[],
         graphics_processes=[],
         process_samples=[],
+        supported_events=SBE | DBE | PSTATE | XID | CLOCK,
     )
 
 
@@ -157,6 +193,7 @@ def old_fanless(index: int = 1) -> FakeGpu:
         power_limit_milliwatts=149_000,
         pstate=pynvml.NVML_PSTATE_UNKNOWN,
         fields={pynvml.NVML_FI_DEV_ECC_CURRENT: 0},
+        supported_events=PSTATE | XID,  # ECC is off: no ECC events
         fail={
             "nvmlDeviceGetEncoderUtilization": NOT_SUPPORTED,
             "nvmlDeviceGetDecoderUtilization": NOT_SUPPORTED,
@@ -190,6 +227,11 @@ class FakeNvmlLib:
         self.field_requests: list[list[int]] = []  # field ids of each GetFieldValues call
         self.initialised = 0
         self._structs = [pynvml.struct_c_nvmlDevice_t() for _ in gpus]
+        self.event_sets: list[FakeEventSet] = []  # every set created, freed ones included
+        self.registrations: list[tuple[int, int]] = []  # (gpu index, mask) per RegisterEvents
+        self.wait_timeouts_ms: list[int] = []  # the timeout of every EventSetWait_v2 call
+        self.pending_events: list[FakeEvent] = []
+        self._events_changed = threading.Condition()
 
     # Lookup ------------------------------------------------------------------------
 
@@ -477,3 +519,77 @@ class FakeNvmlLib:
             slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = pid, ts, sm, mem
         count._obj.value = min(len(newer), len(buf))
         return SUCCESS
+
+    # Events -------------------------------------------------------------------------
+
+    def push_event(self, gpu: int, event_type: int, data: int = 0) -> None:
+        """Queue a driver event; a waiting nvmlEventSetWait_v2 wakes up for it."""
+        with self._events_changed:
+            self.pending_events.append(FakeEvent(gpu, event_type, data))
+            self._events_changed.notify_all()
+
+    def _event_set(self, handle: Any) -> FakeEventSet | None:
+        if not isinstance(handle, pynvml.c_nvmlEventSet_t) or not handle:
+            return None
+        address = ctypes.addressof(handle.contents)
+        for event_set in self.event_sets:
+            if ctypes.addressof(event_set.struct) == address and not event_set.freed:
+                return event_set
+        return None
+
+    def c_nvmlEventSetCreate(self, ptr: Any) -> int:
+        event_set = FakeEventSet(pynvml.struct_c_nvmlEventSet_t())
+        self.event_sets.append(event_set)
+        ptr._obj.contents = event_set.struct
+        return SUCCESS
+
+    def c_nvmlDeviceGetSupportedEventTypes(self, handle: Any, ptr: Any) -> int:
+        ptr._obj.value = self._gpu(handle).supported_events
+        return SUCCESS
+
+    def c_nvmlDeviceRegisterEvents(self, handle: Any, mask: Any, set_handle: Any) -> int:
+        index = self._index_of(handle)
+        event_set = self._event_set(set_handle)
+        if index is None or event_set is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        self.registrations.append((index, int(mask.value)))
+        if int(mask.value) & ~self.gpus[index].supported_events:
+            return NOT_SUPPORTED  # as the driver answers for an unsupported type
+        event_set.registered[index] = event_set.registered.get(index, 0) | int(mask.value)
+        return SUCCESS
+
+    def c_nvmlEventSetWait_v2(self, set_handle: Any, ptr: Any, timeout_ms: Any) -> int:
+        event_set = self._event_set(set_handle)
+        if event_set is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        self.wait_timeouts_ms.append(int(timeout_ms.value))
+
+        def deliverable() -> FakeEvent | None:
+            for event in self.pending_events:
+                if event_set.registered.get(event.gpu, 0) & event.event_type:
+                    return event
+            return None
+
+        with self._events_changed:
+            event = self._events_changed.wait_for(deliverable, int(timeout_ms.value) / 1000.0)
+            if event is None:
+                return TIMEOUT
+            self.pending_events.remove(event)
+        data = ptr._obj
+        data.device = ctypes.pointer(self._structs[event.gpu])
+        data.eventType = event.event_type
+        data.eventData = event.data
+        data.gpuInstanceId = 0xFFFFFFFF  # not a MIG instance
+        data.computeInstanceId = 0xFFFFFFFF
+        return SUCCESS
+
+    def c_nvmlEventSetFree(self, set_handle: Any) -> int:
+        event_set = self._event_set(set_handle)
+        if event_set is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        event_set.freed = True
+        return SUCCESS
+
+    def live_event_sets(self) -> int:
+        """Event sets created and not freed."""
+        return sum(not s.freed for s in self.event_sets)

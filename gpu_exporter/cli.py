@@ -23,7 +23,14 @@ from gpu_exporter.processes import HostProcessSource, ProcessAttributor
 from gpu_exporter.sampler import Sampler, XidSource
 from gpu_exporter.snapshot import HostSample, Snapshot
 from gpu_exporter.systemd_notify import Notifier, Watchdog
-from gpu_exporter.web import STALE_INTERVALS, ListenError, Routes, ServingState, bind
+from gpu_exporter.web import (
+    STALE_INTERVALS,
+    HttpServer,
+    ListenError,
+    Routes,
+    ServingState,
+    bind,
+)
 from gpu_exporter.web_config import WebConfigError, load_web_config
 from gpu_exporter.xid import XidListener
 
@@ -166,6 +173,7 @@ class Exporter:
         )
         self.notifier = Notifier()
         self._ready = False
+        self.server: HttpServer | None = None  # set once the socket is bound
 
     def build(self) -> None:
         """Create the backend, sampler and listeners (after the socket is bound, so a
@@ -218,6 +226,13 @@ class Exporter:
         self.sampler.collectors = new.collectors
         self.routes.interval_seconds = new.interval_seconds
         self.routes.telemetry_path = new.telemetry_path
+        if self.server is not None:
+            if new.web_config_file is None and old.web_config_file is not None:
+                log.warning("turning the web config off needs a restart; keeping it")
+            elif new.web_config_file != old.web_config_file:
+                self.server.reload_web_config(new.web_config_file)
+            else:
+                self.server.reload_web_config()
         self.settings = new
         log.info("configuration reloaded", extra={"changed": sorted(changed & LIVE_SETTINGS)})
         self.notifier.send("READY=1")
@@ -232,6 +247,7 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
     except (ListenError, WebConfigError) as error:
         print(f"gpu-exporter: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    exporter.server = server
     exporter.build()
 
     stopping = threading.Event()

@@ -255,7 +255,7 @@ class _DeadlineReader(io.RawIOBase):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: HttpServer
     protocol_version = "HTTP/1.1"
     timeout = READ_TIMEOUT_SECONDS  # handshake, request and write deadline
     server_version = f"gpu-exporter/{__version__}"
@@ -385,7 +385,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("http: " + format, *args)
 
 
-class _Server(ThreadingHTTPServer):
+class HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
@@ -434,7 +434,7 @@ def bind(
     routes: Routes,
     max_requests: int,
     web_config: WebConfig | None = None,
-) -> _Server:
+) -> HttpServer:
     """Bind the server socket; raises ListenError with one clear line.
 
     `web_config` (from `load_web_config`) sets TLS, basic auth and headers; its file is
@@ -452,7 +452,7 @@ def bind(
     elif ":" in host:
         family = socket.AF_INET6
     try:
-        server = _Server((bind_host, port), routes, max_requests, family, web_config)
+        server = HttpServer((bind_host, port), routes, max_requests, family, web_config)
     except OSError as error:
         raise ListenError(
             f"cannot listen on {_show(host, port)}: {error.strerror or error}"

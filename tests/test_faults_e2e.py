@@ -294,3 +294,46 @@ def test_nvml_itself_stuck_turns_healthz_503_and_recovers(tmp_path: Path, scenar
     finally:
         if exporter.process.poll() is None:
             exporter.process.kill()
+
+
+def test_sighup_switches_to_the_web_config_the_config_file_names(tmp_path: Path) -> None:
+    import base64
+
+    import bcrypt
+
+    def web_config(name: str, password: bytes) -> Path:
+        path = tmp_path / name
+        hashed = bcrypt.hashpw(password, bcrypt.gensalt(rounds=4)).decode()
+        path.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+        return path
+
+    def auth(password: str) -> dict[str, str]:
+        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+    first = web_config("web-1.yml", b"first")
+    second = web_config("web-2.yml", b"second")
+    config = tmp_path / "config.yml"
+    config.write_text(f"collect.interval: 0.2s\nweb.config.file: {first}\n")
+    exporter = start_exporter(
+        ["--simulate", "1", "--config.file", str(config)], tmp_path, ready=False
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if exporter.get("/metrics", auth("first")).status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        assert exporter.get("/metrics").status == 401
+        config.write_text(f"collect.interval: 0.2s\nweb.config.file: {second}\n")
+        exporter.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while exporter.get("/metrics", auth("second")).status != 200:
+            assert time.monotonic() < deadline, exporter.log()
+            time.sleep(0.1)
+        assert exporter.get("/metrics", auth("first")).status == 401
+    finally:
+        assert exporter.stop() == 0

@@ -1,0 +1,91 @@
+"""deploy/prometheus: the example configurations pass `promtool check config`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.fleet import EXAMPLES, cluster_config, federation_config, write_yaml
+
+
+def check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    assert binary, "promtool is not installed: run `make system-deps`"
+    return subprocess.run(
+        [binary, "check", "config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=path.parent,
+    )
+
+
+@pytest.mark.parametrize("name", ["prometheus.yml", "federation.yml"])
+def test_example_config_passes_promtool(name: str) -> None:
+    result = check_config(EXAMPLES / name)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_check_config_rejects_a_broken_config(tmp_path: Path) -> None:
+    broken = tmp_path / "prometheus.yml"
+    text = (
+        (EXAMPLES / "prometheus.yml")
+        .read_text()
+        .replace("scrape_interval: 15s", "scrape_interval: 15")
+    )
+    broken.write_text(text)
+    shutil.copytree(EXAMPLES / "rules", tmp_path / "rules")
+    assert check_config(broken).returncode != 0
+
+
+def test_example_scrapes_the_job_the_alerts_select_through_file_sd() -> None:
+    config = yaml.safe_load((EXAMPLES / "prometheus.yml").read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "gpu-exporter"]
+    (sd,) = job["file_sd_configs"]
+    # the shipped example target file matches the discovery pattern
+    matches = [p for pattern in sd["files"] for p in EXAMPLES.glob(pattern)]
+    assert matches == [EXAMPLES / "targets" / "gpu-exporter-example.yml"]
+    assert config["rule_files"] == ["rules/gpu-recording.yml", "rules/gpu-alerts.yml"]
+    assert config["global"]["external_labels"]["cluster"]
+
+
+def test_file_sd_example_has_the_file_sd_shape() -> None:
+    groups = yaml.safe_load((EXAMPLES / "targets" / "gpu-exporter-example.yml").read_text())
+    assert isinstance(groups, list) and groups
+    for group in groups:
+        assert set(group) <= {"targets", "labels"}
+        for target in group["targets"]:
+            host, _, port = target.rpartition(":")
+            assert host and port == "9872", target
+        assert all(isinstance(v, str) for v in group.get("labels", {}).values())
+
+
+def test_federation_pulls_only_recording_rules_with_their_labels() -> None:
+    config = yaml.safe_load((EXAMPLES / "federation.yml").read_text())
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/federate"
+    assert job["honor_labels"] is True
+    assert job["params"]["match[]"] == ['{__name__=~"(instance_gpu|name):gpu_.+"}']
+
+
+def test_the_fleet_test_configs_stay_valid_and_on_loopback(tmp_path: Path) -> None:
+    """What tests/test_fleet.py derives from the examples is still a valid config."""
+    cluster = cluster_config(tmp_path / "targets")
+    assert "alerting" not in cluster, "the test must not send alerts anywhere"
+    write_yaml(tmp_path / "targets" / "gpu-exporter-x.yml", [{"targets": ["127.0.0.1:1"]}])
+    result = check_config(write_yaml(tmp_path / "cluster.yml", cluster))
+    assert result.returncode == 0, result.stdout + result.stderr
+    federation = federation_config(["127.0.0.1:9090"])
+    result = check_config(write_yaml(tmp_path / "federation.yml", federation))
+    assert result.returncode == 0, result.stdout + result.stderr
+    targets = [
+        t
+        for job in federation["scrape_configs"]
+        for c in job["static_configs"]
+        for t in c["targets"]
+    ]
+    assert targets == ["127.0.0.1:9090"]

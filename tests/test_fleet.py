@@ -1,0 +1,217 @@
+"""A fleet in a test: three simulated nodes, the example Prometheus, and a global one.
+
+Three real exporters (`--simulate`, each with its own scenario) are found by the real
+Prometheus from Debian's package through file-based discovery, with the example
+configuration and the shipped rules; a second Prometheus federates the recording rules
+from the first. Everything listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.exporter import Exporter, start_exporter
+from tests.support.fleet import EXAMPLES, cluster_config, federation_config, write_yaml
+from tests.support.prometheus import Prometheus, start_prometheus
+
+pytestmark = pytest.mark.e2e
+
+IDLE_RULE = "instance_gpu:gpu_idle_while_allocated:ratio_rate30m"
+GIB = 1024**3
+
+
+def scenarios() -> dict[str, dict[str, Any]]:
+    """node name -> (GPU count, scenario). GPU index modulo 4 picks the profile:
+    0 input-starved, 1 idle (memory held, no kernels), 2 near-OOM, 3 busy-hot."""
+    me = os.getpid()  # a real process, so attribution has something to read
+    return {
+        # a process holds the idle GPU 1: idle while allocated
+        "node-a": {
+            "gpus": 4,
+            "scenario": {
+                "processes": [
+                    {"gpu": 0, "pid": me, "memory_bytes": 40 * GIB, "sm_ratio": 0.45},
+                    {"gpu": 1, "pid": me, "memory_bytes": 30 * GIB, "sm_ratio": 0.0},
+                    {"gpu": 2, "pid": me, "memory_bytes": 78 * GIB, "sm_ratio": 0.7},
+                    {"gpu": 3, "pid": me, "memory_bytes": 64 * GIB, "sm_ratio": 0.97},
+                ]
+            },
+        },
+        # built-in tenants: GPU 1's memory is pinned by no process; GPU 3 is lost
+        "node-b": {"gpus": 4, "scenario": {"faults": {"lost": [3]}}},
+        # a smaller node whose boards have no fan reading
+        "node-c": {"gpus": 2, "scenario": {"faults": {"unsupported": ["fan_speed_ratio"]}}},
+    }
+
+
+@dataclass
+class Fleet:
+    exporters: dict[str, Exporter]
+    prometheus: Prometheus
+    workdir: Path
+
+    def instance(self, node: str) -> str:
+        return f"127.0.0.1:{self.exporters[node].port}"
+
+    def node_of(self, instance: str) -> str:
+        (node,) = [n for n in self.exporters if self.instance(n) == instance]
+        return node
+
+
+def recording_rules() -> dict[str, str]:
+    rules = yaml.safe_load((EXAMPLES / "rules" / "gpu-recording.yml").read_text())
+    return {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+
+
+def alert_exprs() -> dict[str, str]:
+    rules = yaml.safe_load((EXAMPLES / "rules" / "gpu-alerts.yml").read_text())
+    return {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+
+
+def picked(result: list[dict[str, Any]], fleet: Fleet) -> set[tuple[str, str]]:
+    """{(node, gpu)} of a query result."""
+    return {(fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"]) for r in result}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    workdir = tmp_path_factory.mktemp("fleet")
+    exporters: dict[str, Exporter] = {}
+    prometheus: Prometheus | None = None
+    try:
+        for node, spec in scenarios().items():
+            scenario = write_yaml(workdir / f"{node}-scenario.yml", spec["scenario"])
+            args = ["--simulate", str(spec["gpus"]), "--simulate.scenario", str(scenario)]
+            exporters[node] = start_exporter([*args, "--collect.interval", "1s"], workdir)
+        targets = [
+            {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"node": node}}
+            for node, exporter in exporters.items()
+        ]
+        # the example discovers targets/gpu-exporter-*.yml
+        write_yaml(workdir / "targets" / "gpu-exporter-fleet.yml", targets)
+        config = write_yaml(workdir / "prometheus.yml", cluster_config(workdir / "targets"))
+        prometheus = start_prometheus(config, workdir)
+        yield Fleet(exporters, prometheus, workdir)
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        for exporter in exporters.values():
+            exporter.stop()
+
+
+def test_all_targets_are_discovered_and_up(fleet: Fleet) -> None:
+    fleet.prometheus.wait_for('up{job="gpu-exporter"} == 1', minimum=3)
+    targets = fleet.prometheus.targets()
+    assert len(targets) == 3
+    assert {t["labels"]["node"] for t in targets} == set(fleet.exporters)
+    assert all(t["health"] == "up" for t in targets), [t.get("lastError") for t in targets]
+    assert all(t["scrapeUrl"].startswith("http://127.0.0.1:") for t in targets)
+    assert {t["labels"]["job"] for t in targets} == {"gpu-exporter"}
+
+
+def test_the_rules_load_and_evaluate_without_errors(fleet: Fleet) -> None:
+    fleet.prometheus.wait_for("instance_gpu:gpu_busy:ratio_rate5m")
+    groups = fleet.prometheus.api("rules")["groups"]
+    files = {Path(g["file"]).name for g in groups}
+    assert files == {"gpu-recording.yml", "gpu-alerts.yml"}
+    for group in groups:
+        for rule in group["rules"]:
+            assert rule["health"] != "err", (rule["name"], rule.get("lastError"))
+
+
+@pytest.mark.parametrize("record", sorted(recording_rules()))
+def test_every_recording_rule_returns_data(fleet: Fleet, record: str) -> None:
+    result = fleet.prometheus.wait_for(record)
+    for series in result:
+        assert not math.isnan(float(series["value"][1])), f"{record}: NaN for {series['metric']}"
+
+
+def test_fleet_totals_count_every_gpu_by_model(fleet: Fleet) -> None:
+    fleet.prometheus.wait_for('up{job="gpu-exporter"} == 1', minimum=3)
+    # node-b's GPU 3 was lost before the exporter could read its identity: it has no
+    # gpu_info (nothing is made up), so it is counted by GPULost, not by model
+    identified = sum(spec["gpus"] for spec in scenarios().values()) - 1
+    result = fleet.prometheus.wait_for(f"name:gpu_count:sum == {identified}")
+    assert [r["metric"]["name"] for r in result] == ["NVIDIA H100 80GB HBM3"]
+    fleet.prometheus.wait_for(f"name:gpu_up:sum == {identified}")
+    memory = fleet.prometheus.wait_for("name:gpu_memory_total_bytes:sum")
+    per_gpu = fleet.prometheus.query("max(gpu_memory_total_bytes)")
+    assert float(memory[0]["value"][1]) == identified * float(per_gpu[0]["value"][1])
+
+
+def test_the_idle_rule_picks_out_the_idle_but_allocated_gpu(fleet: Fleet) -> None:
+    fleet.prometheus.wait_for('gpu_processes{gpu="1"} > 0')
+    expr = recording_rules()[IDLE_RULE]
+    fleet.prometheus.wait_for(expr)
+    # the rule's own expression, evaluated by Prometheus over the scraped data
+    assert picked(fleet.prometheus.query(expr), fleet) == {("node-a", "1")}
+    # and the recorded series that dashboards and GPUIdleWhileAllocated read
+    fleet.prometheus.wait_for(IDLE_RULE)
+    assert picked(fleet.prometheus.query(IDLE_RULE), fleet) == {("node-a", "1")}
+    assert alert_exprs()["GPUIdleWhileAllocated"].strip() == IDLE_RULE
+    counts = fleet.prometheus.query("name:gpu_idle_while_allocated:count")
+    assert [float(r["value"][1]) for r in counts] == [1.0]
+
+
+def test_alert_expressions_pick_out_the_injected_faults(fleet: Fleet) -> None:
+    """The instant alert conditions (before their `for:`) see the simulated faults."""
+    alerts = alert_exprs()
+    fleet.prometheus.wait_for('gpu_up{gpu="3"} == 0')
+    assert picked(fleet.prometheus.query(alerts["GPULost"]), fleet) == {("node-b", "3")}
+    # GPU 2 of every node runs near OOM; node-c has GPUs 0 and 1 only
+    near_full = picked(fleet.prometheus.query(alerts["GPUMemoryNearFull"]), fleet)
+    assert near_full == {("node-a", "2"), ("node-b", "2")}
+    # node-b's built-in tenants leave GPU 1's memory pinned by no process; node-a's
+    # scenario puts a process there, so only node-b (and node-c, same built-ins) leak
+    leaked = picked(fleet.prometheus.query(alerts["GPUMemoryLeaked"]), fleet)
+    assert ("node-a", "1") not in leaked
+    assert ("node-b", "1") in leaked
+    assert all(gpu == "1" for _, gpu in leaked), leaked
+    assert fleet.prometheus.query(alerts["GPUNVMLDown"]) == []
+    assert fleet.prometheus.query(alerts["GPUExporterDown"]) == []
+
+
+@pytest.fixture(scope="module")
+def global_prometheus(fleet: Fleet) -> Iterator[Prometheus]:
+    config = federation_config([fleet.prometheus.url.removeprefix("http://")])
+    path = write_yaml(fleet.workdir / "global" / "prometheus.yml", config)
+    server = start_prometheus(path, path.parent)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_global_prometheus_federates_the_recording_rules(
+    fleet: Fleet, global_prometheus: Prometheus
+) -> None:
+    expected = set(recording_rules())
+    for record in expected:
+        fleet.prometheus.wait_for(record)
+    names: set[str] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        result = global_prometheus.query('count by (__name__) ({__name__=~".+:.+"})')
+        names = {r["metric"]["__name__"] for r in result}
+        if names == expected:
+            break
+        time.sleep(0.5)
+    assert names == expected, f"federated {sorted(names)}"
+    # honor_labels keeps the cluster's labels: its external label and the exporter's
+    per_gpu = global_prometheus.query("instance_gpu:gpu_busy:ratio_rate5m")
+    assert {r["metric"]["cluster"] for r in per_gpu} == {"gpu-cluster-1"}
+    assert {r["metric"]["instance"] for r in per_gpu} == {
+        fleet.instance(node) for node in fleet.exporters
+    }
+    # raw series stay in the cluster
+    assert global_prometheus.query("gpu_up") == []
+    assert global_prometheus.query("gpu_memory_used_bytes") == []

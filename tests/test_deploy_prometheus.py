@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.exporter import REPO, parse_samples, run_exporter
 from tests.support.fleet import EXAMPLES, cluster_config, federation_config, write_yaml
 
 
@@ -89,3 +91,29 @@ def test_the_fleet_test_configs_stay_valid_and_on_loopback(tmp_path: Path) -> No
         for t in c["targets"]
     ]
     assert targets == ["127.0.0.1:9090"]
+
+
+def doc_figure(text: str, row: str) -> int:
+    match = re.search(rf"^\| {re.escape(row)} \| (?:up to )?(\d+)", text, re.M)
+    assert match, f"docs/scaling.md has no row {row!r}"
+    return int(match.group(1))
+
+
+def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
+    text = (REPO / "docs" / "scaling.md").read_text()
+    result = run_exporter(["--simulate", "8", "--once"])
+    assert result.returncode == 0, result.stderr
+    samples = parse_samples(result.stdout)
+    device = [
+        labels for (_, labels) in samples if "gpu" in dict(labels) and "pid" not in dict(labels)
+    ]
+    process = [dict(labels) for (_, labels) in samples if "pid" in dict(labels)]
+    pids = {(labels["gpu"], labels["pid"]) for labels in process}
+    assert len(device) / 8 == doc_figure(text, "per GPU (device metrics)")
+    assert pids and len(process) / len(pids) == doc_figure(text, "per GPU process")
+    rules = yaml.safe_load((EXAMPLES / "rules" / "gpu-recording.yml").read_text())
+    names = [r["record"] for g in rules["groups"] for r in g["rules"]]
+    per_gpu = [n for n in names if n.startswith("instance_gpu:")]
+    per_model = [n for n in names if n.startswith("name:")]
+    assert len(per_gpu) == doc_figure(text, "recording rules, per GPU")
+    assert len(per_model) == doc_figure(text, "recording rules, per GPU model")

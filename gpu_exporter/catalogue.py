@@ -278,27 +278,46 @@ METRICS: tuple[MetricSpec, ...] = (
     _p(
         "gpu_process_utilization_ratio",
         "gauge",
-        "Share of the GPU's SM time the process used over the last sample period (0..1).",
+        "Share of the GPU's SM time the process used over the driver's latest sample period "
+        "(0..1); 0 when it ran no kernel.",
     ),
     _p(
         "gpu_process_memory_controller_utilization_ratio",
         "gauge",
-        "Share of the memory controller's time the process used (0..1).",
+        "Share of the memory controller's time the process used over the driver's latest "
+        "sample period (0..1).",
     ),
     _p(
         "gpu_process_cpu_seconds_total",
         "counter",
-        "CPU seconds of the process and all its descendants (DataLoader workers count).",
+        "CPU seconds (user + system) of the process and all its descendants, exited ones it "
+        "waited for included, so DataLoader workers count.",
     ),
-    _p("gpu_process_workers", "gauge", "Number of descendant processes."),
-    _p("gpu_process_resident_memory_bytes", "gauge", "Resident host memory of the process, bytes."),
+    _p("gpu_process_workers", "gauge", "Number of live descendant processes (e.g. DataLoader)."),
+    _p(
+        "gpu_process_resident_memory_bytes",
+        "gauge",
+        "Resident host memory of the process itself (not its descendants), in bytes.",
+    ),
     _p("gpu_process_start_time_seconds", "gauge", "Start time of the process, Unix seconds."),
     # Host context.
-    _h("gpu_host_cpu_busy_seconds_total", "counter", "Host CPU seconds not idle, all CPUs."),
-    _h("gpu_host_cpu_iowait_seconds_total", "counter", "Host CPU seconds waiting on I/O."),
+    _h(
+        "gpu_host_cpu_busy_seconds_total",
+        "counter",
+        "Host CPU seconds not idle and not waiting on I/O, summed over all CPUs.",
+    ),
+    _h(
+        "gpu_host_cpu_iowait_seconds_total",
+        "counter",
+        "Host CPU seconds idle while waiting on I/O, summed over all CPUs.",
+    ),
     _h("gpu_host_cpus", "gauge", "Number of logical CPUs on the host."),
     _h("gpu_host_memory_total_bytes", "gauge", "Host memory in bytes."),
-    _h("gpu_host_memory_available_bytes", "gauge", "Host memory available in bytes."),
+    _h(
+        "gpu_host_memory_available_bytes",
+        "gauge",
+        "Host memory available to new processes without swapping, in bytes.",
+    ),
     _h("gpu_host_load1", "gauge", "Host 1-minute load average."),
     # The exporter itself.
     _x(

@@ -204,9 +204,16 @@ def test_walk_of_a_missing_root_is_empty(tmp_path: Path) -> None:
 
 def test_process_series_carry_the_tree_cpu_workers_rss_and_start_time(host: FakeHost) -> None:
     host.add(
-        FakeProc(10, 1, "python", (300, 100, 50, 50), start_ticks=5000, rss_pages=1000,
-                 cgroup=f"0::/system.slice/docker-{CONTAINER}.scope\n")
-    )  # fmt: skip
+        FakeProc(
+            10,
+            1,
+            "python",
+            (300, 100, 50, 50),
+            start_ticks=5000,
+            rss_pages=1000,
+            cgroup=f"0::/system.slice/docker-{CONTAINER}.scope\n",
+        )
+    )
     host.add(FakeProc(11, 10, "pt_data_worker", (200, 0, 0, 0)))
     host.add(FakeProc(12, 10, "pt_data_worker", (200, 0, 0, 0)))
     host.add(FakeProc(13, 12, "sh", (100, 0, 0, 0)))
@@ -256,8 +263,9 @@ def test_no_walk_when_no_gpu_has_a_process(host: FakeHost, monkeypatch: pytest.M
 def test_pid_from_another_namespace_keeps_its_gpu_series_with_empty_labels(
     host: FakeHost,
 ) -> None:
-    out = attributor(host)({0: raw([gpu(4_000_123, 3 * 2**30)], [ProcessUtilization(
-        4_000_123, 5, 0.5, 0.25)])})  # fmt: skip
+    out = attributor(host)(
+        {0: raw([gpu(4_000_123, 3 * 2**30)], [ProcessUtilization(4_000_123, 5, 0.5, 0.25)])}
+    )
     (p,) = out[0].processes
     assert (p.pid, p.process, p.user, p.container_id) == ("4000123", "", "", "")
     assert p.memory_used_bytes == 3 * 2**30 and p.sm_ratio == 0.5
@@ -277,8 +285,11 @@ def test_process_that_exits_after_the_walk_keeps_what_the_walk_saw(host: FakeHos
 
 
 def test_access_denied_leaves_that_label_empty_and_keeps_the_rest(host: FakeHost) -> None:
-    host.add(FakeProc(10, 1, "python", deny=frozenset({"username", "cmdline"}),
-                      cmdline=["python", "x.py"]))  # fmt: skip
+    host.add(
+        FakeProc(
+            10, 1, "python", deny=frozenset({"username", "cmdline"}), cmdline=["python", "x.py"]
+        )
+    )
     host.add(FakeProc(11, 1, "python", deny=frozenset({"name"}), user="bob"))
     out = by_pid(attributor(host, cmdline=True)({0: raw([gpu(10), gpu(11)])})[0].processes)
     assert (out["10"].process, out["10"].user, out["10"].cmdline) == ("python", "", None)

@@ -1,0 +1,265 @@
+"""Real processes on simulated GPUs: the program's process series checked over HTTP.
+
+Each test spawns real process trees (a parent with CPU-burning children, or sleepers),
+places their PIDs on the GPUs through a `--simulate.scenario` file, and scrapes the
+real program. Waits are loops on what the exporter reports, never fixed sleeps, and
+CPU rates are compared with psutil's own view of the same tree over the same window.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.support.exporter import Exporter, Samples, series, start_exporter, values
+
+pytestmark = pytest.mark.e2e
+
+GIB = 2**30
+INTERVAL = ["--collect.interval", "0.2s"]
+TREE = (
+    "import subprocess, sys, time\n"
+    "n = int(sys.argv[1])\n"
+    "burn = 'while True: pass'\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', burn]) for _ in range(n)]\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+class Trees:
+    """Spawns process trees and kills every one of them at the end of the test."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, burners: int = 0, *extra_args: str) -> psutil.Process:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", TREE, str(burners), *extra_args], stdout=subprocess.PIPE
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"ready"
+        return psutil.Process(proc.pid)
+
+    def kill(self, process: psutil.Process) -> None:
+        for child in process.children(recursive=True):
+            child.kill()
+        process.kill()
+        for proc in self.procs:
+            if proc.pid == process.pid:
+                proc.wait(10)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    self.kill(psutil.Process(proc.pid))
+                except psutil.NoSuchProcess:
+                    pass
+
+
+@pytest.fixture
+def trees() -> Iterator[Trees]:
+    t = Trees()
+    yield t
+    t.close()
+
+
+def write_scenario(path: Path, processes: list[dict[str, Any]]) -> None:
+    """Replace the scenario atomically, so the exporter never reads half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"processes": processes}))
+    tmp.replace(path)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Callable[..., Exporter]]:
+    """start(processes, *args): the program on 2 simulated GPUs with these processes."""
+    started: list[Exporter] = []
+    scenario = tmp_path / "scenario.json"
+
+    def start(processes: list[dict[str, Any]], *args: str) -> Exporter:
+        write_scenario(scenario, processes)
+        exporter = start_exporter(
+            ["--simulate", "2", "--simulate.scenario", str(scenario), *INTERVAL, *args], tmp_path
+        )
+        started.append(exporter)
+        return exporter
+
+    start.scenario = scenario  # type: ignore[attr-defined]
+    yield start
+    for exporter in started:
+        exporter.stop()
+
+
+def has_pid(pid: int, name: str = "gpu_process_memory_used_bytes") -> Callable[[Samples], bool]:
+    return lambda s: bool(values(s, name, pid=str(pid)))
+
+
+def one(samples: Samples, name: str, **labels: str) -> float:
+    found = values(samples, name, **labels)
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def tree_cpu_seconds(process: psutil.Process) -> float:
+    """psutil's view of the CPU time of a process and its descendants."""
+    total = 0.0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def test_process_series_match_the_real_process(trees: Trees, run: Callable[..., Exporter]) -> None:
+    job = trees.spawn(2)
+    exporter = run(
+        [
+            {
+                "gpu": 0,
+                "pid": job.pid,
+                "memory_bytes": 3 * GIB,
+                "sm_ratio": 0.4,
+                "memory_controller_ratio": 0.2,
+            }
+        ]
+    )
+    s = exporter.wait_for(has_pid(job.pid, "gpu_process_workers"))
+    labels = {"pid": str(job.pid), "gpu": "0"}
+    (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(job.pid)]
+    assert found["process"] == job.name()
+    assert found["user"] == job.username()
+    assert found["context"] == "compute"
+    assert "cmdline" not in found  # off unless --collector.process.cmdline
+    assert one(s, "gpu_process_memory_used_bytes", **labels) == 3 * GIB
+    assert one(s, "gpu_process_utilization_ratio", **labels) == pytest.approx(0.4)
+    assert one(s, "gpu_process_memory_controller_utilization_ratio", **labels) == pytest.approx(0.2)
+    assert one(s, "gpu_process_workers", **labels) == 2
+    assert one(s, "gpu_process_start_time_seconds", **labels) == pytest.approx(
+        job.create_time(), abs=1.0
+    )
+    rss = one(s, "gpu_process_resident_memory_bytes", **labels)
+    assert 0.5 * job.memory_info().rss <= rss <= 2 * job.memory_info().rss
+    assert one(s, "gpu_processes", gpu="0") == 1 and one(s, "gpu_processes", gpu="1") == 0
+    used = one(s, "gpu_memory_used_bytes", gpu="0")
+    assert one(s, "gpu_memory_unattributed_bytes", gpu="0") == used - 3 * GIB
+    assert one(s, "gpu_memory_unattributed_bytes", gpu="1") == one(
+        s, "gpu_memory_used_bytes", gpu="1"
+    )
+    assert one(s, "gpu_host_cpus") == psutil.cpu_count()
+    assert one(s, "gpu_host_memory_total_bytes") == psutil.virtual_memory().total
+
+
+def test_tree_cpu_counter_rises_with_the_busy_children(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    job = trees.spawn(2)
+    exporter = run([{"gpu": 0, "pid": job.pid, "memory_bytes": GIB}])
+    name = "gpu_process_cpu_seconds_total"
+    first = one(exporter.wait_for(has_pid(job.pid, name)), name, pid=str(job.pid))
+    truth0, t0 = tree_cpu_seconds(job), time.monotonic()
+    deadline = t0 + 3.0
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+    last = one(exporter.scrape(), name, pid=str(job.pid))
+    truth1, t1 = tree_cpu_seconds(job), time.monotonic()
+    rate, truth = (last - first) / (t1 - t0), (truth1 - truth0) / (t1 - t0)
+    # the parent sleeps: a rate well above 0 can only come from its children
+    assert rate > 0.5, (rate, truth)
+    assert rate == pytest.approx(truth, rel=0.35, abs=0.3), (rate, truth)
+
+
+def test_cap_keeps_the_largest_and_rolls_the_rest_into_other(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    jobs = [trees.spawn(0) for _ in range(4)]
+    exporter = run(
+        [{"gpu": 0, "pid": j.pid, "memory_bytes": (i + 1) * GIB} for i, j in enumerate(jobs)],
+        "--collector.process.limit",
+        "2",
+    )
+    s = exporter.wait_for(lambda s: bool(values(s, "gpu_process_memory_used_bytes", gpu="0")))
+    pids = {x["pid"] for x in series(s, "gpu_process_memory_used_bytes") if x["gpu"] == "0"}
+    assert pids == {str(jobs[2].pid), str(jobs[3].pid), ""}
+    assert one(s, "gpu_process_memory_used_bytes", process="other", pid="") == 1 * GIB + 2 * GIB
+    assert values(s, "gpu_process_cpu_seconds_total", process="other") == []
+    used = one(s, "gpu_memory_used_bytes", gpu="0")
+    assert one(s, "gpu_memory_unattributed_bytes", gpu="0") == used - 10 * GIB
+
+
+def test_series_vanish_when_the_process_exits(trees: Trees, run: Callable[..., Exporter]) -> None:
+    stays, leaves = trees.spawn(0), trees.spawn(1)
+    entries = [
+        {"gpu": 0, "pid": stays.pid, "memory_bytes": GIB},
+        {"gpu": 1, "pid": leaves.pid, "memory_bytes": 2 * GIB, "sm_ratio": 0.3},
+    ]
+    exporter = run(entries)
+    exporter.wait_for(has_pid(leaves.pid, "gpu_process_workers"))
+    # it exits while the driver still lists it: the sample goes on, with what is known
+    trees.kill(leaves)
+    s = exporter.wait_for(lambda s: not values(s, "gpu_process_workers", pid=str(leaves.pid)))
+    gone = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(leaves.pid)]
+    assert [(x["process"], x["user"]) for x in gone] == [("", "")]
+    assert one(s, "gpu_process_memory_used_bytes", pid=str(leaves.pid)) == 2 * GIB
+    assert one(s, "gpu_process_workers", pid=str(stays.pid)) == 0
+    # the driver lets go of it: every series of it disappears from the next scrapes
+    write_scenario(run.scenario, entries[:1])  # type: ignore[attr-defined]
+    s = exporter.wait_for(lambda s: not any(str(leaves.pid) in str(k) for k in s))
+    assert one(s, "gpu_processes", gpu="1") == 0
+    assert one(s, "gpu_processes", gpu="0") == 1
+
+
+def test_pid_from_another_namespace_is_exported_with_what_is_known(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    job = trees.spawn(0)
+    invisible = 4_194_000  # near PID_MAX_LIMIT: not a process this host can see
+    assert not psutil.pid_exists(invisible)
+    exporter = run(
+        [
+            {"gpu": 0, "pid": invisible, "memory_bytes": GIB, "sm_ratio": 0.7},
+            {"gpu": 0, "pid": job.pid, "memory_bytes": GIB},
+        ]
+    )
+    s = exporter.wait_for(has_pid(job.pid, "gpu_process_workers"))
+    (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(invisible)]
+    assert (found["process"], found["user"], found["container_id"]) == ("", "", "")
+    assert one(s, "gpu_process_utilization_ratio", pid=str(invisible)) == pytest.approx(0.7)
+    assert values(s, "gpu_process_cpu_seconds_total", pid=str(invisible)) == []
+    assert one(s, "gpu_process_workers", pid=str(job.pid)) == 0
+
+
+def test_command_line_only_when_enabled_and_truncated(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    secret = "--token=" + "s" * 400
+    job = trees.spawn(0, secret)
+    entry = [{"gpu": 0, "pid": job.pid, "memory_bytes": GIB}]
+    plain = run(entry)
+    s = plain.wait_for(has_pid(job.pid, "gpu_process_workers"))
+    assert all("cmdline" not in x for x in series(s, "gpu_process_memory_used_bytes"))
+    assert "sssssss" not in plain.get("/metrics").text
+    with_cmdline = run(entry, "--collector.process.cmdline")
+    s = with_cmdline.wait_for(has_pid(job.pid, "gpu_process_workers"))
+    (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(job.pid)]
+    assert found["cmdline"] == " ".join(job.cmdline())[:256]
+    assert len(found["cmdline"]) == 256
+
+
+def test_no_host_series_with_the_host_collector_off(run: Callable[..., Exporter]) -> None:
+    exporter = run([], "--no-collector.host")
+    s = exporter.wait_for(lambda s: bool(values(s, "gpu_processes")))
+    assert not any(name.startswith("gpu_host_") for name, _labels in s)
+    assert one(s, "gpu_processes", gpu="0") == 0

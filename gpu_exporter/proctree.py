@@ -48,43 +48,71 @@ def parse_stat(data: bytes) -> ProcStat:
 
 
 class ProcTable:
-    """Every process visible under a /proc root at one moment."""
+    """Every process visible under a /proc root at one moment.
 
-    def __init__(self, stats: Iterable[ProcStat]) -> None:
+    The walk keeps each stat line as read and parses only the parent PID of every process;
+    the other fields are parsed for the few processes asked about (GPU processes and their
+    descendants), which keeps a sample cheap on hosts with thousands of processes.
+    """
+
+    def __init__(self, stats: Iterable[ProcStat] = ()) -> None:
         self.stats: dict[int, ProcStat] = {s.pid: s for s in stats}
+        self._raw: dict[int, bytes] = {}
+        self._ppid: dict[int, int] = {s.pid: s.ppid for s in self.stats.values()}
         self._children: dict[int, list[int]] | None = None
 
     @classmethod
     def scan(cls, proc_root: str = "/proc") -> ProcTable:
         """Read `PROC_ROOT/*/stat` once; unreadable or vanished entries are skipped."""
-        stats: list[ProcStat] = []
+        table = cls()
         try:
-            names = os.listdir(proc_root)
+            root = os.open(proc_root, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
-            return cls(())
-        for name in names:
-            if not name.isdigit():
-                continue
-            try:
-                fd = os.open(f"{proc_root}/{name}/stat", os.O_RDONLY)
+            return table
+        try:
+            names = os.listdir(root)
+            for name in names:
+                if not name.isdigit():
+                    continue
                 try:
-                    data = os.read(fd, 4096)
-                finally:
-                    os.close(fd)
-                stats.append(parse_stat(data))
-            except (OSError, ValueError, IndexError):
-                continue  # exited during the walk, or hidden from us
-        return cls(stats)
+                    fd = os.open(name + "/stat", os.O_RDONLY, dir_fd=root)
+                    try:
+                        data = os.read(fd, 4096)
+                    finally:
+                        os.close(fd)
+                    close_paren = data.rfind(b")")
+                    ppid = int(data[close_paren + 2 :].split(b" ", 2)[1])
+                except (OSError, ValueError, IndexError):
+                    continue  # exited during the walk, hidden from us, or malformed
+                pid = int(name)
+                table._raw[pid] = data
+                table._ppid[pid] = ppid
+        finally:
+            os.close(root)
+        return table
+
+    def __contains__(self, pid: int) -> bool:
+        return pid in self._ppid
 
     def get(self, pid: int) -> ProcStat | None:
-        return self.stats.get(pid)
+        """The parsed stat line of `pid`, or None when the walk did not see it."""
+        stat = self.stats.get(pid)
+        if stat is None:
+            raw = self._raw.get(pid)
+            if raw is None:
+                return None
+            try:
+                stat = self.stats[pid] = parse_stat(raw)
+            except (ValueError, IndexError):
+                return None
+        return stat
 
     def descendants(self, pid: int) -> list[int]:
         """PIDs of every descendant of `pid` (children, grandchildren, ...)."""
         if self._children is None:
             children: dict[int, list[int]] = {}
-            for stat in self.stats.values():
-                children.setdefault(stat.ppid, []).append(stat.pid)
+            for child, parent in self._ppid.items():
+                children.setdefault(parent, []).append(child)
             self._children = children
         out: list[int] = []
         stack = list(self._children.get(pid, ()))
@@ -102,7 +130,7 @@ class ProcTable:
         """CPU ticks of `pid` and the given descendants (each counts its reaped children)."""
         total = 0
         for member in (pid, *descendants):
-            stat = self.stats.get(member)
+            stat = self.get(member)
             if stat is not None:
                 total += stat.cpu_ticks
         return total

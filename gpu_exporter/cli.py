@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -48,7 +49,11 @@ def make_backend(settings: Settings) -> Backend:
             "serving SIMULATED GPUs: this data is made up (--simulate)",
             extra={"gpus": settings.simulate},
         )
-        return SimulatedBackend(settings.simulate, scenario_path=settings.simulate_scenario)
+        # UUIDs unique per simulated host (hostname and port), stable across restarts
+        host_id = f"{socket.gethostname()}:{settings.listen_address}"
+        return SimulatedBackend(
+            settings.simulate, scenario_path=settings.simulate_scenario, host_id=host_id
+        )
     from gpu_exporter.backends.nvml import PynvmlBackend
 
     return PynvmlBackend()

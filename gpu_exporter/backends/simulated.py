@@ -38,6 +38,7 @@ import math
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -187,9 +188,11 @@ class SimulatedBackend:
         clock: Callable[[], float] = time.time,
         scenario_path: str | None = None,
         faults: Faults | None = None,
+        host_id: str = "",
     ) -> None:
         self.errors = ErrorCounts()
         self._gpus = gpus
+        self._host_id = host_id  # makes UUIDs and serials unique per simulated host
         self._clock = clock
         self._scenario_path = scenario_path
         self._scenario = Scenario(faults=faults or Faults())
@@ -288,11 +291,17 @@ class SimulatedBackend:
     def profile(index: int) -> str:
         return PROFILES[index % len(PROFILES)]
 
+    def _uuid(self, index: int) -> str:
+        """Stable per (host, index), like a real board's UUID."""
+        if not self._host_id:
+            return f"GPU-5e1a7f00-{index:04x}-4c3b-9d2e-{0xA1B2C3D40000 + index:012x}"
+        return f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'{self._host_id}/{index}')}"
+
     def device_static(self, index: int) -> DeviceStatic:
         self._check(index)
         return DeviceStatic(
             index=index,
-            uuid=f"GPU-5e1a7f00-{index:04x}-4c3b-9d2e-{0xA1B2C3D40000 + index:012x}",
+            uuid=self._uuid(index),
             name="NVIDIA H100 80GB HBM3",
             pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
             serial=f"{1654922000101 + index}",
@@ -539,9 +548,9 @@ class SimulatedBackend:
                 return None
             event = scenario.events[self._events_delivered]
             self._events_delivered += 1
-        uuid = self.device_static(event.gpu).uuid
+        device_uuid = self.device_static(event.gpu).uuid
         kind = event.kind if event.kind in ("xid", "ecc_single_bit", "ecc_double_bit") else "other"
-        return DeviceEvent(uuid=uuid, kind=kind, xid=event.xid, event_type=8)  # type: ignore[arg-type]
+        return DeviceEvent(uuid=device_uuid, kind=kind, xid=event.xid, event_type=8)  # type: ignore[arg-type]
 
 
 class SimulatedEventSet:

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gpu_exporter.collector import SnapshotCollector
+from gpu_exporter.collector import text as collector_text
 from gpu_exporter.snapshot import Snapshot
 
 # The classic text format: understood by every Prometheus version (our names are plain ASCII).
@@ -85,11 +86,16 @@ class Exposition:
         self.snapshot = snapshot
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(SnapshotCollector(snapshot, cmdline=cmdline))
+        extras = CollectorRegistry(auto_describe=False)
         for collector in extra:
             self._registry.register(collector)
+            extras.register(collector)
         self._lock = threading.Lock()
         self._bodies: dict[tuple[bool, bool], bytes] = {}
-        self._bodies[(False, False)] = render_text(self._registry)
+        # the hot path: the snapshot's own series written directly, then the extras
+        self._bodies[(False, False)] = collector_text(
+            snapshot, cmdline=cmdline
+        ).encode() + render_text(extras)
 
     def body(self, *, openmetrics: bool, compressed: bool) -> bytes:
         key = (openmetrics, compressed)

@@ -232,7 +232,8 @@ class ProcessAttributor:
         kept.sort(key=lambda s: (int(s.pid), s.context))
         if rest:
             kept.append(_other(rest))
-        return Attribution(tuple(kept), _unattributed(raw, entries))
+        pids = len({pid for pid, _context in entries})
+        return Attribution(tuple(kept), _unattributed(raw, entries), pids)
 
 
 def _merge(processes: Sequence[GpuProcess]) -> dict[tuple[int, str], int | None]:

@@ -50,8 +50,9 @@ class DeviceRaw:
 class Attribution:
     """What process attribution adds to one device."""
 
-    processes: tuple[ProcessSample, ...]
+    processes: tuple[ProcessSample, ...]  # capped, with the `other` roll-up
     unattributed_memory_bytes: int | None
+    process_count: int  # distinct PIDs holding a context, before the cap
 
 
 ProcessAttributor = Callable[[Mapping[int, DeviceRaw]], Mapping[int, Attribution]]
@@ -340,6 +341,7 @@ class Sampler:
                     busy_seconds=busy,
                     memory_controller_busy_seconds=mc_busy,
                     processes=extra.processes if extra is not None else None,
+                    process_count=extra.process_count if extra is not None else None,
                     unattributed_memory_bytes=(
                         extra.unattributed_memory_bytes if extra is not None else None
                     ),

@@ -55,6 +55,7 @@ class DeviceSample:
     busy_seconds: float | None = None  # gpu_busy_seconds_total
     memory_controller_busy_seconds: float | None = None
     processes: tuple[ProcessSample, ...] | None = None  # None: not collected
+    process_count: int | None = None  # distinct PIDs on the GPU, before the cap
     unattributed_memory_bytes: int | None = None
 
     @property

@@ -38,3 +38,37 @@ def test_content_negotiation_helpers() -> None:
     assert wants_gzip("deflate;q=1, gzip;q=0.5")
     assert not wants_gzip("gzip;q=0")
     assert not wants_gzip("identity")
+
+
+def test_snapshot_text_is_byte_identical_to_prometheus_client_with_awkward_labels() -> None:
+    import dataclasses
+
+    from gpu_exporter.collector import families, text
+    from gpu_exporter.snapshot import ProcessSample
+
+    snapshot = fixed_snapshot(2)
+    odd = ProcessSample(
+        pid="4242",
+        process='py"thon\\3',
+        user="ünïcödé",
+        context="compute",
+        container_id="abc",
+        cmdline="train.py --note 'a\nb'",
+        memory_used_bytes=2**30,
+        sm_ratio=0.25,
+        cpu_seconds=12.5,
+        workers=4,
+    )
+    device = dataclasses.replace(snapshot.devices[0], processes=(odd,), unattributed_memory_bytes=0)
+    snapshot = dataclasses.replace(
+        snapshot, devices=(device, *snapshot.devices[1:]), collectors=frozenset({"process"})
+    )
+
+    class Fixed:
+        def collect(self) -> list[object]:
+            return list(families(snapshot, cmdline=True))
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed())  # type: ignore[arg-type]
+    assert text(snapshot, cmdline=True).encode() == generate_latest(registry)
+    assert 'process="py\\"thon\\\\3"' in text(snapshot, cmdline=True)

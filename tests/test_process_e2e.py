@@ -195,6 +195,7 @@ def test_cap_keeps_the_largest_and_rolls_the_rest_into_other(
     assert pids == {str(jobs[2].pid), str(jobs[3].pid), ""}
     assert one(s, "gpu_process_memory_used_bytes", process="other", pid="") == 1 * GIB + 2 * GIB
     assert values(s, "gpu_process_cpu_seconds_total", process="other") == []
+    assert one(s, "gpu_processes", gpu="0") == 4  # every process counts, capped or not
     used = one(s, "gpu_memory_used_bytes", gpu="0")
     assert one(s, "gpu_memory_unattributed_bytes", gpu="0") == used - 10 * GIB
 

@@ -31,7 +31,7 @@ import psutil
 
 from gpu_exporter.backends.base import GpuProcess, ProcessUtilization
 from gpu_exporter.cgroups import CgroupLabels, parse_cgroup
-from gpu_exporter.proctree import ProcStat, ProcTable
+from gpu_exporter.proctree import ProcStat, ProcTable, StatFiles
 from gpu_exporter.sampler import Attribution, DeviceRaw
 from gpu_exporter.snapshot import ProcessSample
 
@@ -100,6 +100,8 @@ class ProcessAttributor:
         self._page_size = page_size
         self._boot_time: float | None = None
         self._cache: dict[tuple[int, int], _Identity] = {}
+        self._stat_files = StatFiles()
+        self._members: set[int] = set()  # last sample's GPU process trees
 
     # The sampler hook ----------------------------------------------------------------
 
@@ -126,8 +128,10 @@ class ProcessAttributor:
                 rest.append(pid)
         if not rest:
             self._cache.clear()
+            self._members = set()
             return out
-        table = ProcTable.scan(self._proc_root)
+        table = ProcTable.scan(self._proc_root, self._stat_files, keep=self._members)
+        members: set[int] = set()
         used: set[tuple[int, int]] = set()
         for pid in rest:
             stat = table.get(pid)
@@ -142,6 +146,8 @@ class ProcessAttributor:
                     self._cache[key] = identity
             used.add(key)
             descendants = table.descendants(pid)
+            members.add(pid)
+            members.update(descendants)
             ticks = self._ticks()
             out[pid] = HostProcess(
                 process=identity.process,
@@ -155,6 +161,7 @@ class ProcessAttributor:
             )
         for key in set(self._cache) - used:  # exited processes leave the cache
             del self._cache[key]
+        self._members = members  # their stat files stay open for the next walk
         return out
 
     def _identify(self, stat: ProcStat) -> tuple[_Identity, bool]:

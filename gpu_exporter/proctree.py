@@ -1,16 +1,90 @@
 """One walk of /proc per sample: every visible process's parent, CPU time and memory.
 
-Reading `/proc/PID/stat` of every process once gives the parent of each, so the
-descendants of any number of GPU processes come from one walk instead of one per
-process, and the same read gives the CPU counters, which must be fresh every sample.
-A process that exits during the walk is simply not in the table.
+Listing /proc and knowing the parent of each process gives the descendants of any
+number of GPU processes from one walk instead of one per process. The stat lines of the
+GPU process trees are read every sample (their CPU counters must be fresh) through
+files kept open between samples. A process seen before whose parent is still alive is
+not re-read: its parent cannot have changed, except when its PID was reused, which a
+full re-read every FULL_WALK_EVERY walks corrects. A process that exits during the
+walk is simply not in the table.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+MAX_KEPT_FILES = 1024  # open stat files kept between samples, at most
+FULL_WALK_EVERY = 12  # walks; in between, a process whose parent lives is not re-read
+
+
+class StatFiles:
+    """Reads `/proc/PID/stat`, keeping the files of the processes asked about open.
+
+    A kept file is re-read with one `pread` instead of open, read and close: the
+    processes whose CPU is read every sample (GPU process trees) cost a third of the
+    system calls. A kept file of a process that exited answers ESRCH, even if its PID
+    was reused, so a reused PID is never mistaken for the old process. The number of
+    kept files is bounded well below the open-file limit.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._kept: dict[int, int] = {}  # pid -> fd
+        self.parents: dict[int, int] = {}  # pid -> parent pid, as last read
+        self._walks = 0
+        if limit is None:
+            soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            limit = MAX_KEPT_FILES if soft == resource.RLIM_INFINITY else soft // 4
+        self._limit = min(limit, MAX_KEPT_FILES)
+
+    def full_walk_due(self) -> bool:
+        """True every FULL_WALK_EVERY walks: re-read every process's parent."""
+        due = self._walks % FULL_WALK_EVERY == 0
+        self._walks += 1
+        return due
+
+    def is_kept(self, pid: int) -> bool:
+        return pid in self._kept
+
+    def read(self, root_fd: int, pid: int) -> bytes | None:
+        """The stat line of `pid`, or None when it cannot be read (exited, hidden)."""
+        fd = self._kept.get(pid)
+        if fd is not None:
+            try:
+                return os.pread(fd, 4096, 0)
+            except OSError:  # the process we kept is gone; the PID may name a new one
+                os.close(self._kept.pop(pid))
+        try:
+            fd = os.open(f"{pid}/stat", os.O_RDONLY, dir_fd=root_fd)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, 4096)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def keep(self, root_fd: int, pids: Iterable[int]) -> None:
+        """Keep these processes' files open for the next samples; close the others."""
+        wanted = set(pids)
+        for pid in [p for p in self._kept if p not in wanted]:
+            os.close(self._kept.pop(pid))
+        for pid in wanted:
+            if len(self._kept) >= self._limit:
+                break
+            if pid not in self._kept:
+                try:
+                    self._kept[pid] = os.open(f"{pid}/stat", os.O_RDONLY, dir_fd=root_fd)
+                except OSError:
+                    continue
+
+    def close(self) -> None:
+        for fd in self._kept.values():
+            os.close(fd)
+        self._kept.clear()
 
 
 @dataclass(frozen=True)
@@ -35,7 +109,7 @@ def parse_stat(data: bytes) -> ProcStat:
     close_paren = data.rfind(b")")
     if open_paren < 0 or close_paren < open_paren:
         raise ValueError("malformed stat line")
-    fields = data[close_paren + 2 :].split()
+    fields = data[close_paren + 2 :].split(None, 23)
     # fields[0] is field 3 (state) of proc(5): utime is 14, starttime 22, rss 24
     return ProcStat(
         pid=int(data[:open_paren]),
@@ -60,33 +134,50 @@ class ProcTable:
         self._raw: dict[int, bytes] = {}
         self._ppid: dict[int, int] = {s.pid: s.ppid for s in self.stats.values()}
         self._children: dict[int, list[int]] | None = None
+        self._root: str | None = None  # where to read a stat line the walk skipped
 
     @classmethod
-    def scan(cls, proc_root: str = "/proc") -> ProcTable:
-        """Read `PROC_ROOT/*/stat` once; unreadable or vanished entries are skipped."""
+    def scan(
+        cls,
+        proc_root: str = "/proc",
+        files: StatFiles | None = None,
+        keep: Iterable[int] = (),
+    ) -> ProcTable:
+        """Read `PROC_ROOT/*/stat` once; unreadable or vanished entries are skipped.
+
+        With `files`, the stat files of `keep` (last sample's process trees) stay open
+        for the next walk.
+        """
         table = cls()
+        table._root = proc_root
+        files = files if files is not None else StatFiles(limit=0)
         try:
             root = os.open(proc_root, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
             return table
         try:
-            names = os.listdir(root)
-            for name in names:
-                if not name.isdigit():
-                    continue
+            pids = [int(name) for name in os.listdir(root) if name.isdigit()]
+            alive = set(pids)
+            full = files.full_walk_due()
+            known = files.parents
+            for pid in pids:
+                if not full and not files.is_kept(pid):
+                    parent = known.get(pid)
+                    if parent is not None and (parent in alive or parent == 0):
+                        table._ppid[pid] = parent  # unchanged; its stat is read if asked
+                        continue
+                data = files.read(root, pid)
+                if data is None:
+                    continue  # exited during the walk or hidden from us
                 try:
-                    fd = os.open(name + "/stat", os.O_RDONLY, dir_fd=root)
-                    try:
-                        data = os.read(fd, 4096)
-                    finally:
-                        os.close(fd)
                     close_paren = data.rfind(b")")
                     ppid = int(data[close_paren + 2 :].split(b" ", 2)[1])
-                except (OSError, ValueError, IndexError):
-                    continue  # exited during the walk, hidden from us, or malformed
-                pid = int(name)
+                except (ValueError, IndexError):
+                    continue  # malformed
                 table._raw[pid] = data
                 table._ppid[pid] = ppid
+            files.parents = dict(table._ppid)
+            files.keep(root, keep)
         finally:
             os.close(root)
         return table
@@ -99,6 +190,8 @@ class ProcTable:
         stat = self.stats.get(pid)
         if stat is None:
             raw = self._raw.get(pid)
+            if raw is None and self._root is not None and pid in self._ppid:
+                raw = _read_stat(f"{self._root}/{pid}/stat")
             if raw is None:
                 return None
             try:
@@ -134,3 +227,16 @@ class ProcTable:
             if stat is not None:
                 total += stat.cpu_ticks
         return total
+
+
+def _read_stat(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

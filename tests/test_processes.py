@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -237,9 +238,9 @@ def test_one_proc_walk_per_sample_whatever_the_number_of_processes(
     scans: list[str] = []
     real = ProcTable.scan
 
-    def counting(root: str = "/proc") -> ProcTable:
+    def counting(root: str = "/proc", *args: object, **kwargs: object) -> ProcTable:
         scans.append(root)
-        return real(root)
+        return real(root, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ProcTable, "scan", staticmethod(counting))
     a = attributor(host)
@@ -251,7 +252,7 @@ def test_one_proc_walk_per_sample_whatever_the_number_of_processes(
 
 
 def test_no_walk_when_no_gpu_has_a_process(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ProcTable, "scan", staticmethod(lambda root="/proc": pytest.fail()))
+    monkeypatch.setattr(ProcTable, "scan", staticmethod(lambda *args, **kwargs: pytest.fail()))
     out = attributor(host)({0: raw([]), 1: raw(None)})
     assert out[0].processes == ()
     assert 1 not in out  # processes unsupported: no gpu_processes, no unattributed memory
@@ -468,3 +469,66 @@ def test_lookup_answers_for_pids_without_a_proc_entry(host: FakeHost) -> None:
     assert p.cmdline is None  # the command line stays off unless enabled
     (q,) = attributor(host, lookup=lookup, cmdline=True)({0: raw([gpu(5_000_001)])})[0].processes
     assert q.cmdline == "python train.py"
+
+
+def test_kept_stat_files_read_fresh_values_and_notice_exit(tmp_path: Path) -> None:
+    """The real /proc: a kept file re-reads the live counters and reports an exit."""
+    import subprocess
+    import sys
+
+    from gpu_exporter.proctree import StatFiles
+
+    burner = subprocess.Popen(
+        [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"]
+    )
+    try:
+        files = StatFiles()
+        first = ProcTable.scan("/proc", files, keep=[burner.pid])  # opens and keeps the file
+        second = ProcTable.scan("/proc", files, keep=[burner.pid])  # reads through it
+        time.sleep(0.5)
+        third = ProcTable.scan("/proc", files, keep=[burner.pid])
+        ticks = [t.get(burner.pid) for t in (first, second, third)]
+        assert all(t is not None for t in ticks)
+        assert ticks[2].cpu_ticks > ticks[1].cpu_ticks  # type: ignore[union-attr]
+    finally:
+        burner.kill()
+        burner.wait()
+    assert burner.pid not in ProcTable.scan("/proc", files, keep=[])
+    files.close()
+
+
+def _fake_stat(root: Path, pid: int, ppid: int, ticks: int = 0) -> None:
+    (root / str(pid)).mkdir(exist_ok=True)
+    fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0", "0", "0"] + ["0"] * 10
+    (root / str(pid) / "stat").write_text(f"{pid} (proc {pid}) {' '.join(fields)}\n")
+
+
+def test_incremental_walk_rereads_orphans_and_corrects_reused_pids(tmp_path: Path) -> None:
+    import shutil
+
+    from gpu_exporter.proctree import FULL_WALK_EVERY, StatFiles
+
+    _fake_stat(tmp_path, 1, 0)
+    _fake_stat(tmp_path, 10, 1)  # a GPU job
+    _fake_stat(tmp_path, 11, 10)  # its worker
+    _fake_stat(tmp_path, 20, 1)  # an unrelated process
+    files = StatFiles()
+    table = ProcTable.scan(str(tmp_path), files)
+    assert table.descendants(10) == [11]
+    # the job dies: its worker is re-parented to init, and the walk notices at once
+    shutil.rmtree(tmp_path / "10")
+    _fake_stat(tmp_path, 11, 1)
+    table = ProcTable.scan(str(tmp_path), files)
+    assert sorted(table.descendants(1)) == [11, 20]
+    # PID 20 exits and is reused by a child of a new job 30 between two walks: its parent
+    # (init) looked alive, so the walk may keep the old parent until the next full walk
+    _fake_stat(tmp_path, 30, 1)
+    _fake_stat(tmp_path, 20, 30)
+    seen = []
+    for _ in range(FULL_WALK_EVERY):
+        seen.append(ProcTable.scan(str(tmp_path), files).descendants(30))
+    assert [20] in seen  # corrected within FULL_WALK_EVERY walks
+    # a stat line the walk skipped is still read when asked for
+    table = ProcTable.scan(str(tmp_path), files)
+    stat = table.get(20)
+    assert stat is not None and stat.ppid == 30

@@ -571,7 +571,8 @@ class SimulatedEventSet:
                 return event
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            # a real event set blocks in the driver; poll the scenario gently
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
         return None
 
     def close(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -377,8 +376,3 @@ def parse_listen_address(address: str) -> tuple[str, int]:
             f"--web.listen-address: write IPv6 addresses in brackets, e.g. [{host}]:{port}"
         )
     return host, port
-
-
-def main_usage_error(message: str) -> NoReturn:
-    print(f"gpu-exporter: error: {message}", file=sys.stderr)
-    raise SystemExit(2)

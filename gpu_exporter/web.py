@@ -59,7 +59,6 @@ class ServingState:
     """What the sampler publishes for the web side; swapped atomically."""
 
     exposition: Exposition | None = None
-    devices_stuck: Callable[[], bool] = lambda: False
 
 
 def health(state: ServingState, interval_seconds: float, now: float) -> tuple[bool, str]:

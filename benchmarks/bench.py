@@ -52,6 +52,7 @@ class Figures:
     scrape_max_ms: float
     sampler_cpu_percent: float
     sampler_cpu_ms_per_sample: float
+    sampler_cpu_percent_without_processes: float
     rss_mib_warm: float
     rss_mib_after_scrapes: float
     series: int
@@ -103,6 +104,51 @@ def wait_ready(port: int, timeout: float = 20.0) -> None:
     raise SystemExit("exporter did not start")
 
 
+def start_exporter(scenario_path: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpu_exporter",
+            "--simulate",
+            str(GPUS),
+            "--simulate.scenario",
+            str(scenario_path),
+            "--collect.interval",
+            "1s",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--log.level",
+            "error",
+            *extra,
+        ],
+        cwd=REPO,
+    )
+
+
+def cpu_share(proc: psutil.Process, seconds: float) -> float:
+    """CPU seconds the process used per wall second, over `seconds`."""
+    cpu0 = proc.cpu_times()
+    wall0 = time.monotonic()
+    time.sleep(seconds)
+    cpu1 = proc.cpu_times()
+    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return cpu / (time.monotonic() - wall0)
+
+
+def cpu_without_processes(scenario_path: Path) -> float:
+    """The same host with the process and host collectors off."""
+    port = free_port()
+    exporter = start_exporter(scenario_path, port, "--no-collector.process", "--no-collector.host")
+    try:
+        wait_ready(port)
+        time.sleep(3.0)
+        return cpu_share(psutil.Process(exporter.pid), CPU_WINDOW_SECONDS)
+    finally:
+        exporter.terminate()
+        exporter.wait(10)
+
+
 def measure() -> Figures:
     jobs = spawn_jobs()
     time.sleep(1.0)  # let the children start, so the trees are complete
@@ -110,36 +156,14 @@ def measure() -> Figures:
     with tempfile.TemporaryDirectory() as tmp:
         scenario_path = Path(tmp) / "scenario.json"
         scenario_path.write_text(json.dumps(scenario(jobs)))
-        exporter = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpu_exporter",
-                "--simulate",
-                str(GPUS),
-                "--simulate.scenario",
-                str(scenario_path),
-                "--collect.interval",
-                "1s",
-                "--web.listen-address",
-                f"127.0.0.1:{port}",
-                "--log.level",
-                "error",
-            ],
-            cwd=REPO,
-        )
+        exporter = start_exporter(scenario_path, port)
         try:
             wait_ready(port)
             proc = psutil.Process(exporter.pid)
             time.sleep(3.0)  # warm-up: caches filled, first samples done
             rss_warm = proc.memory_info().rss / 2**20
 
-            cpu0 = proc.cpu_times()
-            wall0 = time.monotonic()
-            time.sleep(CPU_WINDOW_SECONDS)
-            cpu1 = proc.cpu_times()
-            wall = time.monotonic() - wall0
-            cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+            share = cpu_share(proc, CPU_WINDOW_SECONDS)
 
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             latencies: list[float] = []
@@ -152,9 +176,13 @@ def measure() -> Figures:
                 latencies.append((time.perf_counter() - t0) * 1000)
             conn.close()
             rss_after = proc.memory_info().rss / 2**20
-        finally:
             exporter.terminate()
             exporter.wait(10)
+            share_without = cpu_without_processes(scenario_path)
+        finally:
+            if exporter.poll() is None:
+                exporter.terminate()
+                exporter.wait(10)
             for job in jobs:
                 for child in psutil.Process(job.pid).children(recursive=True):
                     child.kill()
@@ -167,8 +195,9 @@ def measure() -> Figures:
         scrape_p50_ms=statistics.median(latencies),
         scrape_p99_ms=latencies[int(len(latencies) * 0.99) - 1],
         scrape_max_ms=latencies[-1],
-        sampler_cpu_percent=100 * cpu / wall,
-        sampler_cpu_ms_per_sample=1000 * cpu / wall,  # one sample a second
+        sampler_cpu_percent=100 * share,
+        sampler_cpu_ms_per_sample=1000 * share,  # one sample a second
+        sampler_cpu_percent_without_processes=100 * share_without,
         rss_mib_warm=rss_warm,
         rss_mib_after_scrapes=rss_after,
         series=series,
@@ -197,6 +226,9 @@ def report(f: Figures) -> str:
             f"{f.sampler_cpu_percent:.2f}% of one core "
             f"| <= 1%: {verdict(f.sampler_cpu_percent <= 1)} |",
             f"| CPU per sample | {f.sampler_cpu_ms_per_sample:.2f} ms | |",
+            "| sampler CPU, process and host collectors off | "
+            f"{f.sampler_cpu_percent_without_processes:.2f}% of one core "
+            f"| <= 1%: {verdict(f.sampler_cpu_percent_without_processes <= 1)} |",
             f"| resident memory after warm-up | {f.rss_mib_warm:.1f} MiB "
             f"| <= 40 MiB: {verdict(f.rss_mib_warm <= 40)} |",
             f"| resident memory after {SCRAPES} scrapes | {f.rss_mib_after_scrapes:.1f} MiB "

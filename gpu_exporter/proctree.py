@@ -56,16 +56,7 @@ class StatFiles:
                 return os.pread(fd, 4096, 0)
             except OSError:  # the process we kept is gone; the PID may name a new one
                 os.close(self._kept.pop(pid))
-        try:
-            fd = os.open(f"{pid}/stat", os.O_RDONLY, dir_fd=root_fd)
-        except OSError:
-            return None
-        try:
-            return os.read(fd, 4096)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        return _read_stat(f"{pid}/stat", root_fd)
 
     def keep(self, root_fd: int, pids: Iterable[int]) -> None:
         """Keep these processes' files open for the next samples; close the others."""
@@ -229,9 +220,10 @@ class ProcTable:
         return total
 
 
-def _read_stat(path: str) -> bytes | None:
+def _read_stat(path: str, dir_fd: int | None = None) -> bytes | None:
+    """One stat line, or None when the process is gone or hidden."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
     except OSError:
         return None
     try:

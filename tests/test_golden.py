@@ -18,22 +18,9 @@ from gpu_exporter.catalogue import COLLECTORS
 from gpu_exporter.exposition import Exposition
 from gpu_exporter.sampler import Sampler
 from gpu_exporter.snapshot import Snapshot
+from tests.support.clock import FakeClock
 
 GOLDEN = Path(__file__).parent / "golden"
-T0 = 1_790_000_000.0
-
-
-class FakeClock:
-    """Wall and monotonic time that move only when told."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def wall(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now - T0
 
 
 def fixed_snapshot(gpus: int, faults: Faults | None = None) -> Snapshot:

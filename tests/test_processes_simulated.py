@@ -10,22 +10,10 @@ from gpu_exporter.catalogue import COLLECTORS
 from gpu_exporter.processes import HostProcessSource, ProcessAttributor
 from gpu_exporter.sampler import Sampler
 from gpu_exporter.snapshot import Snapshot
-
-T0 = 1_790_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def wall(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now - T0
+from tests.support.clock import FakeClock
 
 
-def sampler(backend: SimulatedBackend, clock: Clock) -> Sampler:
+def sampler(backend: SimulatedBackend, clock: FakeClock) -> Sampler:
     assert isinstance(backend, HostProcessSource)
     return Sampler(
         backend,
@@ -39,7 +27,7 @@ def sampler(backend: SimulatedBackend, clock: Clock) -> Sampler:
 
 
 def two_samples(gpus: int, seconds: float = 10.0) -> tuple[Snapshot, Snapshot]:
-    clock = Clock()
+    clock = FakeClock()
     s = sampler(SimulatedBackend(gpus, clock=clock.wall), clock)
     first = s.sample_once()
     clock.now += seconds
@@ -85,7 +73,7 @@ def test_every_profile_has_distinct_labels_per_gpu() -> None:
 
 
 def test_scenario_processes_replace_the_built_in_ones() -> None:
-    clock = Clock()
+    clock = FakeClock()
     backend = SimulatedBackend(2, clock=clock.wall)
     backend._scenario = Scenario(
         processes=(SimulatedProcess(gpu=1, pid=4_000_001, memory_bytes=2**30, sm_ratio=0.5),)

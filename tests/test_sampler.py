@@ -8,7 +8,7 @@ from gpu_exporter.backends.base import UtilizationSample
 from gpu_exporter.backends.simulated import Faults, SimulatedBackend
 from gpu_exporter.busy import BusyCounter
 from gpu_exporter.sampler import BACKOFF_MAX_SECONDS, Sampler
-from tests.test_golden import FakeClock
+from tests.support.clock import FakeClock
 
 
 def samples(*pairs: tuple[int, float]) -> Sequence[UtilizationSample]:

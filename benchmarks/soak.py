@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from gpu_exporter.cli import make_backend, make_sampler, render
 from gpu_exporter.config import load_settings
+from gpu_exporter.daemon import make_backend, make_sampler, render
 
 SAMPLES = 2000
 WARM_UP = 200

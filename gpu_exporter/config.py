@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import yaml
 
 from gpu_exporter import __version__
-from gpu_exporter.catalogue import COLLECTORS
+from gpu_exporter.metrics.catalogue import COLLECTORS
 
 DEFAULT_PORT = 9872
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"

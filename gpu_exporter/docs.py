@@ -12,8 +12,9 @@ import re
 import sys
 from collections.abc import Callable
 
-from gpu_exporter.catalogue import COLLECTORS, METRICS
 from gpu_exporter.config import OPTIONS
+from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
+from gpu_exporter.metrics.specs import SAMPLED, RenderOptions
 
 
 def metrics_reference() -> str:
@@ -22,8 +23,8 @@ def metrics_reference() -> str:
         "|---|---|---|---|---|",
     ]
     for m in METRICS:
-        labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
-        help_text = m.help.replace(" Sampled every --collect.interval.", "").replace("|", "\\|")
+        labels = ", ".join(f"`{label}`" for label in m.label_names(RenderOptions())) or "-"
+        help_text = m.help.replace(SAMPLED, "").replace("|", "\\|")
         lines.append(
             f"| `{m.name}` | {m.type} | {labels} | {m.collector or 'always'} | {help_text} |"
         )

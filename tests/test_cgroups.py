@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.cgroups import CgroupLabels, cgroup_paths, parse_cgroup
+from gpu_exporter.attribution.cgroups import CgroupLabels, cgroup_paths, parse_cgroup
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 ID = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00998877665544332211"

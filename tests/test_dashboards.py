@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.catalogue import METRICS_BY_NAME
+from gpu_exporter.metrics.catalogue import METRICS_BY_NAME
+from gpu_exporter.metrics.specs import DEFAULT_OPTIONS
 from tests.support.dashboards import (
     DASHBOARD_FILES,
     PARSE_VALUES,
@@ -154,7 +155,9 @@ def test_every_device_query_filters_by_job_instance_and_gpu() -> None:
     for query in all_queries():
         for name in metric_names(substitute(query.expr, PARSE_VALUES)):
             spec = METRICS_BY_NAME.get(name)
-            wanted = ["job", "instance"] + (["gpu"] if spec and "gpu" in spec.labels else [])
+            wanted = ["job", "instance"] + (
+                ["gpu"] if spec and "gpu" in spec.label_names(DEFAULT_OPTIONS) else []
+            )
             for selector in re.findall(rf"\b{name}\{{([^}}]*)\}}", query.expr):
                 for label in wanted:
                     assert f'{label}=~"${label}"' in selector, (query.name, name, label)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_exporter import docs
-from gpu_exporter.catalogue import COLLECTORS, METRICS
 from gpu_exporter.config import OPTIONS, build_parser
+from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

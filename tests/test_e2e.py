@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.backends.simulated import MEMORY_TOTAL_BYTES
+from gpu_exporter.sources.simulated import MEMORY_TOTAL_BYTES
 from tests.support.exporter import (
     Exporter,
     command,

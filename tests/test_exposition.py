@@ -1,13 +1,18 @@
-"""The cached exposition: our fast text renderer against prometheus_client's own."""
+"""The text writer against prometheus_client's own, and content negotiation."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+import dataclasses
 
-from gpu_exporter.collector import SnapshotCollector
-from gpu_exporter.exposition import render_text, wants_gzip, wants_openmetrics
-from tests.test_golden import fixed_snapshot
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpu_exporter.metrics.exposition import wants_gzip, wants_openmetrics
+from gpu_exporter.metrics.render import families, text
+from gpu_exporter.metrics.specs import RenderOptions
+from gpu_exporter.metrics.text import Family, from_client, to_client, write_text
+from gpu_exporter.model import Attribution, ProcessSample
+from tests.support.snapshots import fixed_snapshot
 
 
 class Awkward:
@@ -23,11 +28,20 @@ class Awkward:
         return [gauge, counter]
 
 
-def test_fast_renderer_is_byte_identical_to_prometheus_client() -> None:
+class Fixed:
+    def __init__(self, fixed: list[Family]) -> None:
+        self._fixed = fixed
+
+    def collect(self) -> list[Metric]:
+        return [to_client(f) for f in self._fixed]
+
+
+def test_text_writer_is_byte_identical_to_prometheus_client() -> None:
+    snapshot_families = families(fixed_snapshot(4))
+    odd = [from_client(m) for m in Awkward().collect()]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(fixed_snapshot(4)))
-    registry.register(Awkward())  # type: ignore[arg-type]
-    assert render_text(registry) == generate_latest(registry)
+    registry.register(Fixed(snapshot_families + odd))  # type: ignore[arg-type]
+    assert write_text(snapshot_families + odd).encode() == generate_latest(registry)
 
 
 def test_content_negotiation_helpers() -> None:
@@ -41,11 +55,6 @@ def test_content_negotiation_helpers() -> None:
 
 
 def test_snapshot_text_is_byte_identical_to_prometheus_client_with_awkward_labels() -> None:
-    import dataclasses
-
-    from gpu_exporter.collector import families, text
-    from gpu_exporter.snapshot import ProcessSample
-
     snapshot = fixed_snapshot(2)
     odd = ProcessSample(
         pid="4242",
@@ -59,16 +68,16 @@ def test_snapshot_text_is_byte_identical_to_prometheus_client_with_awkward_label
         cpu_seconds=12.5,
         workers=4,
     )
-    device = dataclasses.replace(snapshot.devices[0], processes=(odd,), unattributed_memory_bytes=0)
+    device = dataclasses.replace(
+        snapshot.devices[0],
+        attribution=Attribution(processes=(odd,), unattributed_memory_bytes=0, process_count=1),
+    )
     snapshot = dataclasses.replace(
         snapshot, devices=(device, *snapshot.devices[1:]), collectors=frozenset({"process"})
     )
-
-    class Fixed:
-        def collect(self) -> list[object]:
-            return list(families(snapshot, cmdline=True))
-
+    options = RenderOptions(cmdline=True)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Fixed())  # type: ignore[arg-type]
-    assert text(snapshot, cmdline=True).encode() == generate_latest(registry)
-    assert 'process="py\\"thon\\\\3"' in text(snapshot, cmdline=True)
+    registry.register(Fixed(families(snapshot, options)))  # type: ignore[arg-type]
+    assert text(snapshot, options).encode() == generate_latest(registry)
+    assert 'process="py\\"thon\\\\3"' in text(snapshot, options)
+    assert "cmdline=\"train.py --note 'a\\nb'\"" in text(snapshot, options)

@@ -49,7 +49,10 @@ def scenarios() -> dict[str, dict[str, Any]]:
         # built-in tenants: GPU 1's memory is pinned by no process; GPU 3 is lost
         "node-b": {"gpus": 4, "scenario": {"faults": {"lost": [3]}}},
         # a smaller node whose boards have no fan reading
-        "node-c": {"gpus": 2, "scenario": {"faults": {"unsupported": ["fan_speed_ratio"]}}},
+        "node-c": {
+            "gpus": 2,
+            "scenario": {"faults": {"unsupported": ["temperature.fan_speed_ratio"]}},
+        },
     }
 
 

@@ -13,33 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.backends.simulated import Faults, SimulatedBackend
-from gpu_exporter.catalogue import COLLECTORS
-from gpu_exporter.exposition import Exposition
-from gpu_exporter.sampler import Sampler
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.metrics.exposition import Exposition
+from gpu_exporter.model import Snapshot
+from gpu_exporter.sampling.sampler import Sampler
+from gpu_exporter.sources.scenario import Faults
+from gpu_exporter.sources.simulated import SimulatedBackend
 from tests.support.clock import FakeClock
+from tests.support.snapshots import fixed_snapshot
 
 GOLDEN = Path(__file__).parent / "golden"
-
-
-def fixed_snapshot(gpus: int, faults: Faults | None = None) -> Snapshot:
-    clock = FakeClock()
-    backend = SimulatedBackend(gpus, clock=clock.wall, faults=faults)
-    all_collectors = frozenset(c.name for c in COLLECTORS) - {"process", "host", "xid"}
-    sampler = Sampler(
-        backend,
-        interval_seconds=1.0,
-        timeout_seconds=5.0,
-        collectors=all_collectors,
-        clock=clock.wall,
-        monotonic=clock.monotonic,
-    )
-    sampler.sample_once()
-    clock.now += 10.0
-    snapshot = sampler.sample_once()
-    sampler.stop(0)
-    return snapshot
 
 
 def render(snapshot: Snapshot) -> str:
@@ -56,7 +38,11 @@ def render(snapshot: Snapshot) -> str:
             Faults(
                 lost=frozenset({1}),
                 unsupported=frozenset(
-                    {"fan_speed_ratio", "memory_temperature_celsius", "utilization_samples"}
+                    {
+                        "temperature.fan_speed_ratio",
+                        "temperature.memory_celsius",
+                        "utilization.samples",
+                    }
                 ),
             ),
         ),
@@ -82,7 +68,9 @@ def test_promtool_check_metrics_has_no_warnings(path: Path) -> None:
 
 
 def test_unsupported_fields_are_left_out_not_zeroed() -> None:
-    faults = Faults(unsupported=frozenset({"fan_speed_ratio", "memory_temperature_celsius"}))
+    faults = Faults(
+        unsupported=frozenset({"temperature.fan_speed_ratio", "temperature.memory_celsius"})
+    )
     text = render(fixed_snapshot(1, faults))
     assert "gpu_fan_speed_ratio{" not in text
     assert "gpu_memory_temperature_celsius{" not in text

@@ -8,7 +8,7 @@ from typing import Any
 import psutil
 import pytest
 
-from gpu_exporter.host import HostReader
+from gpu_exporter.sources.host import HostReader
 
 CpuTimes = namedtuple(
     "CpuTimes",

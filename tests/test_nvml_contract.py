@@ -7,19 +7,21 @@ is tested against what pynvml really raises.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pynvml
 import pytest
 
-from gpu_exporter.backends.base import THROTTLE_REASONS, DeviceLost, NvmlUnavailable
-from gpu_exporter.backends.nvml import PynvmlBackend
-from gpu_exporter.sampler import Sampler
+from gpu_exporter.model import THROTTLE_REASONS
+from gpu_exporter.sampling.sampler import Sampler
+from gpu_exporter.sources.backend import DeviceLost, NvmlUnavailable
+from gpu_exporter.sources.nvml import PynvmlBackend
 from tests.support.fake_nvml import (
     NOT_FOUND,
     NOT_SUPPORTED,
     FakeGpu,
     FakeNvmlLib,
+    Install,
     h100,
     old_fanless,
 )
@@ -29,22 +31,6 @@ ALL_COLLECTORS = frozenset(
 )
 GPU_SAMPLES = pynvml.NVML_GPU_UTILIZATION_SAMPLES
 MEM_SAMPLES = pynvml.NVML_MEMORY_UTILIZATION_SAMPLES
-
-Install = Callable[[FakeNvmlLib], FakeNvmlLib]
-
-
-@pytest.fixture
-def install(monkeypatch: pytest.MonkeyPatch) -> Install:
-    """Put a fake library where pynvml keeps its CDLL; monkeypatch restores the globals."""
-    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
-    monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)
-
-    def _install(lib: FakeNvmlLib) -> FakeNvmlLib:
-        monkeypatch.setattr(pynvml, "nvmlLib", lib)
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        return lib
-
-    return _install
 
 
 @pytest.fixture
@@ -186,40 +172,40 @@ def test_device_without_uuid_is_lost(install: Install) -> None:
 
 def test_device_reading_of_h100_in_base_units(backend: PynvmlBackend) -> None:
     r = backend.device_reading(0, ALL_COLLECTORS)
-    assert r.utilization_ratio == pytest.approx(0.87)
-    assert r.memory_controller_utilization_ratio == pytest.approx(0.41)
-    assert r.encoder_utilization_ratio == pytest.approx(0.03)
-    assert r.decoder_utilization_ratio == 0.0
-    assert r.memory_total_bytes == 85_520_809_984
-    assert r.memory_reserved_bytes == 593_494_016
-    assert r.memory_used_bytes == 42_949_672_960
-    assert r.memory_free_bytes == 41_977_643_008
-    assert r.temperature_celsius == 64.0
-    assert r.memory_temperature_celsius == 71.0
-    assert r.fan_speed_ratio is None
-    assert r.power_watts == pytest.approx(512.345)
-    assert r.power_limit_watts == pytest.approx(700.0)
-    assert r.energy_joules == pytest.approx(123_456.789)
-    assert r.clocks_hertz == {"graphics": 1755e6, "sm": 1755e6, "memory": 2619e6, "video": 1260e6}
-    assert r.performance_state == 0
-    assert r.throttle_reasons is not None
-    assert {k for k, v in r.throttle_reasons.items() if v} == {"sw_power_cap"}
-    assert set(r.throttle_reasons) == set(THROTTLE_REASONS)
-    assert r.pcie_generation == 5
-    assert r.pcie_width == 16
-    assert r.pcie_replay_errors == 7
-    assert r.ecc_corrected_errors == 3
-    assert r.ecc_uncorrected_errors == 0
-    assert r.retired_pages_single_bit == 0
-    assert r.retired_pages_double_bit == 0
-    assert r.retired_pages_pending is False
-    assert r.remapped_rows_correctable == 2
-    assert r.remapped_rows_uncorrectable == 1
-    assert r.remapped_rows_pending is True
-    assert r.remapped_rows_failed is False
-    assert r.persistence_mode is True
-    assert r.mig_mode is False
-    assert r.ecc_mode is True
+    assert r.utilization.gpu_ratio == pytest.approx(0.87)
+    assert r.utilization.memory_controller_ratio == pytest.approx(0.41)
+    assert r.utilization.encoder_ratio == pytest.approx(0.03)
+    assert r.utilization.decoder_ratio == 0.0
+    assert r.memory.total_bytes == 85_520_809_984
+    assert r.memory.reserved_bytes == 593_494_016
+    assert r.memory.used_bytes == 42_949_672_960
+    assert r.memory.free_bytes == 41_977_643_008
+    assert r.temperature.gpu_celsius == 64.0
+    assert r.temperature.memory_celsius == 71.0
+    assert r.temperature.fan_speed_ratio is None
+    assert r.power.watts == pytest.approx(512.345)
+    assert r.power.limit_watts == pytest.approx(700.0)
+    assert r.power.energy_joules == pytest.approx(123_456.789)
+    assert r.clocks.hertz == {"graphics": 1755e6, "sm": 1755e6, "memory": 2619e6, "video": 1260e6}
+    assert r.clocks.performance_state == 0
+    assert r.clocks.throttle_reasons is not None
+    assert {k for k, v in r.clocks.throttle_reasons.items() if v} == {"sw_power_cap"}
+    assert set(r.clocks.throttle_reasons) == set(THROTTLE_REASONS)
+    assert r.pcie.generation == 5
+    assert r.pcie.width == 16
+    assert r.pcie.replay_errors == 7
+    assert r.ecc.corrected_errors == 3
+    assert r.ecc.uncorrected_errors == 0
+    assert r.ecc.retired_pages_single_bit == 0
+    assert r.ecc.retired_pages_double_bit == 0
+    assert r.ecc.retired_pages_pending is False
+    assert r.ecc.remapped_rows_correctable == 2
+    assert r.ecc.remapped_rows_uncorrectable == 1
+    assert r.ecc.remapped_rows_pending is True
+    assert r.ecc.remapped_rows_failed is False
+    assert r.modes.persistence is True
+    assert r.modes.mig is False
+    assert r.modes.ecc is True
     assert backend.errors.snapshot() == {}
 
 
@@ -248,28 +234,28 @@ def test_clocks_event_mask_maps_onto_throttle_reasons(
     install(FakeNvmlLib([gpu]))
     b = PynvmlBackend()
     b.init()
-    reasons = b.device_reading(0, frozenset({"clocks"})).throttle_reasons
+    reasons = b.device_reading(0, frozenset({"clocks"})).clocks.throttle_reasons
     assert reasons is not None
     assert {k for k, v in reasons.items() if v} == active
 
 
 def test_old_board_reading_leaves_unsupported_values_out(backend: PynvmlBackend) -> None:
     r = backend.device_reading(1, ALL_COLLECTORS)
-    assert r.utilization_ratio == pytest.approx(0.12)
-    assert r.encoder_utilization_ratio is None
-    assert r.decoder_utilization_ratio is None
-    assert r.fan_speed_ratio is None
-    assert r.memory_temperature_celsius is None
-    assert r.energy_joules is None
-    assert r.throttle_reasons is None
-    assert r.performance_state is None  # NVML_PSTATE_UNKNOWN
-    assert r.pcie_generation is None
-    assert r.ecc_corrected_errors is None
-    assert r.persistence_mode is None
-    assert r.mig_mode is None
-    assert r.ecc_mode is False
-    assert r.clocks_hertz == {"graphics": 562e6, "memory": 2505e6}
-    assert r.power_watts == pytest.approx(58.0)
+    assert r.utilization.gpu_ratio == pytest.approx(0.12)
+    assert r.utilization.encoder_ratio is None
+    assert r.utilization.decoder_ratio is None
+    assert r.temperature.fan_speed_ratio is None
+    assert r.temperature.memory_celsius is None
+    assert r.power.energy_joules is None
+    assert r.clocks.throttle_reasons is None
+    assert r.clocks.performance_state is None  # NVML_PSTATE_UNKNOWN
+    assert r.pcie.generation is None
+    assert r.ecc.corrected_errors is None
+    assert r.modes.persistence is None
+    assert r.modes.mig is None
+    assert r.modes.ecc is False
+    assert r.clocks.hertz == {"graphics": 562e6, "memory": 2505e6}
+    assert r.power.watts == pytest.approx(58.0)
     assert backend.errors.snapshot() == {}
 
 
@@ -277,9 +263,9 @@ def test_only_enabled_collectors_touch_the_driver(
     backend: PynvmlBackend, host: FakeNvmlLib
 ) -> None:
     r = backend.device_reading(0, frozenset({"temperature"}))
-    assert r.temperature_celsius == 64.0
-    assert r.memory_temperature_celsius == 71.0
-    assert r.power_watts is None
+    assert r.temperature.gpu_celsius == 64.0
+    assert r.temperature.memory_celsius == 71.0
+    assert r.power is None
     assert host.count("nvmlDeviceGetPowerUsage") == 0
     assert host.field_requests == [[pynvml.NVML_FI_DEV_MEMORY_TEMP]]
 
@@ -288,14 +274,14 @@ def test_pcie_throughput_only_when_asked_in_bytes_per_second(
     backend: PynvmlBackend, host: FakeNvmlLib
 ) -> None:
     r = backend.device_reading(0, ALL_COLLECTORS)
-    assert r.pcie_tx_bytes_per_second is None
+    assert r.pcie_throughput is None
     assert host.count("nvmlDeviceGetPcieThroughput") == 0  # ~20 ms per call in the driver
     r = backend.device_reading(0, ALL_COLLECTORS | {"pcie-throughput"})
-    assert r.pcie_tx_bytes_per_second == pytest.approx(1.25e9)
-    assert r.pcie_rx_bytes_per_second == pytest.approx(31e6)
+    assert r.pcie_throughput.tx_bytes_per_second == pytest.approx(1.25e9)
+    assert r.pcie_throughput.rx_bytes_per_second == pytest.approx(31e6)
     r = backend.device_reading(1, frozenset({"pcie-throughput"}))
-    assert r.pcie_tx_bytes_per_second is None
-    assert r.pcie_rx_bytes_per_second is None
+    assert r.pcie_throughput.tx_bytes_per_second is None
+    assert r.pcie_throughput.rx_bytes_per_second is None
 
 
 # NOT_SUPPORTED and FUNCTION_NOT_FOUND are remembered ---------------------------------
@@ -306,8 +292,8 @@ def test_not_supported_is_none_and_not_asked_again(
 ) -> None:
     for _ in range(3):
         r = backend.device_reading(1, ALL_COLLECTORS)
-        assert r.encoder_utilization_ratio is None
-        assert r.temperature_celsius == 41.0
+        assert r.utilization.encoder_ratio is None
+        assert r.temperature.gpu_celsius == 41.0
     assert host.count("nvmlDeviceGetEncoderUtilization", gpu=1) == 1
     assert host.count("nvmlDeviceGetCurrentClocksEventReasons", gpu=1) == 1
     assert host.count("nvmlDeviceGetFanSpeed", gpu=1) == 1
@@ -328,11 +314,11 @@ def test_function_missing_from_library_is_none_and_not_asked_again(install: Inst
     b.init()
     for _ in range(3):
         r = b.device_reading(0, ALL_COLLECTORS)
-        assert r.throttle_reasons is None
+        assert r.clocks.throttle_reasons is None
         # An old driver without the v2 memory call falls back to v1: no reservation.
-        assert r.memory_reserved_bytes is None
-        assert r.memory_used_bytes == 42_949_672_960
-        assert r.memory_total_bytes == 85_520_809_984
+        assert r.memory.reserved_bytes is None
+        assert r.memory.used_bytes == 42_949_672_960
+        assert r.memory.total_bytes == 85_520_809_984
     assert lib.count("nvmlDeviceGetMemoryInfo") == 3
     assert lib.count("nvmlDeviceGetMemoryInfo_v2") == 0  # never resolved
     assert b.errors.snapshot() == {}
@@ -397,7 +383,7 @@ def test_driver_without_any_process_call_reports_no_process_list(install: Instal
     assert b.processes(0) is None
     assert lib.count("nvmlDeviceGetComputeRunningProcesses_v2") == 0
     assert b.errors.snapshot() == {}
-    assert b.device_reading(0, frozenset({"temperature"})).temperature_celsius == 64.0
+    assert b.device_reading(0, frozenset({"temperature"})).temperature.gpu_celsius == 64.0
 
 
 # Field values --------------------------------------------------------------------------
@@ -427,11 +413,11 @@ def test_field_not_supported_drops_only_that_field_and_is_not_requested_again(
     second = b.device_reading(0, ALL_COLLECTORS)
 
     for r in (first, second):
-        assert r.memory_temperature_celsius is None
-        assert r.pcie_replay_errors is None
-        assert r.energy_joules == pytest.approx(123_456.789)
-        assert r.ecc_corrected_errors == 3
-        assert r.temperature_celsius == 64.0
+        assert r.temperature.memory_celsius is None
+        assert r.pcie.replay_errors is None
+        assert r.power.energy_joules == pytest.approx(123_456.789)
+        assert r.ecc.corrected_errors == 3
+        assert r.temperature.gpu_celsius == 64.0
     assert pynvml.NVML_FI_DEV_MEMORY_TEMP in lib.field_requests[0]
     assert pynvml.NVML_FI_DEV_MEMORY_TEMP not in lib.field_requests[1]
     assert pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER not in lib.field_requests[1]
@@ -445,7 +431,7 @@ def test_double_typed_field_value_is_read_as_double(install: Install) -> None:
     install(FakeNvmlLib([gpu]))
     b = PynvmlBackend()
     b.init()
-    assert b.device_reading(0, frozenset({"temperature"})).memory_temperature_celsius == 70.5
+    assert b.device_reading(0, frozenset({"temperature"})).temperature.memory_celsius == 70.5
 
 
 def test_field_with_other_error_is_counted_and_asked_again(install: Install) -> None:
@@ -456,8 +442,8 @@ def test_field_with_other_error_is_counted_and_asked_again(install: Install) -> 
     b.init()
     for _ in range(2):
         r = b.device_reading(0, frozenset({"power"}))
-        assert r.energy_joules is None
-        assert r.power_watts == pytest.approx(512.345)
+        assert r.power.energy_joules is None
+        assert r.power.watts == pytest.approx(512.345)
     assert lib.field_requests == [[pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] * 2
     assert b.errors.snapshot() == {("nvmlDeviceGetFieldValues", "no_permission"): 2}
 
@@ -481,9 +467,9 @@ def test_field_values_call_not_supported_is_not_repeated(install: Install) -> No
     b.init()
     for _ in range(2):
         r = b.device_reading(0, ALL_COLLECTORS)
-        assert r.energy_joules is None
-        assert r.ecc_mode is None
-        assert r.power_watts == pytest.approx(512.345)
+        assert r.power.energy_joules is None
+        assert r.modes.ecc is None
+        assert r.power.watts == pytest.approx(512.345)
     assert lib.count("nvmlDeviceGetFieldValues") == 1
 
 
@@ -512,7 +498,7 @@ def test_lost_device_errors_raise_device_lost(
     assert "nvmlDeviceGetTemperature" in caught.value.reason
     assert type(caught.value.__cause__) is getattr(pynvml, exception_class)
     # The other device keeps answering.
-    assert b.device_reading(1, ALL_COLLECTORS).temperature_celsius == 64.0
+    assert b.device_reading(1, ALL_COLLECTORS).temperature.gpu_celsius == 64.0
 
 
 def test_handle_lookup_failure_is_device_lost(install: Install) -> None:
@@ -538,7 +524,7 @@ def test_nvml_down_mid_run_raises_nvml_unavailable(install: Install, code: int, 
     lib = install(FakeNvmlLib([gpu]))
     b = PynvmlBackend()
     b.init()
-    assert b.device_reading(0, ALL_COLLECTORS).power_watts == pytest.approx(512.345)
+    assert b.device_reading(0, ALL_COLLECTORS).power.watts == pytest.approx(512.345)
 
     gpu.fail["nvmlDeviceGetPowerUsage"] = code
     with pytest.raises(NvmlUnavailable) as caught:
@@ -560,9 +546,9 @@ def test_other_errors_are_counted_and_the_field_is_none(install: Install) -> Non
     b.init()
     for _ in range(2):
         r = b.device_reading(0, ALL_COLLECTORS)
-        assert r.power_watts is None
-        assert r.power_limit_watts is None
-        assert r.temperature_celsius == 64.0
+        assert r.power.watts is None
+        assert r.power.limit_watts is None
+        assert r.temperature.gpu_celsius == 64.0
     # Not remembered as unsupported: the condition may clear.
     assert lib.count("nvmlDeviceGetPowerUsage") == 2
     assert b.errors.snapshot() == {
@@ -570,7 +556,7 @@ def test_other_errors_are_counted_and_the_field_is_none(install: Install) -> Non
         ("nvmlDeviceGetEnforcedPowerLimit", "corrupted_inforom"): 2,
     }
     del gpu.fail["nvmlDeviceGetPowerUsage"]
-    assert b.device_reading(0, ALL_COLLECTORS).power_watts == pytest.approx(512.345)
+    assert b.device_reading(0, ALL_COLLECTORS).power.watts == pytest.approx(512.345)
 
 
 # Sample buffers ------------------------------------------------------------------------
@@ -706,8 +692,8 @@ def test_sampler_snapshot_keeps_a_healthy_gpu_when_another_is_lost(install: Inst
     healthy, down = second.devices
     assert healthy.up
     assert healthy.reading is not None
-    assert healthy.reading.temperature_celsius == 64.0
-    assert healthy.reading.power_watts == pytest.approx(512.345)
+    assert healthy.reading.temperature.gpu_celsius == 64.0
+    assert healthy.reading.power.watts == pytest.approx(512.345)
     assert not down.up
     assert down.reading is None
     assert down.uuid == "GPU-k80-1"

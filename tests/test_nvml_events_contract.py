@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterator
 import pynvml
 import pytest
 
-from gpu_exporter.backends.base import DeviceEvent, NvmlUnavailable
-from gpu_exporter.backends.nvml import PynvmlBackend, PynvmlEventSet
-from gpu_exporter.snapshot import XidState
-from gpu_exporter.xid import XidListener
-from tests import test_nvml_contract
+from gpu_exporter.model import DeviceEvent, XidState
+from gpu_exporter.sources.backend import NvmlUnavailable
+from gpu_exporter.sources.nvml import PynvmlBackend, PynvmlEventSet
+from gpu_exporter.sources.xid import XidListener
 from tests.support.fake_nvml import (
     CLOCK,
     DBE,
@@ -28,13 +27,10 @@ from tests.support.fake_nvml import (
     SBE,
     XID,
     FakeNvmlLib,
+    Install,
     h100,
     old_fanless,
 )
-from tests.test_nvml_contract import Install
-
-# The contract tests' fixture: installs a fake library where pynvml keeps its CDLL.
-install = test_nvml_contract.install
 
 WANTED = XID | SBE | DBE
 

@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.backends.base import DeviceReading, DeviceStatic, GpuProcess, ProcessUtilization
-from gpu_exporter.cgroups import CgroupLabels
-from gpu_exporter.processes import CMDLINE_MAX_CHARS, HostProcess, ProcessAttributor
-from gpu_exporter.proctree import ProcTable, parse_stat
-from gpu_exporter.sampler import DeviceRaw
-from gpu_exporter.snapshot import ProcessSample
+from gpu_exporter.attribution.processes import CMDLINE_MAX_CHARS, ProcessAttributor
+from gpu_exporter.attribution.proctree import ProcTable, parse_stat
+from gpu_exporter.model import (
+    CgroupLabels,
+    DeviceRaw,
+    DeviceReading,
+    DeviceStatic,
+    GpuProcess,
+    HostProcess,
+    MemoryReading,
+    ProcessSample,
+    ProcessUtilization,
+)
 
 TICKS = 100
 PAGE = 4096
@@ -162,7 +169,12 @@ def raw(
     used: int | None = 10 * 2**30,
 ) -> DeviceRaw:
     return DeviceRaw(
-        STATIC, DeviceReading(memory_used_bytes=used), None, None, processes, utilization
+        STATIC,
+        DeviceReading(memory=MemoryReading(used_bytes=used)),
+        None,
+        None,
+        processes,
+        utilization,
     )
 
 
@@ -476,7 +488,7 @@ def test_kept_stat_files_read_fresh_values_and_notice_exit(tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from gpu_exporter.proctree import StatFiles
+    from gpu_exporter.attribution.proctree import StatFiles
 
     burner = subprocess.Popen(
         [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"]
@@ -506,7 +518,7 @@ def _fake_stat(root: Path, pid: int, ppid: int, ticks: int = 0) -> None:
 def test_incremental_walk_rereads_orphans_and_corrects_reused_pids(tmp_path: Path) -> None:
     import shutil
 
-    from gpu_exporter.proctree import FULL_WALK_EVERY, StatFiles
+    from gpu_exporter.attribution.proctree import FULL_WALK_EVERY, StatFiles
 
     _fake_stat(tmp_path, 1, 0)
     _fake_stat(tmp_path, 10, 1)  # a GPU job

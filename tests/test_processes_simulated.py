@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_exporter.backends.simulated import Scenario, SimulatedBackend, SimulatedProcess
-from gpu_exporter.backends.simulated_processes import BUILTIN_PID_BASE
-from gpu_exporter.catalogue import COLLECTORS
-from gpu_exporter.processes import HostProcessSource, ProcessAttributor
-from gpu_exporter.sampler import Sampler
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.attribution.processes import ProcessAttributor
+from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.model import Snapshot
+from gpu_exporter.sampling.sampler import Sampler
+from gpu_exporter.sources.scenario import Scenario, SimulatedProcess
+from gpu_exporter.sources.simulated import SimulatedBackend
+from gpu_exporter.sources.simulated_tenants import BUILTIN_PID_BASE
 from tests.support.clock import FakeClock
 
 
 def sampler(backend: SimulatedBackend, clock: FakeClock) -> Sampler:
-    assert isinstance(backend, HostProcessSource)
     return Sampler(
         backend,
         interval_seconds=1.0,
@@ -38,8 +38,8 @@ def two_samples(gpus: int, seconds: float = 10.0) -> tuple[Snapshot, Snapshot]:
 
 def test_training_job_on_the_flickering_gpu_has_four_busy_workers() -> None:
     first, second = two_samples(4)
-    (a,) = first.devices[0].processes or ()
-    (b,) = second.devices[0].processes or ()
+    (a,) = first.devices[0].attribution.processes or ()
+    (b,) = second.devices[0].attribution.processes or ()
     assert (b.process, b.user, b.workers) == ("python", "alice", 4)
     assert b.container_id and b.pod_uid and int(b.pid) >= BUILTIN_PID_BASE
     assert a.cpu_seconds is not None and b.cpu_seconds is not None
@@ -51,22 +51,26 @@ def test_training_job_on_the_flickering_gpu_has_four_busy_workers() -> None:
 def test_idle_allocated_gpu_holds_leaked_memory_with_no_process() -> None:
     _, snapshot = two_samples(4)
     leaked = snapshot.devices[1]
-    assert leaked.processes == ()
+    assert leaked.attribution.processes == ()
     assert leaked.reading is not None
-    assert leaked.unattributed_memory_bytes == leaked.reading.memory_used_bytes > 0
+    assert leaked.attribution.unattributed_memory_bytes == leaked.reading.memory.used_bytes > 0
 
 
 def test_healthy_gpus_have_all_their_memory_attributed() -> None:
     _, snapshot = two_samples(8)
     for device in snapshot.devices:
         if device.index % 4 != 1:
-            assert device.unattributed_memory_bytes == 0, device.index
-            assert device.processes, device.index
+            assert device.attribution.unattributed_memory_bytes == 0, device.index
+            assert device.attribution.processes, device.index
 
 
 def test_every_profile_has_distinct_labels_per_gpu() -> None:
     _, snapshot = two_samples(8)
-    jobs = {d.index: (d.processes or ())[0] for d in snapshot.devices if d.processes}
+    jobs = {
+        d.index: (d.attribution.processes or ())[0]
+        for d in snapshot.devices
+        if d.attribution.processes
+    }
     assert jobs[0].container_id != jobs[4].container_id
     assert jobs[2].slurm_job_id and jobs[2].slurm_job_id != jobs[6].slurm_job_id
     assert (jobs[3].process, jobs[3].container_id != "") == ("tritonserver", True)
@@ -81,8 +85,8 @@ def test_scenario_processes_replace_the_built_in_ones() -> None:
     s = sampler(backend, clock)
     snapshot = s.sample_once()
     s.stop(0)
-    assert snapshot.devices[0].processes == ()
-    (p,) = snapshot.devices[1].processes or ()
+    assert snapshot.devices[0].attribution.processes == ()
+    (p,) = snapshot.devices[1].attribution.processes or ()
     assert (p.pid, p.memory_used_bytes, p.sm_ratio) == ("4000001", 2**30, 0.5)
     assert backend.host_process(BUILTIN_PID_BASE + 1) is None
 

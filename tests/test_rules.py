@@ -17,7 +17,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from gpu_exporter.catalogue import INFO_LABELS, METRICS_BY_NAME
+from gpu_exporter.metrics.catalogue import METRICS_BY_NAME
+from gpu_exporter.metrics.specs import DEFAULT_OPTIONS
 from tests.support.exporter import REPO
 
 PROMETHEUS = REPO / "deploy" / "prometheus"
@@ -268,14 +269,14 @@ def check_names(expr: str, recorded: set[str]) -> list[str]:
         if name in BUILTIN_METRICS:
             allowed = set(BUILTIN_METRICS[name])
         elif name in METRICS_BY_NAME:
-            allowed = set(METRICS_BY_NAME[name].labels) | TARGET_LABELS
+            allowed = set(METRICS_BY_NAME[name].label_names(DEFAULT_OPTIONS)) | TARGET_LABELS
         else:
             problems.append(f"unknown metric {name}")
             continue
         known_labels |= allowed
         problems += [f"{name} has no label {label}" for label in labels if label not in allowed]
     if "gpu_info" in expr or any(name in recorded for name, _ in selectors):
-        known_labels |= set(INFO_LABELS)
+        known_labels |= set(METRICS_BY_NAME["gpu_info"].label_names(DEFAULT_OPTIONS))
     problems += [f"unknown label {label}" for label in grouping if label not in known_labels]
     return problems
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpu_exporter.backends.base import UtilizationSample
-from gpu_exporter.backends.simulated import Faults, SimulatedBackend
-from gpu_exporter.busy import BusyCounter
-from gpu_exporter.sampler import BACKOFF_MAX_SECONDS, Sampler
+from gpu_exporter.model import UtilizationSample
+from gpu_exporter.sampling.busy import BusyCounter
+from gpu_exporter.sampling.sampler import BACKOFF_MAX_SECONDS, Sampler
+from gpu_exporter.sources.scenario import Faults
+from gpu_exporter.sources.simulated import SimulatedBackend
 from tests.support.clock import FakeClock
 
 
@@ -99,7 +100,7 @@ def test_sample_integrates_the_simulated_flicker_to_its_true_average() -> None:
 def test_without_the_sample_buffer_the_latest_reading_is_integrated() -> None:
     clock = FakeClock()
     backend = SimulatedBackend(
-        4, clock=clock.wall, faults=Faults(unsupported=frozenset({"utilization_samples"}))
+        4, clock=clock.wall, faults=Faults(unsupported=frozenset({"utilization.samples"}))
     )
     sampler = make_sampler(backend, clock)
     sampler.sample_once()

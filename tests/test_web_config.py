@@ -11,9 +11,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpu_exporter import web_config
-from gpu_exporter.web import LiveWebConfig
-from gpu_exporter.web_config import (
+from gpu_exporter.serving import web_config
+from gpu_exporter.serving.http import LiveWebConfig
+from gpu_exporter.serving.web_config import (
     BasicAuth,
     WebConfig,
     WebConfigError,

@@ -593,3 +593,7 @@ class FakeNvmlLib:
     def live_event_sets(self) -> int:
         """Event sets created and not freed."""
         return sum(not s.freed for s in self.event_sets)
+
+
+Install = Callable[[FakeNvmlLib], FakeNvmlLib]
+"""The `install` fixture (conftest.py): puts a fake library in pynvml's place."""

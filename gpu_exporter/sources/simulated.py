@@ -11,160 +11,78 @@ and follow four profiles, repeated over the GPUs:
 2. `near-oom`: memory 97% used, steady work.
 3. `busy-hot`: near 100% busy, hot, at its power limit, thermally throttled at times.
 
-Each profile has plausible tenant processes (`simulated_processes.py`): the training job
+Each profile has plausible tenant processes (`simulated_tenants.py`): the training job
 on the input-starved GPU has 4 busy DataLoader workers.
 
-Faults are injected through `Faults`, set directly by in-process tests or read from a
-scenario file (`--simulate.scenario FILE`, JSON or YAML, re-read when it changes) by
-tests that drive the real program:
-
-    faults:
-      init_error: driver_not_loaded   # NVML fails to initialise
-      lost: [1]                       # GPU_IS_LOST on these indices
-      hang: [2]                       # reads block until the fault is removed
-      unsupported: [fan_speed_ratio]  # DeviceReading fields answering NOT_SUPPORTED
-      gpus: 3                         # how many GPUs are visible (default N)
-      library_hang: true              # nvmlDeviceGetCount blocks (NVML itself stuck)
-      events_unsupported: true        # the event API answers NOT_SUPPORTED
-    events:                           # Xid events, delivered once each
-      - {gpu: 1, xid: 79}
-    processes:                        # replace the built-in processes (real PIDs allowed)
-      - {gpu: 0, pid: 1234, memory_bytes: 1073741824, sm_ratio: 0.5}
+Faults are injected through `Faults` (`sources.scenario`), set directly by in-process
+tests or read from a scenario file (`--simulate.scenario FILE`, re-read when it changes)
+by tests that drive the real program. A file that no longer loads keeps the previous
+scenario in force and is reported once in the log.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import fields, replace
 from typing import Any
 
-import yaml
-
-from gpu_exporter.backends.base import (
+from gpu_exporter.model import (
     THROTTLE_REASONS,
+    ClocksReading,
     DeviceEvent,
-    DeviceLost,
     DeviceReading,
     DeviceStatic,
     DriverInfo,
-    ErrorCounts,
+    EccReading,
     GpuProcess,
-    NvmlUnavailable,
+    HostProcess,
+    MemoryReading,
+    ModesReading,
+    PcieReading,
+    PcieThroughputReading,
+    PowerReading,
     ProcessUtilization,
+    TemperatureReading,
     UtilizationDomain,
+    UtilizationReading,
     UtilizationSample,
 )
-from gpu_exporter.backends.simulated_processes import (
+from gpu_exporter.sources.backend import (
+    DeviceLost,
+    ErrorCounts,
+    NvmlUnavailable,
+    read_device,
+)
+from gpu_exporter.sources.scenario import (
+    PROCESS_LIST,
+    SAMPLES,
+    Faults,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+)
+from gpu_exporter.sources.simulated_tenants import (
     PROFILE_PROCESSES,
     builtin_pid,
     labels,
     split_pid,
 )
-from gpu_exporter.processes import HostProcess
+
+log = logging.getLogger(__name__)
 
 GIB = 1024**3
 MEMORY_TOTAL_BYTES = 81559 * 1024**2  # H100 80GB HBM3 as nvidia-smi reports it
 MEMORY_RESERVED_BYTES = 529 * 1024**2
 SAMPLE_PERIOD_US = 166_667  # the driver fills its utilization buffer about 6 times a second
 BUFFER_SAMPLES = 100  # entries the driver keeps per buffer
+POWER_LIMIT_WATTS = 700.0
 PROFILES = ("input-starved", "idle-allocated", "near-oom", "busy-hot")
-READING_FIELDS = frozenset(f.name for f in fields(DeviceReading))
-
-
-@dataclass(frozen=True)
-class SimulatedProcess:
-    """A process the scenario places on a GPU (its PID may be a real one)."""
-
-    gpu: int
-    pid: int
-    memory_bytes: int | None = None
-    sm_ratio: float | None = None
-    memory_controller_ratio: float | None = None
-    context: str = "compute"
-
-
-@dataclass(frozen=True)
-class SimulatedEvent:
-    """An Xid (or ECC) event the scenario raises on a GPU."""
-
-    gpu: int
-    xid: int | None = None
-    kind: str = "xid"
-
-
-@dataclass(frozen=True)
-class Faults:
-    """Faults to inject; the default injects none."""
-
-    init_error: str | None = None  # e.g. "driver_not_loaded"
-    lost: frozenset[int] = frozenset()
-    hang: frozenset[int] = frozenset()
-    unsupported: frozenset[str] = frozenset()
-    gpus: int | None = None
-    events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
-    library_hang: bool = False  # nvmlDeviceGetCount blocks: NVML itself is stuck
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """What a scenario file holds."""
-
-    faults: Faults = field(default_factory=Faults)
-    processes: tuple[SimulatedProcess, ...] | None = None  # None: the built-in processes
-    events: tuple[SimulatedEvent, ...] = ()  # delivered once each, in order
-
-
-class ScenarioError(ValueError):
-    """A scenario file that cannot be read or has unknown keys."""
-
-
-def parse_scenario(data: Any) -> Scenario:
-    """Build a Scenario from parsed JSON/YAML; raises ScenarioError."""
-    if data is None:
-        return Scenario()
-    if not isinstance(data, dict):
-        raise ScenarioError("scenario must be a mapping")
-    unknown = set(data) - {"faults", "processes", "events"}
-    if unknown:
-        raise ScenarioError(f"unknown scenario keys: {sorted(unknown)}")
-    raw_faults = data.get("faults") or {}
-    allowed = {f.name for f in fields(Faults)}
-    if set(raw_faults) - allowed:
-        raise ScenarioError(f"unknown fault keys: {sorted(set(raw_faults) - allowed)}")
-    unsupported = frozenset(str(x) for x in raw_faults.get("unsupported", []))
-    unknown_fields = unsupported - READING_FIELDS - {"utilization_samples", "processes"}
-    if unknown_fields:
-        raise ScenarioError(f"unknown unsupported fields: {sorted(unknown_fields)}")
-    faults = Faults(
-        init_error=raw_faults.get("init_error"),
-        lost=frozenset(int(x) for x in raw_faults.get("lost", [])),
-        hang=frozenset(int(x) for x in raw_faults.get("hang", [])),
-        unsupported=unsupported,
-        gpus=int(raw_faults["gpus"]) if raw_faults.get("gpus") is not None else None,
-        events_unsupported=bool(raw_faults.get("events_unsupported", False)),
-        library_hang=bool(raw_faults.get("library_hang", False)),
-    )
-    events = tuple(SimulatedEvent(**e) for e in data.get("events") or [])
-    raw_processes = data.get("processes")
-    processes = (
-        None if raw_processes is None else tuple(SimulatedProcess(**p) for p in raw_processes)
-    )
-    return Scenario(faults=faults, processes=processes, events=events)
-
-
-def load_scenario(path: str) -> Scenario:
-    """Read a scenario file (JSON is YAML too); raises ScenarioError."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        return parse_scenario(yaml.safe_load(text) if text.strip() else None)
-    except (OSError, yaml.YAMLError, TypeError, ValueError) as error:
-        raise ScenarioError(f"{path}: {error}") from error
 
 
 def _square(t: float, period: float, duty: float = 0.5) -> bool:
@@ -196,7 +114,7 @@ class SimulatedBackend:
         self._clock = clock
         self._scenario_path = scenario_path
         self._scenario = Scenario(faults=faults or Faults())
-        self._scenario_mtime: float | None = None
+        self._scenario_mtime: int | None = None
         self._lock = threading.Lock()
         self._initialised = False
         self._reloaded = False
@@ -216,22 +134,29 @@ class SimulatedBackend:
             self._scenario = replace(self._scenario, faults=faults)
 
     def _current(self) -> Scenario:
-        """The scenario, re-read from its file when the file changed."""
+        """The scenario, re-read from its file when the file changed.
+
+        A file that does not load (half-written, or wrong) keeps the previous scenario in
+        force; the error is logged once per change of the file.
+        """
         path = self._scenario_path
         if path is not None:
             try:
-                mtime = os.stat(path).st_mtime_ns
+                mtime: int | None = os.stat(path).st_mtime_ns
             except OSError:
                 mtime = None
             if mtime is not None and mtime != self._scenario_mtime:
+                self._scenario_mtime = mtime
                 try:
                     scenario = load_scenario(path)
-                except ScenarioError:
-                    scenario = None  # a half-written file: keep the last good scenario
-                if scenario is not None:
+                except ScenarioError as error:
+                    log.error(
+                        "scenario file not reloaded; the previous scenario stays in force",
+                        extra={"error": str(error)},
+                    )
+                else:
                     with self._lock:
                         self._scenario = scenario
-                        self._scenario_mtime = mtime
         with self._lock:
             return self._scenario
 
@@ -314,7 +239,7 @@ class SimulatedBackend:
             pcie_max_width=16,
         )
 
-    def _utilization(self, index: int, t: float) -> tuple[float, float]:
+    def utilization_at(self, index: int, t: float) -> tuple[float, float]:
         """(gpu, memory-controller) utilization ratios at Unix time t."""
         profile = self.profile(index)
         if profile == "input-starved":
@@ -329,92 +254,11 @@ class SimulatedBackend:
     def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
         faults = self._check(index)
         t = self._clock()
-        profile = self.profile(index)
-        gpu_util, mem_util = self._utilization(index, t)
         self._reading_time[index] = t  # the built-in processes share this reading's memory
-        used_bytes = self._memory_used_bytes(index, t)
-        temp = {
-            "input-starved": 52.0 + 6 * gpu_util,
-            "idle-allocated": 33.0,
-            "near-oom": 64.0 + 3 * _wave(t, 60.0),
-            "busy-hot": 84.0 + 4 * _wave(t, 40.0),
-        }[profile]
-        limit = 700.0
-        power = {
-            "input-starved": 110.0 + 420.0 * gpu_util,
-            "idle-allocated": 72.0,
-            "near-oom": 430.0 + 60 * _wave(t, 60.0),
-            "busy-hot": 690.0 + 10 * _wave(t, 10.0),
-        }[profile]
-        hot = profile == "busy-hot" and temp >= 87.0
-        throttle = {reason: False for reason in THROTTLE_REASONS}
-        throttle["gpu_idle"] = gpu_util == 0.0
-        throttle["sw_power_cap"] = profile == "busy-hot" and power >= 695.0
-        throttle["sw_thermal_slowdown"] = hot
-        sm_clock = 1980e6 if not hot else 1755e6
-        if gpu_util == 0.0:
-            sm_clock = 345e6
-        values: dict[str, Any] = {}
-        if "utilization" in collectors:
-            values.update(
-                utilization_ratio=gpu_util,
-                memory_controller_utilization_ratio=mem_util,
-                encoder_utilization_ratio=0.0,
-                decoder_utilization_ratio=0.0,
-            )
-        if "memory" in collectors:
-            values.update(
-                memory_total_bytes=MEMORY_TOTAL_BYTES,
-                memory_used_bytes=used_bytes,
-                memory_free_bytes=MEMORY_TOTAL_BYTES - MEMORY_RESERVED_BYTES - used_bytes,
-                memory_reserved_bytes=MEMORY_RESERVED_BYTES,
-            )
-        if "temperature" in collectors:
-            values.update(
-                temperature_celsius=round(temp), memory_temperature_celsius=round(temp + 4)
-            )
-        if "power" in collectors:
-            values.update(
-                power_watts=round(power, 3),
-                power_limit_watts=limit,
-                energy_joules=round(self._energy(index, t), 3),
-            )
-        if "clocks" in collectors:
-            values.update(
-                clocks_hertz={
-                    "graphics": sm_clock,
-                    "sm": sm_clock,
-                    "memory": 2619e6,
-                    "video": 1245e6 if gpu_util else 765e6,
-                },
-                performance_state=0 if gpu_util else 8,
-                throttle_reasons=throttle,
-            )
-        if "pcie" in collectors:
-            values.update(pcie_generation=5 if gpu_util else 1, pcie_width=16, pcie_replay_errors=0)
-        if "pcie-throughput" in collectors:
-            values.update(
-                pcie_tx_bytes_per_second=2.1e9 * gpu_util, pcie_rx_bytes_per_second=6.4e9 * gpu_util
-            )
-        if "ecc" in collectors:
-            values.update(
-                ecc_corrected_errors=0,
-                ecc_uncorrected_errors=0,
-                retired_pages_single_bit=0,
-                retired_pages_double_bit=0,
-                retired_pages_pending=False,
-                remapped_rows_correctable=0,
-                remapped_rows_uncorrectable=0,
-                remapped_rows_pending=False,
-                remapped_rows_failed=False,
-            )
-        if "modes" in collectors:
-            values.update(persistence_mode=True, mig_mode=False, ecc_mode=True)
-        for name in faults.unsupported & READING_FIELDS:
-            values.pop(name, None)
-        return DeviceReading(**values)
+        reading = read_device(_SimulatedReader(self, index, t), collectors)
+        return _without(reading, faults.unsupported)
 
-    def _memory_used_bytes(self, index: int, t: float) -> int:
+    def memory_used_bytes(self, index: int, t: float) -> int:
         used = {
             "input-starved": 0.55 + 0.05 * _wave(t, 120.0),
             "idle-allocated": 0.375,
@@ -423,7 +267,7 @@ class SimulatedBackend:
         }[self.profile(index)]
         return int(MEMORY_TOTAL_BYTES * used)
 
-    def _energy(self, index: int, t: float) -> float:
+    def energy_joules(self, index: int, t: float) -> float:
         """Joules since 'driver load': the integral of the profile's mean power."""
         mean_power = {
             "input-starved": 110.0 + 420.0 * 0.475,
@@ -440,7 +284,7 @@ class SimulatedBackend:
         self, index: int, domain: UtilizationDomain, since_us: int
     ) -> Sequence[UtilizationSample] | None:
         faults = self._check(index)
-        if "utilization_samples" in faults.unsupported:
+        if SAMPLES in faults.unsupported:
             return None
         now_us = self._timestamp_us(self._clock())
         last = now_us - now_us % SAMPLE_PERIOD_US
@@ -451,17 +295,17 @@ class SimulatedBackend:
         for ts in range(first, last + 1, SAMPLE_PERIOD_US):
             # each entry covers the period that ends at ts; use its midpoint
             mid = self._epoch + (ts - SAMPLE_PERIOD_US / 2 - 1_000_000_000) / 1e6
-            out.append(UtilizationSample(ts, self._utilization(index, mid)[pick]))
+            out.append(UtilizationSample(ts, self.utilization_at(index, mid)[pick]))
         return out
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
         faults = self._check(index)
-        if "processes" in faults.unsupported:
+        if PROCESS_LIST in faults.unsupported:
             return None
         scenario = self._current().processes
         if scenario is None:
             t = self._reading_time.get(index, self._clock())
-            used = self._memory_used_bytes(index, t)
+            used = self.memory_used_bytes(index, t)
             return [
                 GpuProcess(
                     pid=builtin_pid(index, p),
@@ -482,13 +326,13 @@ class SimulatedBackend:
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
         faults = self._check(index)
-        if "processes" in faults.unsupported:
+        if PROCESS_LIST in faults.unsupported:
             return None
         t = self._clock()
         ts = self._timestamp_us(t)
         scenario = self._current().processes
         if scenario is None:
-            sm, mc = self._utilization(index, t)
+            sm, mc = self.utilization_at(index, t)
             return [
                 ProcessUtilization(builtin_pid(index, p), ts, sm, mc)
                 for p in PROFILE_PROCESSES[self.profile(index)]
@@ -577,3 +421,123 @@ class SimulatedEventSet:
 
     def close(self) -> None:
         self._closed = True
+
+
+class _SimulatedReader:
+    """The readings of one simulated GPU at Unix time `t`, one method per collector."""
+
+    def __init__(self, backend: SimulatedBackend, index: int, t: float) -> None:
+        self._backend = backend
+        self._index = index
+        self._t = t
+        self._profile = backend.profile(index)
+        self._gpu_util, self._mem_util = backend.utilization_at(index, t)
+
+    def _temperature(self) -> float:
+        t = self._t
+        return {
+            "input-starved": 52.0 + 6 * self._gpu_util,
+            "idle-allocated": 33.0,
+            "near-oom": 64.0 + 3 * _wave(t, 60.0),
+            "busy-hot": 84.0 + 4 * _wave(t, 40.0),
+        }[self._profile]
+
+    def _power(self) -> float:
+        t = self._t
+        return {
+            "input-starved": 110.0 + 420.0 * self._gpu_util,
+            "idle-allocated": 72.0,
+            "near-oom": 430.0 + 60 * _wave(t, 60.0),
+            "busy-hot": 690.0 + 10 * _wave(t, 10.0),
+        }[self._profile]
+
+    def utilization(self) -> UtilizationReading:
+        return UtilizationReading(
+            gpu_ratio=self._gpu_util,
+            memory_controller_ratio=self._mem_util,
+            encoder_ratio=0.0,
+            decoder_ratio=0.0,
+        )
+
+    def memory(self) -> MemoryReading:
+        used = self._backend.memory_used_bytes(self._index, self._t)
+        return MemoryReading(
+            total_bytes=MEMORY_TOTAL_BYTES,
+            used_bytes=used,
+            free_bytes=MEMORY_TOTAL_BYTES - MEMORY_RESERVED_BYTES - used,
+            reserved_bytes=MEMORY_RESERVED_BYTES,
+        )
+
+    def temperature(self) -> TemperatureReading:
+        temp = self._temperature()
+        return TemperatureReading(gpu_celsius=round(temp), memory_celsius=round(temp + 4))
+
+    def power(self) -> PowerReading:
+        return PowerReading(
+            watts=round(self._power(), 3),
+            limit_watts=POWER_LIMIT_WATTS,
+            energy_joules=round(self._backend.energy_joules(self._index, self._t), 3),
+        )
+
+    def clocks(self) -> ClocksReading:
+        busy = self._gpu_util
+        hot = self._profile == "busy-hot" and self._temperature() >= 87.0
+        throttle = {reason: False for reason in THROTTLE_REASONS}
+        throttle["gpu_idle"] = busy == 0.0
+        throttle["sw_power_cap"] = self._profile == "busy-hot" and self._power() >= 695.0
+        throttle["sw_thermal_slowdown"] = hot
+        sm_clock = 345e6 if busy == 0.0 else (1755e6 if hot else 1980e6)
+        return ClocksReading(
+            hertz={
+                "graphics": sm_clock,
+                "sm": sm_clock,
+                "memory": 2619e6,
+                "video": 1245e6 if busy else 765e6,
+            },
+            performance_state=0 if busy else 8,
+            throttle_reasons=throttle,
+        )
+
+    def pcie(self) -> PcieReading:
+        return PcieReading(generation=5 if self._gpu_util else 1, width=16, replay_errors=0)
+
+    def pcie_throughput(self) -> PcieThroughputReading:
+        return PcieThroughputReading(
+            tx_bytes_per_second=2.1e9 * self._gpu_util,
+            rx_bytes_per_second=6.4e9 * self._gpu_util,
+        )
+
+    def ecc(self) -> EccReading:
+        return EccReading(
+            corrected_errors=0,
+            uncorrected_errors=0,
+            retired_pages_single_bit=0,
+            retired_pages_double_bit=0,
+            retired_pages_pending=False,
+            remapped_rows_correctable=0,
+            remapped_rows_uncorrectable=0,
+            remapped_rows_pending=False,
+            remapped_rows_failed=False,
+        )
+
+    def modes(self) -> ModesReading:
+        return ModesReading(persistence=True, mig=False, ecc=True)
+
+
+def _without(reading: DeviceReading, unsupported: Collection[str]) -> DeviceReading:
+    """`reading` with the `READING.FIELD`s in `unsupported` left out (None, or empty)."""
+    if not unsupported:
+        return reading
+    changes: dict[str, Any] = {}
+    for member in fields(reading):
+        part = getattr(reading, member.name)
+        if part is None:
+            continue
+        cleared: dict[str, Any] = {
+            f.name: ({} if isinstance(getattr(part, f.name), dict) else None)
+            for f in fields(part)
+            if f"{member.name}.{f.name}" in unsupported
+        }
+        if cleared:
+            changes[member.name] = replace(part, **cleared)
+    return replace(reading, **changes) if changes else reading

@@ -21,7 +21,8 @@ and paths seen from inside another cgroup namespace (`/../../kubepods.slice/...`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from gpu_exporter.model import CgroupLabels
 
 _HEX64 = r"[0-9a-f]{64}"
 # a container's own cgroup: "<runtime>-<id>[.scope]"; conmon (the runtime's monitor) is not
@@ -35,16 +36,6 @@ _UUID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{1
 _POD = re.compile(rf"(?:^|-)pod({_UUID}|[0-9a-f]{{32}})(?:\.slice)?$")
 _SLURM_JOB = re.compile(r"^job_(\d+)$")
 _UNIT = re.compile(r"^.+\.(?:service|scope)$")
-
-
-@dataclass(frozen=True)
-class CgroupLabels:
-    """Attribution labels of one process; "" where its cgroup does not say."""
-
-    container_id: str = ""  # 64 hex digits, as `docker ps --no-trunc` shows it
-    pod_uid: str = ""  # metadata.uid of the Kubernetes pod, with dashes
-    systemd_unit: str = ""  # e.g. "train.service", "session-4.scope"
-    slurm_job_id: str = ""  # e.g. "48213"
 
 
 def cgroup_paths(text: str) -> list[str]:

@@ -19,7 +19,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 
-from gpu_exporter.cgroups import CgroupLabels
+from gpu_exporter.model import CgroupLabels
 
 BUILTIN_PID_BASE = 5_000_000  # > PID_MAX_LIMIT (2**22): never a real PID
 PIDS_PER_GPU = 100

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpu_exporter.backends.base import UtilizationSample
+from gpu_exporter.model import UtilizationSample
 
 
 class BusyCounter:

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from gpu_exporter.snapshot import HostSample
+from gpu_exporter.model import HostSample
 
 log = logging.getLogger(__name__)
 

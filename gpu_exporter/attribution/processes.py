@@ -1,8 +1,8 @@
 """Per-process attribution: who holds each GPU context, and what their tree costs the host.
 
-`ProcessAttributor` is the sampler's `attribute_processes` hook. Once per sample it
-takes what NVML listed on every GPU (`DeviceRaw.processes`, `.process_utilization`)
-and adds the host's side of each PID:
+`ProcessAttributor` is called by the sampler once per sample. It takes what NVML listed
+on every GPU (`DeviceRaw.processes`, `.process_utilization`) and adds the host's side of
+each PID:
 
 - command name, user, optional command line, and the cgroup labels (`cgroups.py`),
   cached per (pid, start time), so a reused PID is looked up afresh;
@@ -23,44 +23,31 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import psutil
 
-from gpu_exporter.backends.base import GpuProcess, ProcessUtilization
-from gpu_exporter.cgroups import CgroupLabels, parse_cgroup
-from gpu_exporter.proctree import ProcStat, ProcTable, StatFiles
-from gpu_exporter.sampler import Attribution, DeviceRaw
-from gpu_exporter.snapshot import ProcessSample
+from gpu_exporter.attribution.cgroups import parse_cgroup
+from gpu_exporter.attribution.proctree import ProcStat, ProcTable, StatFiles
+from gpu_exporter.model import (
+    Attribution,
+    CgroupLabels,
+    DeviceRaw,
+    GpuProcess,
+    HostProcess,
+    ProcessSample,
+    ProcessUtilization,
+)
 
 log = logging.getLogger(__name__)
 
 CMDLINE_MAX_CHARS = 256
 OTHER = "other"
 
-
-@dataclass(frozen=True)
-class HostProcess:
-    """What the host knows of one PID, in base units; "" or None where unknown."""
-
-    process: str = ""  # command name (psutil's name(): comm, completed from the cmdline)
-    user: str = ""  # user name, or the numeric uid when it has none
-    cmdline: str | None = None  # only read with --collector.process.cmdline
-    labels: CgroupLabels = field(default_factory=CgroupLabels)
-    cpu_seconds: float | None = None  # process and all descendants, user + system
-    workers: int | None = None  # number of descendant processes
-    resident_memory_bytes: int | None = None
-    start_time_seconds: float | None = None  # Unix time
-
-
-@runtime_checkable
-class HostProcessSource(Protocol):
-    """A backend that knows the host side of some PIDs itself (the simulated host)."""
-
-    def host_process(self, pid: int) -> HostProcess | None:
-        """The host view of `pid`, or None when /proc should be asked instead."""
+HostProcessLookup = Callable[[int], HostProcess | None]
+"""Answers for PIDs the backend itself knows (the simulated tenants); None: ask /proc."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +74,7 @@ class ProcessAttributor:
         cmdline: bool = False,
         psutil_module: ModuleType | Any = psutil,
         proc_root: str = "/proc",
-        lookup: Callable[[int], HostProcess | None] | None = None,
+        lookup: HostProcessLookup | None = None,
         clock_ticks: int | None = None,
         page_size: int | None = None,
     ) -> None:
@@ -103,7 +90,7 @@ class ProcessAttributor:
         self._stat_files = StatFiles()
         self._members: set[int] = set()  # last sample's GPU process trees
 
-    # The sampler hook ----------------------------------------------------------------
+    # One sample --------------------------------------------------------------------
 
     def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
         pids = {p.pid for raw in raws.values() for p in raw.processes or ()}
@@ -340,12 +327,13 @@ def _other(rest: Sequence[ProcessSample]) -> ProcessSample:
 def _unattributed(raw: DeviceRaw, entries: Mapping[tuple[int, str], int | None]) -> int | None:
     """Used GPU memory no listed process accounts for, in bytes; never negative.
 
-    `memory_used_bytes` comes from NVML's v2 memory info, whose `used` already leaves out
+    The used memory comes from NVML's v2 memory info, whose `used` already leaves out
     the driver's reservation (`gpu_memory_reserved_bytes`); where only v1 exists the
     reservation is not reported and cannot be taken out. None when the used memory or any
     process's memory is unknown (MIG, vGPU): a guess would hide or invent a leak.
     """
-    used = raw.reading.memory_used_bytes
+    reading = raw.reading.memory
+    used = reading.used_bytes if reading is not None else None
     if used is None:
         return None
     per_pid: dict[int, int] = {}

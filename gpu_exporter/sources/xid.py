@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from gpu_exporter.backends.base import Backend, DeviceEvent, EventSet, NvmlUnavailable
-from gpu_exporter.snapshot import XidState
+from gpu_exporter.model import DeviceEvent, XidState
+from gpu_exporter.sources.backend import Backend, EventSet, NvmlUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,13 @@ def xid_meaning(xid: int) -> str:
 
 
 class XidListener:
-    """Counts Xid errors per GPU from a backend's event set, on its own thread."""
+    """Counts Xid errors per GPU from a backend's event set, on its own thread.
+
+    `start()` and `stop()` may be called any number of times (SIGHUP turns the `xid`
+    collector on and off); the counts are kept across, so they stay "since the exporter
+    started". Each run of the thread has its own stop signal, so a run still blocked in
+    the driver when a new one starts never records an event twice.
+    """
 
     def __init__(
         self,
@@ -57,17 +63,41 @@ class XidListener:
         self._wait_ms = wait_ms
         self._lock = threading.Lock()
         self._state: dict[str, XidState] = {}
-        self._stop = threading.Event()
+        self._run_stop: threading.Event | None = None  # the current run's stop signal
         self._arm = threading.Event()
         self._thread: threading.Thread | None = None
         self._unsupported_logged = False
+        self._listening: threading.Event | None = None  # the run that has a set open
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="xid-listener", daemon=True)
+    @property
+    def running(self) -> bool:
+        return self._run_stop is not None
+
+    @property
+    def listening(self) -> bool:
+        """True while the current run has an event set open and waits on it."""
+        return self._listening is not None and self._listening is self._run_stop
+
+    def start(self, *, armed: bool = False) -> None:
+        """Start the thread (again). It opens an event set when armed: at once with
+        `armed` (NVML is already up), else on the next `rearm()` (NVML initialised)."""
+        if self._run_stop is not None:
+            return
+        stop = self._run_stop = threading.Event()
+        if armed:
+            self._arm.set()
+        else:
+            self._arm.clear()
+        self._thread = threading.Thread(
+            target=self._run, args=(stop,), name="xid-listener", daemon=True
+        )
         self._thread.start()
 
     def stop(self, timeout_seconds: float = 1.0) -> None:
-        self._stop.set()
+        stop, self._run_stop = self._run_stop, None
+        if stop is None:
+            return
+        stop.set()
         self._arm.set()
         if self._thread is not None:
             self._thread.join(timeout_seconds)
@@ -80,18 +110,21 @@ class XidListener:
         with self._lock:
             return dict(self._state)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
             self._arm.wait()
-            if self._stop.is_set():
+            if stop.is_set():
                 return
             self._arm.clear()
             events = self._open()
             if events is None:
                 continue
             try:
-                self._listen(events)
+                self._listening = stop
+                self._listen(events, stop)
             finally:
+                if self._listening is stop:
+                    self._listening = None
                 events.close()
 
     def _open(self) -> EventSet | None:
@@ -105,14 +138,14 @@ class XidListener:
             log.warning("NVML events are not supported on these GPUs: Xid errors are not counted")
         return events
 
-    def _listen(self, events: EventSet) -> None:
-        while not self._stop.is_set() and not self._arm.is_set():
+    def _listen(self, events: EventSet, stop: threading.Event) -> None:
+        while not stop.is_set() and not self._arm.is_set():
             try:
                 event = events.wait(self._wait_ms)
             except NvmlUnavailable as error:
                 log.debug("Xid listener stopped until NVML is back", extra={"reason": error.reason})
                 return
-            if event is not None:
+            if event is not None and not stop.is_set():
                 self.record(event)
 
     def record(self, event: DeviceEvent) -> None:

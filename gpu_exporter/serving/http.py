@@ -1,10 +1,9 @@
-"""The HTTP side: /metrics from the cached exposition, a landing page, /healthz.
+"""The HTTP server: a threaded server that defends itself against hostile clients.
 
-Nothing here calls NVML. `Routes` decides what each request gets; `bind` binds the
-socket for a threaded server (one thread per connection) that defends itself against
-hostile clients:
+Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request gets;
+`bind` binds the socket for a threaded server (one thread per connection):
 
-- TLS and basic auth from the web config file (`gpu_exporter.web_config`), re-read when it
+- TLS and basic auth from the web config file (`serving.web_config`), re-read when it
   or its certificates change; the TLS handshake runs in the connection's thread under the
   read deadline, so a client that never finishes it cannot stall the accept loop;
 - a deadline of READ_TIMEOUT_SECONDS for each request's line and headers (counted from the
@@ -19,7 +18,6 @@ hostile clients:
 
 from __future__ import annotations
 
-import html
 import io
 import logging
 import math
@@ -30,118 +28,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_exporter import __version__
-from gpu_exporter.exposition import Exposition, wants_gzip, wants_openmetrics
-from gpu_exporter.web_config import WebConfig, WebConfigError, load_web_config
+from gpu_exporter.serving.routes import Response, Routes, plain
+from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
 
-STALE_INTERVALS = 3  # /healthz fails when no sample finished within this many intervals
 READ_TIMEOUT_SECONDS = 10.0
 WEB_CONFIG_CHECK_SECONDS = 1.0  # how often the web config files' mtimes are looked at
 ALLOWED_METHODS = ("GET", "HEAD")
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class ServingState:
-    """What the sampler publishes for the web side; swapped atomically."""
-
-    exposition: Exposition | None = None
-
-
-def health(state: ServingState, interval_seconds: float, now: float) -> tuple[bool, str]:
-    """(healthy, reason) for /healthz."""
-    exposition = state.exposition
-    if exposition is None:
-        return False, "no sample has finished yet"
-    snapshot = exposition.snapshot
-    age = now - snapshot.timestamp_seconds
-    if age > STALE_INTERVALS * interval_seconds:
-        return False, f"last sample finished {age:.1f}s ago (interval {interval_seconds:g}s)"
-    if not snapshot.nvml_up:
-        return False, f"NVML unavailable: {snapshot.nvml_down_reason}"
-    if snapshot.devices and not any(d.up for d in snapshot.devices):
-        reasons = "; ".join(f"GPU {d.index}: {d.down_reason}" for d in snapshot.devices)
-        return False, f"no GPU can be sampled ({reasons})"
-    up = sum(1 for d in snapshot.devices if d.up)
-    return True, f"ok: {up}/{snapshot.gpus} GPUs up, last sample {age:.1f}s ago"
-
-
-class Routes:
-    """Maps a request to a response. Pure apart from reading the clock."""
-
-    def __init__(
-        self,
-        state: ServingState,
-        *,
-        telemetry_path: str,
-        interval_seconds: float,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.state = state
-        self.telemetry_path = telemetry_path
-        self.interval_seconds = interval_seconds
-        self._clock = clock
-
-    def get(self, path: str, headers: Any) -> Response:
-        path = path.split("?", 1)[0]
-        if path == self.telemetry_path:
-            return self._metrics(headers)
-        if path == "/healthz":
-            ok, reason = health(self.state, self.interval_seconds, self._clock())
-            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-            return Response(status, (reason + "\n").encode(), _plain())
-        if path == "/":
-            return Response(
-                HTTPStatus.OK, self._landing(), {"Content-Type": "text/html; charset=utf-8"}
-            )
-        return Response(HTTPStatus.NOT_FOUND, b"404 page not found\n", _plain())
-
-    def _metrics(self, headers: Any) -> Response:
-        exposition = self.state.exposition
-        if exposition is None:
-            return Response(
-                HTTPStatus.SERVICE_UNAVAILABLE, b"no sample has finished yet\n", _plain()
-            )
-        openmetrics = wants_openmetrics(headers.get("Accept"))
-        compressed = wants_gzip(headers.get("Accept-Encoding"))
-        out = {
-            "Content-Type": exposition.content_type(openmetrics=openmetrics),
-            "Vary": "Accept, Accept-Encoding",
-        }
-        if compressed:
-            out["Content-Encoding"] = "gzip"
-        return Response(
-            HTTPStatus.OK, exposition.body(openmetrics=openmetrics, compressed=compressed), out
-        )
-
-    def _landing(self) -> bytes:
-        _, reason = health(self.state, self.interval_seconds, self._clock())
-        path = html.escape(self.telemetry_path)
-        return (
-            "<!DOCTYPE html><html><head><title>GPU Exporter</title></head><body>"
-            f"<h1>GPU Exporter {html.escape(__version__)}</h1>"
-            "<p>NVIDIA GPU metrics for Prometheus, sampled through NVML.</p>"
-            f'<ul><li><a href="{path}">Metrics</a></li>'
-            f'<li><a href="/healthz">Health</a>: {html.escape(reason)}</li></ul>'
-            "</body></html>\n"
-        ).encode()
-
-
-def _plain() -> dict[str, str]:
-    return {"Content-Type": "text/plain; charset=utf-8"}
 
 
 class LiveWebConfig:
@@ -316,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
                 Response(
                     HTTPStatus.METHOD_NOT_ALLOWED,
                     b"405 method not allowed\n",
-                    {**_plain(), "Allow": ", ".join(ALLOWED_METHODS), "Connection": "close"},
+                    {**plain(), "Allow": ", ".join(ALLOWED_METHODS), "Connection": "close"},
                 ),
                 head=False,
             )
@@ -333,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.server.slots.acquire(blocking=False):
             self._send(
                 Response(
-                    HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", _plain()
+                    HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", plain()
                 ),
                 head,
             )
@@ -346,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
                 response = Response(
                     HTTPStatus.UNAUTHORIZED,
                     b"401 unauthorized\n",
-                    {**_plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
+                    {**plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
                 )
             else:
                 response = self.server.routes.get(self.path, self.headers)
@@ -362,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.request_version = "HTTP/1.0"  # unparsed or HTTP/0.9: answer with a status line
         body = f"{int(code)} {message or HTTPStatus(code).phrase}\n".encode("latin-1", "replace")
         self._send(
-            Response(code, body, {**_plain(), "Connection": "close"}),
+            Response(code, body, {**plain(), "Connection": "close"}),
             head=self.command == "HEAD",
         )
 

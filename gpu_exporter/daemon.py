@@ -1,0 +1,234 @@
+"""The running exporter: builds backend, sampler, Xid listener and web server, and runs
+them until a signal says stop. SIGHUP re-reads the config file and the web config.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from prometheus_client import ProcessCollector
+
+from gpu_exporter import __version__, logs
+from gpu_exporter.attribution.processes import ProcessAttributor
+from gpu_exporter.config import ConfigError, Settings, load_settings, parse_listen_address
+from gpu_exporter.metrics.exposition import Exposition
+from gpu_exporter.metrics.specs import RenderOptions
+from gpu_exporter.model import HostSample, Snapshot
+from gpu_exporter.sampling.health import Health
+from gpu_exporter.sampling.sampler import Sampler, XidView
+from gpu_exporter.serving.http import HttpServer, ListenError, bind
+from gpu_exporter.serving.routes import Routes, ServingState
+from gpu_exporter.serving.web_config import WebConfigError, load_web_config
+from gpu_exporter.sources.backend import Backend
+from gpu_exporter.sources.host import HostReader
+from gpu_exporter.sources.xid import XidListener
+from gpu_exporter.systemd_notify import Notifier, Watchdog
+
+log = logging.getLogger("gpu_exporter")
+
+EXIT_USAGE = 2
+
+
+def make_backend(settings: Settings) -> Backend:
+    """The simulated host for --simulate, else the real driver. Logs nothing."""
+    if settings.simulate is not None:
+        from gpu_exporter.sources.simulated import SimulatedBackend
+
+        # UUIDs unique per simulated host (hostname and port), stable across restarts
+        host_id = f"{socket.gethostname()}:{settings.listen_address}"
+        return SimulatedBackend(
+            settings.simulate, scenario_path=settings.simulate_scenario, host_id=host_id
+        )
+    from gpu_exporter.sources.nvml import PynvmlBackend
+
+    return PynvmlBackend()
+
+
+def warn_if_simulated(settings: Settings) -> None:
+    if settings.simulate is not None:
+        log.warning(
+            "serving SIMULATED GPUs: this data is made up (--simulate)",
+            extra={"gpus": settings.simulate},
+        )
+
+
+def make_sampler(
+    settings: Settings,
+    backend: Backend,
+    on_snapshot: Callable[[Snapshot], None] = lambda snapshot: None,
+    xid: XidView | None = None,
+) -> Sampler:
+    attributor = ProcessAttributor(
+        limit=settings.process_limit,
+        cmdline=settings.process_cmdline,
+        lookup=backend.host_process,
+    )
+    host_reader = HostReader()
+
+    def read_host() -> HostSample | None:
+        return host_reader()
+
+    return Sampler(
+        backend,
+        interval_seconds=settings.interval_seconds,
+        timeout_seconds=settings.timeout_seconds,
+        collectors=settings.collectors,
+        on_snapshot=on_snapshot,
+        attribute_processes=attributor,
+        read_host=read_host,
+        xid=xid,
+    )
+
+
+def render_options(settings: Settings) -> RenderOptions:
+    return RenderOptions(cmdline=settings.process_cmdline)
+
+
+def render(snapshot: Snapshot, settings: Settings) -> Exposition:
+    """The served exposition: the snapshot, then the exporter's own process metrics."""
+    return Exposition(snapshot, render_options(settings), extra=[ProcessCollector(registry=None)])
+
+
+# Settings a SIGHUP can change while running; the rest need a restart.
+LIVE_SETTINGS = frozenset(
+    {
+        "interval_seconds",
+        "timeout_seconds",
+        "collectors",
+        "log_level",
+        "log_format",
+        "telemetry_path",
+        "web_config_file",
+    }
+)
+
+
+class Exporter:
+    """The running daemon: sampler, Xid listener, web server and their settings."""
+
+    def __init__(self, settings: Settings, args: Sequence[str]) -> None:
+        self.settings = settings
+        self.args = list(args)
+        self.state = ServingState()
+        self.backend = make_backend(settings)
+        self.xid = XidListener(self.backend)
+        self.sampler = make_sampler(settings, self.backend, self.publish, xid=self.xid)
+        self.sampler.on_nvml_init.append(self.xid.rearm)
+        self.health = Health(self.sampler)
+        self.routes = Routes(self.state, self.health, telemetry_path=settings.telemetry_path)
+        self.notifier = Notifier()
+        self.watchdog = Watchdog(self.notifier, lambda: self.health.live().ok)
+        self._ready = False
+        self.server: HttpServer | None = None  # set once the socket is bound
+
+    def publish(self, snapshot: Snapshot) -> None:
+        self.state.exposition = render(snapshot, self.settings)
+        if not self._ready:
+            self._ready = True
+            up = sum(1 for d in snapshot.devices if d.up)
+            self.notifier.send(f"READY=1\nSTATUS=first sample done: {up} GPUs up")
+
+    def start(self) -> None:
+        """Start the threads (after the socket is bound)."""
+        warn_if_simulated(self.settings)
+        if "xid" in self.settings.collectors:
+            self.xid.start()
+        self.sampler.start()
+        self.watchdog.start()
+
+    def stop(self) -> None:
+        self.notifier.send("STOPPING=1")
+        self.watchdog.stop()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        self.xid.stop(timeout_seconds=0.6)
+        self.sampler.stop(timeout_seconds=0.6)
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the config file; a bad file keeps the running settings."""
+        self.notifier.send("RELOADING=1")
+        try:
+            new = load_settings(self.args)
+        except ConfigError as error:
+            log.error("reload failed, keeping the running settings", extra={"error": str(error)})
+            self.notifier.send("READY=1")
+            return
+        old = self.settings
+        changed = {k for k, v in vars(new).items() if getattr(old, k) != v}
+        needs_restart = sorted(changed - LIVE_SETTINGS)
+        if needs_restart:
+            log.warning("these settings change only on restart", extra={"settings": needs_restart})
+        logs.configure(new.log_level, new.log_format)
+        self.sampler.interval_seconds = new.interval_seconds
+        self.sampler.timeout_seconds = new.timeout_seconds
+        self.sampler.collectors = new.collectors
+        if "xid" in new.collectors:
+            self.xid.start(armed=self.sampler.nvml_up)
+        else:
+            self.xid.stop(timeout_seconds=0.6)
+        self.routes.telemetry_path = new.telemetry_path
+        if self.server is not None:
+            if new.web_config_file is None and old.web_config_file is not None:
+                log.warning("turning the web config off needs a restart; keeping it")
+            elif new.web_config_file != old.web_config_file:
+                self.server.reload_web_config(new.web_config_file)
+            else:
+                self.server.reload_web_config()
+        self.settings = new
+        if new.interval_seconds != old.interval_seconds:
+            self.sampler.wake()  # the new interval applies now, not after the old one
+        log.info("configuration reloaded", extra={"changed": sorted(changed & LIVE_SETTINGS)})
+        self.notifier.send("READY=1")
+
+
+def serve(settings: Settings, args: Sequence[str]) -> int:
+    exporter = Exporter(settings, args)
+    host, port = parse_listen_address(settings.listen_address)
+    try:
+        web_config = load_web_config(settings.web_config_file)
+        server = bind(host, port, exporter.routes, settings.max_requests, web_config)
+    except (ListenError, WebConfigError) as error:
+        print(f"gpu-exporter: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    exporter.server = server
+
+    stopping = threading.Event()
+    reloading = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            reloading.set()
+            return
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        stopping.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+
+    log.info(
+        "listening",
+        extra={
+            "address": settings.listen_address,
+            "port": server.server_address[1],
+            "telemetry_path": settings.telemetry_path,
+            "version": __version__,
+            "backend": exporter.backend.kind,
+        },
+    )
+    web_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    web_thread.start()
+    exporter.start()
+    while not stopping.wait(0.2):
+        if reloading.is_set():
+            reloading.clear()
+            exporter.reload()
+    exporter.stop()
+    logging.shutdown()
+    return 0

@@ -1,0 +1,741 @@
+"""The metric catalogue: every metric the exporter can emit, in one place.
+
+Each entry names its metric, type, labels, collector and help text, and holds the
+extractor that reads its value from the model (`metrics.specs`). The renderer is one
+loop over this table (`metrics.render`); the README's metrics reference is generated
+from it (`python -m gpu_exporter.docs`); the dashboard and alert-rule tests
+check that every metric they reference is listed here. No `gpu_` metric name is written
+anywhere else in the package (a test checks that).
+
+Adding a metric: one entry here, plus the reading that carries its value (`model`) and
+the backend call that fills it (`sources`). See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gpu_exporter import __version__
+from gpu_exporter.metrics.specs import (
+    SAMPLED,
+    Collector,
+    DeviceMetric,
+    ExporterMetric,
+    HostMetric,
+    LabelValues,
+    MetricSpec,
+    MetricType,
+    Number,
+    ProcessMetric,
+    Rows,
+    device,
+    labelled,
+    one,
+    reading,
+)
+from gpu_exporter.model import (
+    CLOCK_NAMES,
+    STAGES,
+    ClocksReading,
+    DeviceReading,
+    DeviceSample,
+    EccReading,
+    HostSample,
+    MemoryReading,
+    ModesReading,
+    PcieReading,
+    PcieThroughputReading,
+    PowerReading,
+    ProcessSample,
+    Snapshot,
+    TemperatureReading,
+    UtilizationReading,
+)
+
+COLLECTORS: tuple[Collector, ...] = (
+    Collector("utilization", True, "GPU, memory-controller, encoder and decoder utilization"),
+    Collector("memory", True, "framebuffer memory"),
+    Collector("temperature", True, "temperatures, thresholds and fan speed"),
+    Collector("power", True, "power draw, limit and energy"),
+    Collector("clocks", True, "clocks, P-state and clocks-event (throttle) reasons"),
+    Collector("pcie", True, "PCIe link generation, width and replay errors"),
+    Collector(
+        "pcie-throughput",
+        False,
+        "PCIe throughput (costs about 20 ms per direction per GPU in the driver)",
+    ),
+    Collector("ecc", True, "ECC errors, retired pages and remapped rows"),
+    Collector("modes", True, "persistence, MIG and ECC modes"),
+    Collector("process", True, "per-process GPU memory, utilization and CPU"),
+    Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
+    Collector("xid", True, "Xid error events from NVML's event API"),
+)
+COLLECTOR_NAMES: frozenset[str] = frozenset(c.name for c in COLLECTORS)
+
+
+# Which reading of a DeviceReading each collector fills.
+def _utilization(r: DeviceReading) -> UtilizationReading | None:
+    return r.utilization
+
+
+def _memory(r: DeviceReading) -> MemoryReading | None:
+    return r.memory
+
+
+def _temperature(r: DeviceReading) -> TemperatureReading | None:
+    return r.temperature
+
+
+def _power(r: DeviceReading) -> PowerReading | None:
+    return r.power
+
+
+def _clocks(r: DeviceReading) -> ClocksReading | None:
+    return r.clocks
+
+
+def _pcie(r: DeviceReading) -> PcieReading | None:
+    return r.pcie
+
+
+def _pcie_throughput(r: DeviceReading) -> PcieThroughputReading | None:
+    return r.pcie_throughput
+
+
+def _ecc(r: DeviceReading) -> EccReading | None:
+    return r.ecc
+
+
+def _modes(r: DeviceReading) -> ModesReading | None:
+    return r.modes
+
+
+# Extractors that need more than one reading ------------------------------------------
+
+
+def _info(snapshot: Snapshot, d: DeviceSample) -> Rows:
+    st = d.static
+    if st is None:
+        return ()
+    driver = snapshot.driver
+    return (
+        (
+            (
+                st.name,
+                st.pci_bus_id or "",
+                st.serial or "",
+                st.vbios_version or "",
+                (driver.driver_version if driver else None) or "",
+                (driver.cuda_driver_version if driver else None) or "",
+                st.compute_capability or "",
+            ),
+            1,
+        ),
+    )
+
+
+def _xid_counts(snapshot: Snapshot, d: DeviceSample) -> Rows:
+    state = snapshot.xid.get(d.uuid)
+    if state is None:
+        return ()
+    return [((str(code),), count) for code, count in sorted(state.counts.items())]
+
+
+def _xid_last(snapshot: Snapshot, d: DeviceSample) -> Rows:
+    state = snapshot.xid.get(d.uuid)
+    return one(state.last_timestamp_seconds) if state is not None else ()
+
+
+def _thresholds(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    st = d.static
+    if st is None:
+        return ()
+    return (
+        (("slowdown",), st.slowdown_temperature_celsius),
+        (("shutdown",), st.shutdown_temperature_celsius),
+    )
+
+
+def _max_clocks(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    st = d.static
+    if st is None:
+        return ()
+    return [((clock,), st.max_clocks_hertz.get(clock)) for clock in CLOCK_NAMES]
+
+
+def _attribution_count(d: DeviceSample) -> Number | None:
+    return d.attribution.process_count if d.attribution is not None else None
+
+
+def _unattributed(d: DeviceSample) -> Number | None:
+    return d.attribution.unattributed_memory_bytes if d.attribution is not None else None
+
+
+def _stages_duration(s: Snapshot) -> Rows:
+    return [((stage,), s.stages[stage].duration_seconds) for stage in STAGES if stage in s.stages]
+
+
+def _stages_success(s: Snapshot) -> Rows:
+    return [((stage,), s.stages[stage].success) for stage in STAGES if stage in s.stages]
+
+
+def _nvml_errors(s: Snapshot) -> Rows:
+    return [((f, e), count) for (f, e), count in sorted(s.nvml_errors.items())]
+
+
+def _nvml_init_errors(s: Snapshot) -> Rows:
+    return [((e,), count) for e, count in sorted(s.nvml_init_errors.items())]
+
+
+def _throttle(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
+    return (c.throttle_reasons or {}).items()
+
+
+def _clock_values(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
+    return [(clock, c.hertz.get(clock)) for clock in CLOCK_NAMES]
+
+
+# Spec constructors in the catalogue's own shorthand -----------------------------------
+
+DeviceExtract = Callable[[Snapshot, DeviceSample], Rows]
+
+
+def _d(
+    name: str,
+    type_: MetricType,
+    help_: str,
+    collector: str | None,
+    extract: DeviceExtract,
+    *labels: str,
+    when_down: bool = False,
+) -> DeviceMetric:
+    return DeviceMetric(
+        name=name,
+        type=type_,
+        help=help_ + SAMPLED,
+        labels=labels,
+        collector=collector,
+        extract=extract,
+        when_down=when_down,
+    )
+
+
+def _p(
+    name: str, type_: MetricType, help_: str, extract: Callable[[ProcessSample], Number | None]
+) -> ProcessMetric:
+    return ProcessMetric(
+        name=name, type=type_, help=help_ + SAMPLED, collector="process", extract=extract
+    )
+
+
+def _h(
+    name: str, type_: MetricType, help_: str, extract: Callable[[HostSample], Number | None]
+) -> HostMetric:
+    return HostMetric(
+        name=name, type=type_, help=help_ + SAMPLED, collector="host", extract=extract
+    )
+
+
+def _x(
+    name: str, type_: MetricType, help_: str, extract: Callable[[Snapshot], Rows], *labels: str
+) -> ExporterMetric:
+    return ExporterMetric(name=name, type=type_, help=help_, labels=labels, extract=extract)
+
+
+INFO_LABELS: LabelValues = (
+    "name",
+    "pci_bus_id",
+    "serial",
+    "vbios_version",
+    "driver_version",
+    "cuda_driver_version",
+    "compute_capability",
+)
+
+METRICS: tuple[MetricSpec, ...] = (
+    # Identity and liveness.
+    DeviceMetric(
+        name="gpu_info",
+        type="gauge",
+        help="GPU identity; always 1. Join with * on(uuid) group_left(name) gpu_info.",
+        labels=INFO_LABELS,
+        extract=_info,
+        when_down=True,
+    ),
+    _d(
+        "gpu_up",
+        "gauge",
+        "1 while the GPU answers NVML, 0 when it is lost or timed out.",
+        None,
+        device(lambda d: d.up),
+        when_down=True,
+    ),
+    # Utilization.
+    _d(
+        "gpu_utilization_ratio",
+        "gauge",
+        "Driver's latest GPU utilization: share of the last sample period a kernel ran (0..1).",
+        "utilization",
+        reading(_utilization, lambda u: u.gpu_ratio),
+    ),
+    _d(
+        "gpu_busy_seconds_total",
+        "counter",
+        "Seconds a kernel was running, integrated from the driver's utilization sample "
+        "buffer; rate() is the true average utilization over any window.",
+        "utilization",
+        device(lambda d: d.busy_seconds),
+    ),
+    _d(
+        "gpu_memory_controller_utilization_ratio",
+        "gauge",
+        "Driver's latest memory-controller utilization: share of time memory was read or "
+        "written (0..1).",
+        "utilization",
+        reading(_utilization, lambda u: u.memory_controller_ratio),
+    ),
+    _d(
+        "gpu_memory_controller_busy_seconds_total",
+        "counter",
+        "Seconds the memory controller was busy, integrated from the driver's sample buffer.",
+        "utilization",
+        device(lambda d: d.memory_controller_busy_seconds),
+    ),
+    _d(
+        "gpu_encoder_utilization_ratio",
+        "gauge",
+        "Video encoder utilization (0..1).",
+        "utilization",
+        reading(_utilization, lambda u: u.encoder_ratio),
+    ),
+    _d(
+        "gpu_decoder_utilization_ratio",
+        "gauge",
+        "Video decoder utilization (0..1).",
+        "utilization",
+        reading(_utilization, lambda u: u.decoder_ratio),
+    ),
+    # Memory.
+    _d(
+        "gpu_memory_total_bytes",
+        "gauge",
+        "Total framebuffer memory in bytes.",
+        "memory",
+        reading(_memory, lambda m: m.total_bytes),
+    ),
+    _d(
+        "gpu_memory_used_bytes",
+        "gauge",
+        "Used framebuffer memory in bytes.",
+        "memory",
+        reading(_memory, lambda m: m.used_bytes),
+    ),
+    _d(
+        "gpu_memory_free_bytes",
+        "gauge",
+        "Free framebuffer memory in bytes.",
+        "memory",
+        reading(_memory, lambda m: m.free_bytes),
+    ),
+    _d(
+        "gpu_memory_reserved_bytes",
+        "gauge",
+        "Framebuffer memory reserved by the driver and firmware, in bytes.",
+        "memory",
+        reading(_memory, lambda m: m.reserved_bytes),
+    ),
+    _d(
+        "gpu_memory_unattributed_bytes",
+        "gauge",
+        "Used memory that no listed process accounts for (reservation excluded), in bytes: "
+        "memory pinned by dead or invisible processes.",
+        "process",
+        device(_unattributed),
+    ),
+    # Temperature and cooling.
+    _d(
+        "gpu_temperature_celsius",
+        "gauge",
+        "GPU core temperature in degrees Celsius.",
+        "temperature",
+        reading(_temperature, lambda t: t.gpu_celsius),
+    ),
+    _d(
+        "gpu_memory_temperature_celsius",
+        "gauge",
+        "GPU memory (HBM) temperature in degrees Celsius.",
+        "temperature",
+        reading(_temperature, lambda t: t.memory_celsius),
+    ),
+    _d(
+        "gpu_temperature_threshold_celsius",
+        "gauge",
+        "Temperature at which the GPU slows down or shuts down, in degrees Celsius.",
+        "temperature",
+        _thresholds,
+        "threshold",
+    ),
+    _d(
+        "gpu_fan_speed_ratio",
+        "gauge",
+        "Fan speed as a share of its maximum (0..1).",
+        "temperature",
+        reading(_temperature, lambda t: t.fan_speed_ratio),
+    ),
+    # Power.
+    _d(
+        "gpu_power_watts",
+        "gauge",
+        "Power draw in watts.",
+        "power",
+        reading(_power, lambda p: p.watts),
+    ),
+    _d(
+        "gpu_power_limit_watts",
+        "gauge",
+        "Enforced power limit in watts.",
+        "power",
+        reading(_power, lambda p: p.limit_watts),
+    ),
+    _d(
+        "gpu_energy_joules_total",
+        "counter",
+        "Energy consumed since the driver was loaded, in joules.",
+        "power",
+        reading(_power, lambda p: p.energy_joules),
+    ),
+    # Clocks.
+    _d(
+        "gpu_clock_hertz",
+        "gauge",
+        "Current clock frequency in hertz.",
+        "clocks",
+        labelled(_clocks, _clock_values),
+        "clock",
+    ),
+    _d(
+        "gpu_clock_max_hertz",
+        "gauge",
+        "Maximum clock frequency in hertz.",
+        "clocks",
+        _max_clocks,
+        "clock",
+    ),
+    _d(
+        "gpu_performance_state",
+        "gauge",
+        "Performance state (P-state) number, 0 is fastest.",
+        "clocks",
+        reading(_clocks, lambda c: c.performance_state),
+    ),
+    _d(
+        "gpu_throttle_active",
+        "gauge",
+        "1 while the clocks-event (throttle) reason holds the clocks down, else 0.",
+        "clocks",
+        labelled(_clocks, _throttle),
+        "reason",
+    ),
+    # PCIe.
+    _d(
+        "gpu_pcie_link_generation",
+        "gauge",
+        "Current PCIe link generation.",
+        "pcie",
+        reading(_pcie, lambda p: p.generation),
+    ),
+    _d(
+        "gpu_pcie_link_max_generation",
+        "gauge",
+        "Maximum PCIe link generation.",
+        "pcie",
+        device(lambda d: d.static.pcie_max_generation if d.static else None),
+    ),
+    _d(
+        "gpu_pcie_link_width",
+        "gauge",
+        "Current PCIe link width in lanes.",
+        "pcie",
+        reading(_pcie, lambda p: p.width),
+    ),
+    _d(
+        "gpu_pcie_link_max_width",
+        "gauge",
+        "Maximum PCIe link width in lanes.",
+        "pcie",
+        device(lambda d: d.static.pcie_max_width if d.static else None),
+    ),
+    _d(
+        "gpu_pcie_replay_errors_total",
+        "counter",
+        "PCIe replay errors since driver load.",
+        "pcie",
+        reading(_pcie, lambda p: p.replay_errors),
+    ),
+    _d(
+        "gpu_pcie_throughput_bytes_per_second",
+        "gauge",
+        "PCIe throughput over the driver's 20 ms window, in bytes per second.",
+        "pcie-throughput",
+        labelled(
+            _pcie_throughput,
+            lambda t: (("tx", t.tx_bytes_per_second), ("rx", t.rx_bytes_per_second)),
+        ),
+        "direction",
+    ),
+    # ECC and memory health.
+    _d(
+        "gpu_ecc_errors_total",
+        "counter",
+        "ECC errors since driver load (volatile counters).",
+        "ecc",
+        labelled(
+            _ecc,
+            lambda e: (("corrected", e.corrected_errors), ("uncorrected", e.uncorrected_errors)),
+        ),
+        "error_type",
+    ),
+    _d(
+        "gpu_retired_pages",
+        "gauge",
+        "Framebuffer pages retired, by cause.",
+        "ecc",
+        labelled(
+            _ecc,
+            lambda e: (
+                ("single_bit", e.retired_pages_single_bit),
+                ("double_bit", e.retired_pages_double_bit),
+            ),
+        ),
+        "cause",
+    ),
+    _d(
+        "gpu_retired_pages_pending",
+        "gauge",
+        "1 while a page retirement waits for the next driver reload, else 0.",
+        "ecc",
+        reading(_ecc, lambda e: e.retired_pages_pending),
+    ),
+    _d(
+        "gpu_remapped_rows",
+        "gauge",
+        "Memory rows remapped, by error type.",
+        "ecc",
+        labelled(
+            _ecc,
+            lambda e: (
+                ("correctable", e.remapped_rows_correctable),
+                ("uncorrectable", e.remapped_rows_uncorrectable),
+            ),
+        ),
+        "error_type",
+    ),
+    _d(
+        "gpu_remapped_rows_pending",
+        "gauge",
+        "1 while a row remapping waits for a GPU reset, else 0.",
+        "ecc",
+        reading(_ecc, lambda e: e.remapped_rows_pending),
+    ),
+    _d(
+        "gpu_remapped_rows_failed",
+        "gauge",
+        "1 when a row remapping has failed (the GPU needs service), else 0.",
+        "ecc",
+        reading(_ecc, lambda e: e.remapped_rows_failed),
+    ),
+    # Modes.
+    _d(
+        "gpu_persistence_mode",
+        "gauge",
+        "1 when persistence mode is on.",
+        "modes",
+        reading(_modes, lambda m: m.persistence),
+    ),
+    _d(
+        "gpu_mig_mode",
+        "gauge",
+        "1 when MIG mode is on.",
+        "modes",
+        reading(_modes, lambda m: m.mig),
+    ),
+    _d(
+        "gpu_ecc_mode",
+        "gauge",
+        "1 when ECC is on.",
+        "modes",
+        reading(_modes, lambda m: m.ecc),
+    ),
+    # Xid events.
+    DeviceMetric(
+        name="gpu_xid_errors_total",
+        type="counter",
+        help="Xid errors reported by NVML's event API since the exporter started.",
+        labels=("xid",),
+        collector="xid",
+        extract=_xid_counts,
+        when_down=True,
+    ),
+    DeviceMetric(
+        name="gpu_last_xid_timestamp_seconds",
+        type="gauge",
+        help="Unix time of the last Xid error on this GPU.",
+        collector="xid",
+        extract=_xid_last,
+        when_down=True,
+    ),
+    # Processes.
+    _d(
+        "gpu_processes",
+        "gauge",
+        "Number of processes holding a context on this GPU.",
+        "process",
+        device(_attribution_count),
+    ),
+    _p(
+        "gpu_process_memory_used_bytes",
+        "gauge",
+        "GPU memory used by the process, in bytes.",
+        lambda p: p.memory_used_bytes,
+    ),
+    _p(
+        "gpu_process_utilization_ratio",
+        "gauge",
+        "Share of the GPU's SM time the process used over the driver's latest sample period "
+        "(0..1); 0 when it ran no kernel.",
+        lambda p: p.sm_ratio,
+    ),
+    _p(
+        "gpu_process_memory_controller_utilization_ratio",
+        "gauge",
+        "Share of the memory controller's time the process used over the driver's latest "
+        "sample period (0..1).",
+        lambda p: p.memory_controller_ratio,
+    ),
+    _p(
+        "gpu_process_cpu_seconds_total",
+        "counter",
+        "CPU seconds (user + system) of the process and all its descendants, exited ones it "
+        "waited for included, so DataLoader workers count.",
+        lambda p: p.cpu_seconds,
+    ),
+    _p(
+        "gpu_process_workers",
+        "gauge",
+        "Number of live descendant processes (e.g. DataLoader).",
+        lambda p: p.workers,
+    ),
+    _p(
+        "gpu_process_resident_memory_bytes",
+        "gauge",
+        "Resident host memory of the process itself (not its descendants), in bytes.",
+        lambda p: p.resident_memory_bytes,
+    ),
+    _p(
+        "gpu_process_start_time_seconds",
+        "gauge",
+        "Start time of the process, Unix seconds.",
+        lambda p: p.start_time_seconds,
+    ),
+    # Host context.
+    _h(
+        "gpu_host_cpu_busy_seconds_total",
+        "counter",
+        "Host CPU seconds not idle and not waiting on I/O, summed over all CPUs.",
+        lambda h: h.cpu_busy_seconds,
+    ),
+    _h(
+        "gpu_host_cpu_iowait_seconds_total",
+        "counter",
+        "Host CPU seconds idle while waiting on I/O, summed over all CPUs.",
+        lambda h: h.cpu_iowait_seconds,
+    ),
+    _h("gpu_host_cpus", "gauge", "Number of logical CPUs on the host.", lambda h: h.cpus),
+    _h(
+        "gpu_host_memory_total_bytes",
+        "gauge",
+        "Host memory in bytes.",
+        lambda h: h.memory_total_bytes,
+    ),
+    _h(
+        "gpu_host_memory_available_bytes",
+        "gauge",
+        "Host memory available to new processes without swapping, in bytes.",
+        lambda h: h.memory_available_bytes,
+    ),
+    _h("gpu_host_load1", "gauge", "Host 1-minute load average.", lambda h: h.load1),
+    # The exporter itself.
+    _x(
+        "gpu_exporter_build_info",
+        "gauge",
+        "Build information; always 1. backend is nvml or simulated.",
+        lambda s: (((__version__, s.backend), 1),),
+        "version",
+        "backend",
+    ),
+    _x(
+        "gpu_exporter_nvml_up",
+        "gauge",
+        "1 while NVML is initialised and answering, else 0.",
+        lambda s: one(s.nvml_up),
+    ),
+    _x(
+        "gpu_exporter_gpus",
+        "gauge",
+        "Number of GPUs NVML reports.",
+        lambda s: one(s.gpus if s.nvml_up else None),
+    ),
+    _x(
+        "gpu_exporter_last_sample_timestamp_seconds",
+        "gauge",
+        "Unix time the last sample finished.",
+        lambda s: one(s.timestamp_seconds),
+    ),
+    _x(
+        "gpu_exporter_sample_duration_seconds",
+        "gauge",
+        "Seconds the last sample took.",
+        lambda s: one(s.duration_seconds),
+    ),
+    _x(
+        "gpu_exporter_samples_total",
+        "counter",
+        "Samples taken since the exporter started.",
+        lambda s: one(s.samples_total),
+    ),
+    _x(
+        "gpu_exporter_nvml_errors_total",
+        "counter",
+        "NVML calls that failed with an unexpected error, by function and error.",
+        _nvml_errors,
+        "function",
+        "error",
+    ),
+    _x(
+        "gpu_exporter_nvml_init_errors_total",
+        "counter",
+        "Failed NVML initialisations, by error.",
+        _nvml_init_errors,
+        "error",
+    ),
+    _x(
+        "gpu_exporter_stage_duration_seconds",
+        "gauge",
+        "Seconds each stage of the last sample took: devices (NVML reads), processes "
+        "(attribution), host, xid (reading the listener's counts) and render (the previous "
+        "sample's exposition). Stages of collectors that are off are absent.",
+        _stages_duration,
+        "stage",
+    ),
+    _x(
+        "gpu_exporter_stage_success",
+        "gauge",
+        "1 when the stage of the last sample succeeded, else 0: devices 0 while NVML or any "
+        "GPU is down, host 0 when host readings failed, xid 0 while no NVML event set is "
+        "listened to (NVML down, or events unsupported).",
+        _stages_success,
+        "stage",
+    ),
+)
+
+METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}

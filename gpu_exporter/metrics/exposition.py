@@ -1,0 +1,91 @@
+"""Rendering a Snapshot once, in every format a scrape may ask for.
+
+The sampler renders after each sample; scrapes only pick bytes out of the cache, so the
+cost of a scrape does not grow with the number of GPUs or processes. The OpenMetrics
+and gzip variants are rendered the first time a client asks for them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterable, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics_format
+from prometheus_client.registry import Collector
+
+from gpu_exporter.metrics.render import families
+from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions
+from gpu_exporter.metrics.text import Family, from_client, to_client, write_text
+from gpu_exporter.model import Snapshot
+
+# The classic text format: understood by every Prometheus version (our names are plain ASCII).
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Prometheus asks for OpenMetrics first in its Accept header when it wants it."""
+    return bool(accept) and "application/openmetrics-text" in (accept or "")
+
+
+def wants_gzip(accept_encoding: str | None) -> bool:
+    for part in (accept_encoding or "").split(","):
+        token, _, params = part.strip().partition(";")
+        if token.strip().lower() == "gzip" and params.replace(" ", "") != "q=0":
+            return True
+    return False
+
+
+class _Families(Collector):
+    """prometheus_client's view of fixed families (for its OpenMetrics writer)."""
+
+    def __init__(self, fixed: Sequence[Family]) -> None:
+        self._fixed = fixed
+
+    def collect(self) -> Iterable[Metric]:
+        return [to_client(f) for f in self._fixed]
+
+
+class Exposition:
+    """The rendered bodies of one snapshot, plus the families of `extra` collectors
+    (the exporter's own process metrics) after the snapshot's."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        options: RenderOptions = DEFAULT_OPTIONS,
+        *,
+        extra: Iterable[Collector] = (),
+    ) -> None:
+        self.snapshot = snapshot
+        rendered = families(snapshot, options)
+        rendered += [from_client(m) for collector in extra for m in collector.collect()]
+        self._families = rendered
+        self._lock = threading.Lock()
+        self._bodies: dict[tuple[bool, bool], bytes] = {
+            (False, False): write_text(rendered).encode()  # the hot path
+        }
+
+    def body(self, *, openmetrics: bool, compressed: bool) -> bytes:
+        key = (openmetrics, compressed)
+        body = self._bodies.get(key)
+        if body is not None:
+            return body
+        with self._lock:
+            body = self._bodies.get(key)
+            if body is None:
+                plain = self._bodies.get((openmetrics, False))
+                if plain is None:
+                    registry = CollectorRegistry(auto_describe=False)
+                    registry.register(_Families(self._families))
+                    plain = openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call]
+                    self._bodies[(openmetrics, False)] = plain
+                body = gzip.compress(plain, compresslevel=6) if compressed else plain
+                self._bodies[key] = body
+        return body
+
+    def content_type(self, *, openmetrics: bool) -> str:
+        return OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE

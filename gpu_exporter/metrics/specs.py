@@ -1,0 +1,243 @@
+"""The kinds of metric spec the catalogue is made of, and how each walks a Snapshot.
+
+A spec names its metric, type, help text, labels and collector, and holds an extractor
+that reads its value from the model. Each kind of spec has a scope, which decides the
+labels every series carries and which records of the Snapshot are visited:
+
+| spec | visits | leading labels |
+|---|---|---|
+| `ExporterMetric` | the Snapshot once | none |
+| `DeviceMetric` | every GPU that is up (every GPU with `when_down=True`) | `gpu`, `uuid` |
+| `ProcessMetric` | every process series of every GPU that is up | `PROCESS_LABELS` |
+| `HostMetric` | the host sample | none |
+
+An extractor returns rows of (extra label values, value); a value of None is left out,
+never written as 0 or NaN. `rows()` prepends the scope's label values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from gpu_exporter.model import (
+    DeviceReading,
+    DeviceSample,
+    HostSample,
+    ProcessSample,
+    Snapshot,
+)
+
+MetricType = Literal["gauge", "counter"]
+Number = float | int | bool
+LabelValues = tuple[str, ...]
+Rows = Iterable[tuple[LabelValues, Number | None]]
+"""What an extractor returns: (extra label values, value) per series."""
+Series = tuple[LabelValues, Number]
+"""One series of a family: (every label value, value)."""
+
+SAMPLED = " Sampled every --collect.interval."
+DEVICE_LABELS: LabelValues = ("gpu", "uuid")
+PROCESS_LABELS: LabelValues = (
+    "gpu",
+    "uuid",
+    "pid",
+    "process",
+    "user",
+    "context",
+    "container_id",
+    "pod_uid",
+    "systemd_unit",
+    "slurm_job_id",
+)
+CMDLINE_LABEL = "cmdline"
+NO_LABELS: LabelValues = ()
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """How a Snapshot is turned into series (from the command line)."""
+
+    cmdline: bool = False  # --collector.process.cmdline: processes carry `cmdline`
+
+
+DEFAULT_OPTIONS = RenderOptions()
+
+
+@dataclass(frozen=True)
+class Collector:
+    """A named group of metrics that `--[no-]collector.NAME` switches on or off."""
+
+    name: str
+    default_enabled: bool
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricSpec:
+    """One metric family: its exposition name, type, labels, collector and help text."""
+
+    name: str
+    type: MetricType
+    help: str
+    labels: LabelValues = NO_LABELS  # beyond the scope's leading labels
+    collector: str | None = None  # None: always emitted (identity and self-metrics)
+
+    @property
+    def family_name(self) -> str:
+        """The name prometheus_client's families take (counters without `_total`)."""
+        if self.type == "counter" and self.name.endswith("_total"):
+            return self.name[: -len("_total")]
+        return self.name
+
+    def label_names(self, options: RenderOptions) -> LabelValues:
+        """Every label of the family's series, scope labels first."""
+        return self.labels
+
+    def rows(
+        self, snapshot: Snapshot, options: RenderOptions
+    ) -> Iterator[tuple[LabelValues, Number]]:
+        """Every series of this metric in `snapshot`: (label values, value)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExporterMetric(MetricSpec):
+    """The exporter about itself: one visit of the Snapshot."""
+
+    extract: Callable[[Snapshot], Rows]
+
+    def rows(
+        self, snapshot: Snapshot, options: RenderOptions
+    ) -> Iterator[tuple[LabelValues, Number]]:
+        for labels, value in self.extract(snapshot):
+            if value is not None:
+                yield labels, value
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceMetric(MetricSpec):
+    """Per GPU: leading labels `gpu` and `uuid`.
+
+    Only GPUs that are up are visited, unless `when_down`: a GPU that is down keeps its
+    identity, `gpu_up 0` and its Xid history, nothing that would have to be made up.
+    """
+
+    extract: Callable[[Snapshot, DeviceSample], Rows]
+    when_down: bool = False
+
+    def label_names(self, options: RenderOptions) -> LabelValues:
+        return DEVICE_LABELS + self.labels
+
+    def rows(
+        self, snapshot: Snapshot, options: RenderOptions
+    ) -> Iterator[tuple[LabelValues, Number]]:
+        for device in snapshot.devices:
+            if not self.when_down and (not device.up or device.reading is None):
+                continue
+            gpu = (str(device.index), device.uuid)
+            for labels, value in self.extract(snapshot, device):
+                if value is not None:
+                    yield gpu + labels, value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessMetric(MetricSpec):
+    """Per process series (capped, with the `other` roll-up) of every GPU that is up."""
+
+    extract: Callable[[ProcessSample], Number | None]
+
+    def label_names(self, options: RenderOptions) -> LabelValues:
+        names = PROCESS_LABELS + self.labels
+        return names + (CMDLINE_LABEL,) if options.cmdline else names
+
+    def rows(
+        self, snapshot: Snapshot, options: RenderOptions
+    ) -> Iterator[tuple[LabelValues, Number]]:
+        for device in snapshot.devices:
+            attribution = device.attribution
+            if not device.up or attribution is None:
+                continue
+            gpu = (str(device.index), device.uuid)
+            for p in attribution.processes:
+                value = self.extract(p)
+                if value is None:
+                    continue
+                labels = gpu + process_label_values(p)
+                if options.cmdline:
+                    labels += (p.cmdline or "",)
+                yield labels, value
+
+
+def process_label_values(p: ProcessSample) -> LabelValues:
+    """The values of PROCESS_LABELS after `gpu` and `uuid`."""
+    return (
+        p.pid,
+        p.process,
+        p.user,
+        p.context,
+        p.container_id,
+        p.pod_uid,
+        p.systemd_unit,
+        p.slurm_job_id,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostMetric(MetricSpec):
+    """The host next to the GPUs: no labels."""
+
+    extract: Callable[[HostSample], Number | None]
+
+    def rows(
+        self, snapshot: Snapshot, options: RenderOptions
+    ) -> Iterator[tuple[LabelValues, Number]]:
+        if snapshot.host is not None:
+            value = self.extract(snapshot.host)
+            if value is not None:
+                yield NO_LABELS, value
+
+
+# Extractor helpers --------------------------------------------------------------------
+
+
+def one(value: Number | None) -> Rows:
+    """One unlabelled row, or none when the value is unknown."""
+    return () if value is None else ((NO_LABELS, value),)
+
+
+def reading(
+    part: Callable[[DeviceReading], P | None], pick: Callable[[P], Number | None]
+) -> Callable[[Snapshot, DeviceSample], Rows]:
+    """A device extractor of one value of one reading (`part` picks the reading)."""
+
+    def extract(_snapshot: Snapshot, device: DeviceSample) -> Rows:
+        record = part(device.reading) if device.reading is not None else None
+        return one(pick(record)) if record is not None else ()
+
+    return extract
+
+
+def labelled(
+    part: Callable[[DeviceReading], P | None],
+    pick: Callable[[P], Iterable[tuple[str, Number | None]]],
+) -> Callable[[Snapshot, DeviceSample], Rows]:
+    """A device extractor of one labelled value per (label value, value) of a reading."""
+
+    def extract(_snapshot: Snapshot, device: DeviceSample) -> Rows:
+        record = part(device.reading) if device.reading is not None else None
+        if record is None:
+            return ()
+        return [((label,), value) for label, value in pick(record)]
+
+    return extract
+
+
+def device(
+    pick: Callable[[DeviceSample], Number | None],
+) -> Callable[[Snapshot, DeviceSample], Rows]:
+    """A device extractor of one value of the device sample itself."""
+    return lambda _snapshot, d: one(pick(d))

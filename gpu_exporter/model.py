@@ -1,0 +1,361 @@
+"""The data model: every frozen record one stage of the exporter hands to the next.
+
+    sources (NVML, simulated host, /proc, Xid events)
+      -> DeviceStatic, DeviceReading, UtilizationSample, GpuProcess, HostProcess, ...
+    attribution -> Attribution (ProcessSample per GPU process)
+    sampling    -> Snapshot (DeviceSample per GPU, HostSample, XidState, StageResult)
+    metrics     -> the exposition, from the Snapshot alone
+
+Every module of the package imports down toward this one; this one imports nothing of
+the package. Values are in base SI units (bytes, seconds, watts, joules, hertz, degrees
+Celsius, ratios in 0..1). `None` always means "not supported by this device or driver, or
+unknown": its series is left out, never written as 0 or NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Names shared by readings and metrics ------------------------------------------------
+
+ClockName = Literal["graphics", "sm", "memory", "video"]
+CLOCK_NAMES: tuple[ClockName, ...] = ("graphics", "sm", "memory", "video")
+
+THROTTLE_REASONS: tuple[str, ...] = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+"""Clocks-event reasons in the bit order of NVML's `nvmlClocksEventReason*` mask."""
+
+STAGES: tuple[str, ...] = ("devices", "processes", "host", "xid", "render")
+"""The stages of one sample, as `gpu_exporter_stage_*{stage}` names them."""
+
+
+# Identity ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    """Host-wide driver facts (the `nvidia-smi` header)."""
+
+    driver_version: str | None  # e.g. "550.54.15"
+    cuda_driver_version: str | None  # e.g. "12.4"
+
+
+@dataclass(frozen=True)
+class DeviceStatic:
+    """Facts read once per device when it is first seen (`nvidia-smi -q` header part)."""
+
+    index: int  # NVML index
+    uuid: str
+    name: str  # product name, e.g. "NVIDIA H100 80GB HBM3"
+    pci_bus_id: str | None  # "00000000:18:00.0"
+    serial: str | None  # None for boards that report none ("0")
+    vbios_version: str | None
+    compute_capability: str | None  # "9.0"
+    max_clocks_hertz: Mapping[str, float]  # clock name -> Hz; unsupported clocks absent
+    slowdown_temperature_celsius: float | None
+    shutdown_temperature_celsius: float | None
+    pcie_max_generation: int | None
+    pcie_max_width: int | None  # lanes
+
+
+# Readings: one record per collector, read every interval ------------------------------
+
+
+@dataclass(frozen=True)
+class UtilizationReading:
+    """`nvidia-smi -q -d UTILIZATION`: the driver's latest sample period, ratios 0..1."""
+
+    gpu_ratio: float | None = None  # share of time a kernel ran
+    memory_controller_ratio: float | None = None  # share of time memory was read or written
+    encoder_ratio: float | None = None
+    decoder_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """`nvidia-smi -q -d MEMORY`, FB memory, in bytes."""
+
+    total_bytes: int | None = None
+    used_bytes: int | None = None  # the driver's reservation excluded where v2 exists
+    free_bytes: int | None = None
+    reserved_bytes: int | None = None  # None where only the v1 call exists
+
+
+@dataclass(frozen=True)
+class TemperatureReading:
+    """`nvidia-smi -q -d TEMPERATURE` and the fan, in degrees Celsius and ratios."""
+
+    gpu_celsius: float | None = None
+    memory_celsius: float | None = None  # HBM; None on boards without the sensor
+    fan_speed_ratio: float | None = None  # 0..1; None on fanless boards
+
+
+@dataclass(frozen=True)
+class PowerReading:
+    """`nvidia-smi -q -d POWER`, in watts and joules."""
+
+    watts: float | None = None  # current draw
+    limit_watts: float | None = None  # enforced limit
+    energy_joules: float | None = None  # since the driver was loaded
+
+
+@dataclass(frozen=True)
+class ClocksReading:
+    """`nvidia-smi -q -d CLOCK,PERFORMANCE`."""
+
+    hertz: Mapping[str, float] = field(default_factory=dict)  # clock name -> Hz
+    performance_state: int | None = None  # P-state number, 0 is fastest
+    throttle_reasons: Mapping[str, bool] | None = None  # THROTTLE_REASONS -> active
+
+
+@dataclass(frozen=True)
+class PcieReading:
+    """The current PCIe link (`nvidia-smi -q`, GPU Link Info)."""
+
+    generation: int | None = None
+    width: int | None = None  # lanes
+    replay_errors: int | None = None  # since driver load
+
+
+@dataclass(frozen=True)
+class PcieThroughputReading:
+    """PCIe throughput over the driver's 20 ms window, in bytes per second."""
+
+    tx_bytes_per_second: float | None = None
+    rx_bytes_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class EccReading:
+    """`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`; error counts are volatile."""
+
+    corrected_errors: int | None = None
+    uncorrected_errors: int | None = None
+    retired_pages_single_bit: int | None = None
+    retired_pages_double_bit: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+
+
+@dataclass(frozen=True)
+class ModesReading:
+    """Persistence, MIG and ECC modes (current, not pending)."""
+
+    persistence: bool | None = None
+    mig: bool | None = None
+    ecc: bool | None = None
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """The readings of one device in one interval: None for a collector that is off."""
+
+    utilization: UtilizationReading | None = None
+    memory: MemoryReading | None = None
+    temperature: TemperatureReading | None = None
+    power: PowerReading | None = None
+    clocks: ClocksReading | None = None
+    pcie: PcieReading | None = None
+    pcie_throughput: PcieThroughputReading | None = None
+    ecc: EccReading | None = None
+    modes: ModesReading | None = None
+
+
+UtilizationDomain = Literal["gpu", "memory_controller"]
+
+
+@dataclass(frozen=True)
+class UtilizationSample:
+    """One entry of the driver's utilization ring buffer (`nvmlDeviceGetSamples`)."""
+
+    timestamp_us: int  # driver timestamp, microseconds
+    ratio: float  # 0..1 busy over the period that ends at timestamp_us
+
+
+ProcessContext = Literal["compute", "graphics"]
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding a context on one GPU (`nvidia-smi` process table)."""
+
+    pid: int  # in the host's PID namespace
+    context: ProcessContext
+    used_memory_bytes: int | None  # None when the driver cannot tell (e.g. under MIG/vGPU)
+
+
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """Per-process utilization over the driver's last sample period."""
+
+    pid: int
+    timestamp_us: int
+    sm_ratio: float  # 0..1
+    memory_controller_ratio: float  # 0..1
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """One event from NVML's event API (`nvmlEventSetWait`)."""
+
+    uuid: str
+    kind: Literal["xid", "ecc_single_bit", "ecc_double_bit", "other"]
+    xid: int | None  # the Xid code for kind "xid"
+    event_type: int  # NVML's nvmlEventType* bit
+
+
+@dataclass(frozen=True)
+class DeviceRaw:
+    """Everything one device's worker read from the driver in one interval."""
+
+    static: DeviceStatic
+    reading: DeviceReading
+    gpu_samples: Sequence[UtilizationSample] | None  # None: buffer unsupported or off
+    memory_controller_samples: Sequence[UtilizationSample] | None
+    processes: Sequence[GpuProcess] | None  # None: process list unsupported or off
+    process_utilization: Sequence[ProcessUtilization] | None
+
+
+# The host side of processes ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CgroupLabels:
+    """Attribution labels of one process, from its cgroup; "" where it does not say."""
+
+    container_id: str = ""  # 64 hex digits, as `docker ps --no-trunc` shows it
+    pod_uid: str = ""  # metadata.uid of the Kubernetes pod, with dashes
+    systemd_unit: str = ""  # e.g. "train.service", "session-4.scope"
+    slurm_job_id: str = ""  # e.g. "48213"
+
+
+@dataclass(frozen=True)
+class HostProcess:
+    """What the host knows of one PID, in base units; "" or None where unknown."""
+
+    process: str = ""  # command name (psutil's name(): comm, completed from the cmdline)
+    user: str = ""  # user name, or the numeric uid when it has none
+    cmdline: str | None = None  # only read with --collector.process.cmdline
+    labels: CgroupLabels = field(default_factory=CgroupLabels)
+    cpu_seconds: float | None = None  # process and all descendants, user + system
+    workers: int | None = None  # number of descendant processes
+    resident_memory_bytes: int | None = None
+    start_time_seconds: float | None = None  # Unix time
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One process on one GPU, or the `other` roll-up of those beyond the cap."""
+
+    pid: str  # decimal PID, or "" for the `other` roll-up
+    process: str  # command name (comm), "other" for the roll-up, "" if unknown
+    user: str  # user name, or numeric uid when it has no name; "" if unknown
+    context: str  # "compute" or "graphics"
+    container_id: str = ""
+    pod_uid: str = ""
+    systemd_unit: str = ""
+    slurm_job_id: str = ""
+    cmdline: str | None = None  # only with --collector.process.cmdline
+    memory_used_bytes: int | None = None
+    sm_ratio: float | None = None  # 0..1
+    memory_controller_ratio: float | None = None  # 0..1
+    cpu_seconds: float | None = None  # process and all descendants
+    workers: int | None = None  # number of descendant processes
+    resident_memory_bytes: int | None = None
+    start_time_seconds: float | None = None  # Unix time
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What process attribution adds to one device."""
+
+    processes: tuple[ProcessSample, ...]  # capped, with the `other` roll-up
+    unattributed_memory_bytes: int | None  # used memory no listed process accounts for
+    process_count: int  # distinct PIDs holding a context, before the cap
+
+
+# One sample --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class XidState:
+    """Xid errors seen on one GPU since the exporter started."""
+
+    counts: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
+    last_timestamp_seconds: float | None = None  # Unix time
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """How one stage of a sample went (node_exporter's scrape_collector_* in spirit)."""
+
+    duration_seconds: float  # wall time the stage took
+    success: bool  # False: the stage failed, or could not read what it is for
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """One GPU in one sample. `reading` is None while the GPU is down."""
+
+    index: int
+    static: DeviceStatic | None  # None when the GPU was lost before it was identified
+    up: bool
+    down_reason: str | None = None
+    reading: DeviceReading | None = None
+    busy_seconds: float | None = None  # gpu_busy_seconds_total
+    memory_controller_busy_seconds: float | None = None
+    attribution: Attribution | None = None  # None: process collector off or unsupported
+
+    @property
+    def uuid(self) -> str:
+        return self.static.uuid if self.static is not None else ""
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """Host context next to the GPUs (collector `host`)."""
+
+    cpu_busy_seconds: float  # all CPUs, non-idle time
+    cpu_iowait_seconds: float | None  # None where the kernel does not report it
+    cpus: int
+    memory_total_bytes: int
+    memory_available_bytes: int
+    load1: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The exporter's whole view of the host at `timestamp_seconds`."""
+
+    timestamp_seconds: float  # Unix time the sample finished
+    duration_seconds: float  # wall time the sample took
+    samples_total: int
+    backend: str  # "nvml" or "simulated"
+    nvml_up: bool
+    nvml_down_reason: str | None = None
+    driver: DriverInfo | None = None
+    devices: tuple[DeviceSample, ...] = ()
+    host: HostSample | None = None
+    xid: Mapping[str, XidState] = field(default_factory=dict)  # by uuid
+    nvml_errors: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    nvml_init_errors: Mapping[str, int] = field(default_factory=dict)
+    collectors: frozenset[str] = frozenset()
+    stages: Mapping[str, StageResult] = field(default_factory=dict)  # by STAGES name
+
+    @property
+    def gpus(self) -> int:
+        return len(self.devices)

@@ -1,0 +1,466 @@
+"""The sampler: reads every GPU each interval and publishes one immutable Snapshot.
+
+It owns NVML's lifecycle (initialise, re-initialise with capped backoff when the driver
+goes away), the busy-time counters, and the per-device deadline. Scrapes never reach
+here: they only read the latest Snapshot.
+
+One sample runs these stages, each timed and reported in the Snapshot's `stages`
+(`gpu_exporter_stage_duration_seconds`, `gpu_exporter_stage_success`):
+
+- `devices`: every GPU read by its own worker thread under one deadline;
+- `processes`: process attribution (collector `process`);
+- `host`: host CPU and memory (collector `host`);
+- `xid`: the Xid listener's counts (collector `xid`); success while it listens;
+- `render`: the previous snapshot's publication (its exposition), since a snapshot
+  cannot hold the cost of rendering itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from gpu_exporter.model import (
+    Attribution,
+    DeviceRaw,
+    DeviceSample,
+    DeviceStatic,
+    DriverInfo,
+    HostSample,
+    Snapshot,
+    StageResult,
+    UtilizationSample,
+    XidState,
+)
+from gpu_exporter.sampling.busy import BusyCounter
+from gpu_exporter.sampling.device_workers import DeviceWorker, Job, wait_all
+from gpu_exporter.sources.backend import Backend, DeviceLost, NvmlUnavailable
+
+log = logging.getLogger(__name__)
+
+BACKOFF_INITIAL_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 60.0
+
+AttributeProcesses = Callable[[Mapping[int, DeviceRaw]], Mapping[int, Attribution]]
+"""Process attribution: each GPU's process series from what the workers read."""
+ReadHost = Callable[[], HostSample | None]
+"""Host context; None when it could not be read."""
+
+
+class XidView(Protocol):
+    """What the sampler reads of the Xid listener."""
+
+    @property
+    def listening(self) -> bool:
+        """True while events are being waited on."""
+
+    def state(self) -> Mapping[str, XidState]:
+        """Counts per GPU UUID."""
+
+
+@dataclass
+class _DeviceSlot:
+    """What the sampler keeps for one NVML index between samples."""
+
+    worker: DeviceWorker[DeviceRaw]
+    static: DeviceStatic | None = None  # forgotten when NVML re-initialises
+    down_reason: str | None = None  # set while the device is reported down
+
+
+@dataclass
+class _Counters:
+    """What the sampler keeps for one GPU (by UUID) for its whole life: the counters."""
+
+    gpu: BusyCounter = field(default_factory=BusyCounter)
+    memory_controller: BusyCounter = field(default_factory=BusyCounter)
+    process_utilization_us: int = 0  # newest per-process sample already seen
+
+
+class Sampler:
+    """Samples `backend` every `interval_seconds` on its own thread."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        interval_seconds: float,
+        timeout_seconds: float,
+        collectors: frozenset[str],
+        on_snapshot: Callable[[Snapshot], None] = lambda snapshot: None,
+        attribute_processes: AttributeProcesses | None = None,
+        read_host: ReadHost | None = None,
+        xid: XidView | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backend = backend
+        self.interval_seconds = interval_seconds
+        self.timeout_seconds = timeout_seconds
+        self.collectors = collectors
+        self._on_snapshot = on_snapshot
+        self._attribute_processes = attribute_processes
+        self._read_host = read_host
+        self._xid = xid
+        self._clock = clock
+        self._monotonic = monotonic
+
+        self._nvml_up = False
+        self._nvml_down_reason: str | None = "not initialised yet"
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_INITIAL_SECONDS
+        self._init_errors: dict[str, int] = {}
+        self._driver: DriverInfo | None = None
+        self._slots: dict[int, _DeviceSlot] = {}  # by NVML index
+        self._counters: dict[str, _Counters] = {}  # by UUID: survives re-enumeration
+        self._render: StageResult | None = None  # the last publication
+        self._samples_total = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._heartbeat: float | None = None
+        self._failure: str | None = None
+        self.latest: Snapshot | None = None
+        self.on_nvml_init: list[Callable[[], None]] = []  # e.g. re-arm the Xid listener
+
+    # Thread lifecycle --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float = 1.0) -> None:
+        """Stop sampling; waits at most `timeout_seconds`, never for a stuck driver call."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
+        for slot in self._slots.values():
+            slot.worker.stop()
+        if not self.any_device_stuck():
+            self.backend.shutdown()
+
+    @property
+    def nvml_up(self) -> bool:
+        return self._nvml_up
+
+    def wake(self) -> None:
+        """Start the next sample now (a new interval applies at once)."""
+        self._wake.set()
+
+    def any_device_stuck(self) -> bool:
+        return any(s.worker.stuck_since is not None for s in self._slots.values())
+
+    def heartbeat(self) -> float | None:
+        """Monotonic time the sampling loop last went round (for liveness)."""
+        return self._heartbeat
+
+    def failure(self) -> str | None:
+        """Why the sampling thread ended when it was meant to run; None while it runs."""
+        if self._failure is not None:
+            return self._failure
+        thread = self._thread
+        if thread is not None and not thread.is_alive() and not self._stop.is_set():
+            return "the sampler thread ended"
+        return None
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as error:  # never silent: liveness and readiness turn red
+            self._failure = f"the sampler thread died: {error!r}"
+            log.critical("sampler thread died", exc_info=True)
+            raise
+
+    def _loop(self) -> None:
+        next_due = self._monotonic()
+        while not self._stop.is_set():
+            self._heartbeat = self._monotonic()
+            try:
+                self.sample_once()
+            except Exception:  # a bug must not end sampling; the next interval retries
+                log.exception("sample failed")
+            self._heartbeat = now = self._monotonic()
+            next_due += self.interval_seconds
+            if next_due < now:  # fell behind (a slow sample): skip, do not burst
+                next_due = now + self.interval_seconds
+            if self._wake.wait(next_due - now):
+                self._wake.clear()
+                next_due = self._monotonic()
+
+    # One sample --------------------------------------------------------------------
+
+    def sample_once(self) -> Snapshot:
+        """Take one sample, publish it and return it."""
+        collectors = self.collectors  # one set for the whole sample, whatever SIGHUP does
+        started_wall = self._clock()
+        started = self._monotonic()
+        stages: dict[str, StageResult] = {}
+
+        devices: tuple[DeviceSample, ...] = ()
+        raws: dict[int, DeviceRaw] = {}
+        t0 = self._monotonic()
+        devices_ok = False
+        if self._ensure_nvml():
+            try:
+                raws, down = self._read_devices(collectors)
+                devices_ok = not down
+            except NvmlUnavailable as error:
+                self._nvml_lost(error)
+                raws, down = {}, {}
+            devices = self._assemble(raws, down, collectors)
+        stages["devices"] = StageResult(self._monotonic() - t0, devices_ok)
+
+        attribution: Mapping[int, Attribution] = {}
+        if "process" in collectors and self._attribute_processes is not None:
+            t0 = self._monotonic()
+            ok = True
+            try:
+                attribution = self._attribute_processes(raws)
+            except Exception:
+                ok = False
+                log.exception("process attribution failed")
+            stages["processes"] = StageResult(self._monotonic() - t0, ok)
+            devices = tuple(_with_attribution(d, attribution) for d in devices)
+
+        host: HostSample | None = None
+        if "host" in collectors and self._read_host is not None:
+            t0 = self._monotonic()
+            host = self._read_host()
+            stages["host"] = StageResult(self._monotonic() - t0, host is not None)
+
+        xid: Mapping[str, XidState] = {}
+        if "xid" in collectors and self._xid is not None:
+            t0 = self._monotonic()
+            xid = self._xid.state()
+            stages["xid"] = StageResult(self._monotonic() - t0, self._xid.listening)
+
+        if self._render is not None:
+            stages["render"] = self._render
+
+        finished = self._monotonic()
+        self._samples_total += 1
+        snapshot = Snapshot(
+            timestamp_seconds=started_wall + (finished - started),
+            duration_seconds=finished - started,
+            samples_total=self._samples_total,
+            backend=self.backend.kind,
+            nvml_up=self._nvml_up,
+            nvml_down_reason=self._nvml_down_reason,
+            driver=self._driver if self._nvml_up else None,
+            devices=devices,
+            host=host,
+            xid=xid,
+            nvml_errors=self.backend.errors.snapshot(),
+            nvml_init_errors=dict(self._init_errors),
+            collectors=collectors,
+            stages=stages,
+        )
+        self.latest = snapshot
+        self._publish(snapshot)
+        return snapshot
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        """Hand the snapshot on (render it); the outcome is the next sample's `render`."""
+        t0 = self._monotonic()
+        try:
+            self._on_snapshot(snapshot)
+        except Exception:
+            self._render = StageResult(self._monotonic() - t0, False)
+            log.exception("publishing the sample failed; the previous one is still served")
+            return
+        self._render = StageResult(self._monotonic() - t0, True)
+
+    def _ensure_nvml(self) -> bool:
+        """Initialise NVML if it is down and its backoff has passed."""
+        if self._nvml_up:
+            return True
+        now = self._monotonic()
+        if now < self._retry_at:
+            return False
+        try:
+            self.backend.init()
+            driver = self.backend.driver_info()
+        except NvmlUnavailable as error:
+            self._init_failed(error, now)
+            return False
+        log.info(
+            "NVML initialised" if self.backend.kind == "nvml" else "simulated NVML initialised",
+            extra={"driver_version": driver.driver_version, "backend": self.backend.kind},
+        )
+        self._nvml_up = True
+        self._nvml_down_reason = None
+        self._backoff = BACKOFF_INITIAL_SECONDS
+        self._driver = driver
+        for slot in self._slots.values():
+            slot.static = None  # indices may now name other GPUs
+        for counters in self._counters.values():  # driver timestamps restart; totals do not
+            counters.gpu.rebase()
+            counters.memory_controller.rebase()
+            counters.process_utilization_us = 0
+        for hook in self.on_nvml_init:
+            hook()
+        return True
+
+    def _init_failed(self, error: NvmlUnavailable, now: float) -> None:
+        self._init_errors[error.error] = self._init_errors.get(error.error, 0) + 1
+        first = self._nvml_down_reason != error.reason
+        self._nvml_down_reason = error.reason
+        self._retry_at = now + self._backoff
+        (log.warning if first else log.debug)(
+            "NVML unavailable, retrying with backoff",
+            extra={"reason": error.reason, "retry_in_seconds": self._backoff},
+        )
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX_SECONDS)
+
+    def _nvml_lost(self, error: NvmlUnavailable) -> None:
+        log.error("NVML stopped answering", extra={"reason": error.reason})
+        self._nvml_up = False
+        self._nvml_down_reason = error.reason
+        self._backoff = BACKOFF_INITIAL_SECONDS
+        self._retry_at = self._monotonic() + self._backoff
+        if not self.any_device_stuck():
+            self.backend.shutdown()
+
+    def _slot(self, index: int) -> _DeviceSlot:
+        slot = self._slots.get(index)
+        if slot is None:
+            slot = self._slots[index] = _DeviceSlot(DeviceWorker(f"gpu{index}-reader"))
+        return slot
+
+    def _read_devices(
+        self, collectors: frozenset[str]
+    ) -> tuple[dict[int, DeviceRaw], dict[int, str]]:
+        """Every device read by its worker under one deadline: (raws, down reasons)."""
+        count = self.backend.device_count()
+        now = time.monotonic()  # deadlines are real time, whatever clock the tests inject
+        deadline = now + self.timeout_seconds
+        jobs: dict[int, Job[DeviceRaw]] = {}
+        raws: dict[int, DeviceRaw] = {}
+        down: dict[int, str] = {}
+        for index in range(count):
+            slot = self._slot(index)
+            stuck = slot.worker.stuck_since
+            if stuck is not None:
+                down[index] = f"NVML call stuck for {now - stuck:.0f}s (timeout)"
+                continue
+            jobs[index] = slot.worker.submit(self._reader(index, slot, collectors))
+        wait_all(list(jobs.values()), deadline)
+        for index, job in jobs.items():
+            if not job.done.is_set():
+                down[index] = f"NVML call did not return within {self.timeout_seconds:g}s"
+            elif isinstance(job.error, NvmlUnavailable):
+                raise job.error
+            elif isinstance(job.error, DeviceLost):
+                down[index] = job.error.reason
+            elif job.error is not None:
+                log.error("reading GPU %d failed", index, exc_info=job.error)
+                down[index] = f"read failed: {job.error!r}"
+            elif job.result is not None:
+                raws[index] = job.result
+        return raws, down
+
+    def _reader(
+        self, index: int, slot: _DeviceSlot, collectors: frozenset[str]
+    ) -> Callable[[], DeviceRaw]:
+        """The function a worker runs for one device: every driver read of the interval."""
+        backend = self.backend
+        static = slot.static
+        counters = self._counters.get(static.uuid) if static is not None else None
+        gpu_since = counters.gpu.cursor_us if counters else 0
+        mc_since = counters.memory_controller.cursor_us if counters else 0
+        proc_since = counters.process_utilization_us if counters else 0
+
+        def read() -> DeviceRaw:
+            device = static if static is not None else backend.device_static(index)
+            reading = backend.device_reading(index, collectors)
+            gpu_samples = mc_samples = None
+            if "utilization" in collectors:
+                gpu_samples = backend.utilization_samples(index, "gpu", gpu_since)
+                mc_samples = backend.utilization_samples(index, "memory_controller", mc_since)
+            processes = utilization = None
+            if "process" in collectors:
+                processes = backend.processes(index)
+                utilization = backend.process_utilization(index, proc_since)
+            return DeviceRaw(device, reading, gpu_samples, mc_samples, processes, utilization)
+
+        return read
+
+    def _assemble(
+        self,
+        raws: Mapping[int, DeviceRaw],
+        down: Mapping[int, str],
+        collectors: frozenset[str],
+    ) -> tuple[DeviceSample, ...]:
+        now = self._monotonic()
+        out: list[DeviceSample] = []
+        for index in sorted({*raws, *down}):
+            slot = self._slot(index)
+            reason = down.get(index)
+            if reason is not None:
+                if slot.down_reason is None:
+                    log.error("GPU down", extra={"gpu": index, "reason": reason})
+                slot.down_reason = reason
+                out.append(DeviceSample(index, slot.static, up=False, down_reason=reason))
+                continue
+            raw = raws[index]
+            if slot.down_reason is not None:
+                log.warning("GPU back", extra={"gpu": index})
+                slot.down_reason = None
+            slot.static = raw.static
+            counters = self._counters.setdefault(raw.static.uuid, _Counters())
+            busy = mc_busy = None
+            utilization = raw.reading.utilization
+            if "utilization" in collectors:
+                busy = _integrate(
+                    counters.gpu,
+                    raw.gpu_samples,
+                    utilization.gpu_ratio if utilization else None,
+                    now,
+                )
+                mc_busy = _integrate(
+                    counters.memory_controller,
+                    raw.memory_controller_samples,
+                    utilization.memory_controller_ratio if utilization else None,
+                    now,
+                )
+            if raw.process_utilization:
+                counters.process_utilization_us = max(
+                    counters.process_utilization_us,
+                    max(u.timestamp_us for u in raw.process_utilization),
+                )
+            out.append(
+                DeviceSample(
+                    index=index,
+                    static=raw.static,
+                    up=True,
+                    reading=raw.reading,
+                    busy_seconds=busy,
+                    memory_controller_busy_seconds=mc_busy,
+                )
+            )
+        return tuple(out)
+
+
+def _with_attribution(device: DeviceSample, attribution: Mapping[int, Attribution]) -> DeviceSample:
+    extra = attribution.get(device.index)
+    return device if extra is None else replace(device, attribution=extra)
+
+
+def _integrate(
+    counter: BusyCounter,
+    samples: Sequence[UtilizationSample] | None,
+    latest_ratio: float | None,
+    now_monotonic: float,
+) -> float | None:
+    """Advance one busy counter; None when neither the buffer nor a reading exists."""
+    if samples is not None:
+        counter.add_samples(samples, now_monotonic)
+        return counter.seconds
+    if latest_ratio is None:
+        return None
+    counter.add_reading(latest_ratio, now_monotonic)
+    return counter.seconds

@@ -1,0 +1,173 @@
+"""The typed interface between the sampler and a source of GPU data.
+
+`PynvmlBackend` (`sources.nvml`, the only module that imports pynvml) and
+`SimulatedBackend` (`sources.simulated`) both implement `Backend`. Everything they return
+is a frozen record of `gpu_exporter.model`; `None` always means "not supported by this
+device or driver" and its series is left out.
+
+Errors are classified once, in the backend, into the exceptions below:
+
+- `NvmlUnavailable`: NVML as a whole is down (library missing, driver not loaded,
+  uninitialised, version mismatch). The exporter serves `gpu_exporter_nvml_up 0` and
+  re-initialises with backoff.
+- `DeviceLost`: one device is gone (GPU_IS_LOST, UNKNOWN, TIMEOUT). It is reported
+  `gpu_up 0`; the other devices keep reporting.
+- Anything else is counted in `ErrorCounts` and the affected field is `None`.
+
+Each backend reads a device through a `DeviceReader`, one method per collector; the
+assembly of those readings into a `DeviceReading` is the same for every backend and
+lives here, in `read_device`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
+
+from gpu_exporter.model import (
+    ClocksReading,
+    DeviceEvent,
+    DeviceReading,
+    DeviceStatic,
+    DriverInfo,
+    EccReading,
+    GpuProcess,
+    HostProcess,
+    MemoryReading,
+    ModesReading,
+    PcieReading,
+    PcieThroughputReading,
+    PowerReading,
+    ProcessUtilization,
+    TemperatureReading,
+    UtilizationDomain,
+    UtilizationReading,
+    UtilizationSample,
+)
+
+
+class NvmlUnavailable(Exception):
+    """NVML as a whole cannot be used; `error` is a short machine-readable cause."""
+
+    def __init__(self, error: str, reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.reason = reason
+
+
+class DeviceLost(Exception):
+    """One device stopped answering (GPU_IS_LOST, UNKNOWN or TIMEOUT)."""
+
+    def __init__(self, error: str, reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.reason = reason
+
+
+class ErrorCounts:
+    """Thread-safe tally of unexpected NVML errors by (function, error)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def add(self, function: str, error: str) -> None:
+        with self._lock:
+            key = (function, error)
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def snapshot(self) -> Mapping[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class DeviceReader(Protocol):
+    """Reads one device in one interval: one method per collector."""
+
+    def utilization(self) -> UtilizationReading: ...
+
+    def memory(self) -> MemoryReading: ...
+
+    def temperature(self) -> TemperatureReading: ...
+
+    def power(self) -> PowerReading: ...
+
+    def clocks(self) -> ClocksReading: ...
+
+    def pcie(self) -> PcieReading: ...
+
+    def pcie_throughput(self) -> PcieThroughputReading: ...
+
+    def ecc(self) -> EccReading: ...
+
+    def modes(self) -> ModesReading: ...
+
+
+def read_device(reader: DeviceReader, collectors: Collection[str]) -> DeviceReading:
+    """The readings of the enabled collectors, each from its own reader method."""
+    return DeviceReading(
+        utilization=reader.utilization() if "utilization" in collectors else None,
+        memory=reader.memory() if "memory" in collectors else None,
+        temperature=reader.temperature() if "temperature" in collectors else None,
+        power=reader.power() if "power" in collectors else None,
+        clocks=reader.clocks() if "clocks" in collectors else None,
+        pcie=reader.pcie() if "pcie" in collectors else None,
+        pcie_throughput=(reader.pcie_throughput() if "pcie-throughput" in collectors else None),
+        ecc=reader.ecc() if "ecc" in collectors else None,
+        modes=reader.modes() if "modes" in collectors else None,
+    )
+
+
+class EventSet(Protocol):
+    """Devices registered for critical events; used by one listener thread."""
+
+    def wait(self, timeout_ms: int) -> DeviceEvent | None:
+        """The next event, or None after `timeout_ms`; raises NvmlUnavailable."""
+
+    def close(self) -> None:
+        """Free the set; never raises."""
+
+
+class Backend(Protocol):
+    """A source of GPU data: the real NVML library or a simulated host."""
+
+    kind: str  # "nvml" or "simulated"
+    errors: ErrorCounts
+
+    def init(self) -> None:
+        """Initialise the library; raises NvmlUnavailable."""
+
+    def shutdown(self) -> None:
+        """Release the library; never raises."""
+
+    def driver_info(self) -> DriverInfo: ...
+
+    def device_count(self) -> int: ...
+
+    def device_static(self, index: int) -> DeviceStatic:
+        """Identity and limits; raises DeviceLost or NvmlUnavailable."""
+
+    def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
+        """The readings of the enabled collectors; raises DeviceLost or NvmlUnavailable."""
+
+    def utilization_samples(
+        self, index: int, domain: UtilizationDomain, since_us: int
+    ) -> Sequence[UtilizationSample] | None:
+        """Buffer entries newer than `since_us`, oldest first; None when unsupported."""
+
+    def processes(self, index: int) -> Sequence[GpuProcess] | None:
+        """Compute and graphics processes on the device; None when unsupported."""
+
+    def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
+        """Per-process samples newer than `since_us`; None when unsupported."""
+
+    def open_events(self) -> EventSet | None:
+        """Register every device for Xid and ECC events.
+
+        None when no device supports events (some virtual GPUs); raises NvmlUnavailable.
+        """
+
+    def host_process(self, pid: int) -> HostProcess | None:
+        """The host side of `pid` when the backend itself knows it (simulated tenants);
+        None: ask /proc."""

@@ -1,0 +1,237 @@
+"""The scenario file of a simulated host (`--simulate.scenario FILE`, YAML or JSON).
+
+It injects faults, replaces the built-in tenant processes and raises Xid events, for
+tests and demos that drive the real program. It is re-read when it changes; see
+`SimulatedBackend`. Every key is validated: a misspelled one is an error, never ignored.
+
+    faults:
+      init_error: driver_not_loaded   # NVML fails to initialise with this error
+      lost: [1]                       # GPU_IS_LOST on these indices
+      hang: [2]                       # reads block until the fault is removed
+      unsupported:                    # these readings answer NOT_SUPPORTED
+        - temperature.fan_speed_ratio #   READING.FIELD of a DeviceReading
+        - utilization.samples         #   the driver's utilization sample buffer
+        - process.list                #   the process lists
+      gpus: 3                         # how many GPUs are visible (default N)
+      library_hang: true              # nvmlDeviceGetCount blocks (NVML itself stuck)
+      events_unsupported: true        # the event API answers NOT_SUPPORTED
+    events:                           # Xid events, delivered once each, in order
+      - {gpu: 1, xid: 79}
+    processes:                        # replace the built-in processes (real PIDs allowed)
+      - {gpu: 0, pid: 1234, memory_bytes: 1073741824, sm_ratio: 0.5}
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import yaml
+
+from gpu_exporter.model import DeviceReading
+
+SAMPLES = "utilization.samples"
+PROCESS_LIST = "process.list"
+EVENT_KINDS = ("xid", "ecc_single_bit", "ecc_double_bit", "other")
+
+
+def reading_fields() -> frozenset[str]:
+    """Every `READING.FIELD` of a `DeviceReading` a fault can make unsupported."""
+    names: set[str] = {SAMPLES, PROCESS_LIST}
+    for name, hint in typing.get_type_hints(DeviceReading).items():
+        for record in typing.get_args(hint):
+            if record is not type(None):
+                names.update(f"{name}.{f.name}" for f in fields(record))
+    return frozenset(names)
+
+
+UNSUPPORTABLE = reading_fields()
+
+
+@dataclass(frozen=True)
+class SimulatedProcess:
+    """A process the scenario places on a GPU (its PID may be a real one)."""
+
+    gpu: int
+    pid: int
+    memory_bytes: int | None = None
+    sm_ratio: float | None = None
+    memory_controller_ratio: float | None = None
+    context: str = "compute"
+
+
+@dataclass(frozen=True)
+class SimulatedEvent:
+    """An Xid (or ECC) event the scenario raises on a GPU."""
+
+    gpu: int
+    xid: int | None = None
+    kind: str = "xid"
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Faults to inject; the default injects none."""
+
+    init_error: str | None = None  # e.g. "driver_not_loaded"
+    lost: frozenset[int] = frozenset()
+    hang: frozenset[int] = frozenset()
+    unsupported: frozenset[str] = frozenset()  # UNSUPPORTABLE names
+    gpus: int | None = None
+    events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
+    library_hang: bool = False  # nvmlDeviceGetCount blocks: NVML itself is stuck
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a scenario file holds."""
+
+    faults: Faults = field(default_factory=Faults)
+    processes: tuple[SimulatedProcess, ...] | None = None  # None: the built-in processes
+    events: tuple[SimulatedEvent, ...] = ()  # delivered once each, in order
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be read, or holds something unknown or malformed."""
+
+
+def _mapping(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ScenarioError(f"{where} must be a mapping, not {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise ScenarioError(f"unknown {where} keys: {unknown} (known: {', '.join(allowed)})")
+    return value
+
+
+def _int(value: Any, where: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"{where} must be an integer, not {value!r}")
+    if value < minimum:
+        raise ScenarioError(f"{where} must be at least {minimum}, not {value}")
+    return value
+
+
+def _ratio(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(f"{where} must be a number between 0 and 1, not {value!r}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ScenarioError(f"{where} must be between 0 and 1, not {value}")
+    return float(value)
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{where} must be true or false, not {value!r}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ScenarioError(f"{where} must be a list, not {type(value).__name__}")
+    return value
+
+
+def _faults(data: Any) -> Faults:
+    raw = _mapping(data, "faults", tuple(f.name for f in fields(Faults)))
+    unsupported = frozenset(str(x) for x in _list(raw.get("unsupported"), "faults.unsupported"))
+    unknown = sorted(unsupported - UNSUPPORTABLE)
+    if unknown:
+        raise ScenarioError(
+            f"faults.unsupported: unknown readings {unknown} "
+            "(use READING.FIELD, e.g. temperature.fan_speed_ratio, utilization.samples)"
+        )
+    init_error = raw.get("init_error")
+    if init_error is not None and not isinstance(init_error, str):
+        raise ScenarioError(f"faults.init_error must be an error name, not {init_error!r}")
+    gpus = raw.get("gpus")
+    return Faults(
+        init_error=init_error or None,
+        lost=frozenset(_int(x, "faults.lost[]") for x in _list(raw.get("lost"), "faults.lost")),
+        hang=frozenset(_int(x, "faults.hang[]") for x in _list(raw.get("hang"), "faults.hang")),
+        unsupported=unsupported,
+        gpus=_int(gpus, "faults.gpus") if gpus is not None else None,
+        events_unsupported=_bool(raw.get("events_unsupported", False), "faults.events_unsupported"),
+        library_hang=_bool(raw.get("library_hang", False), "faults.library_hang"),
+    )
+
+
+def _process(data: Any, n: int) -> SimulatedProcess:
+    where = f"processes[{n}]"
+    raw = _mapping(data, where, tuple(f.name for f in fields(SimulatedProcess)))
+    for required in ("gpu", "pid"):
+        if required not in raw:
+            raise ScenarioError(f"{where}: {required} is missing")
+    context = raw.get("context", "compute")
+    if context not in ("compute", "graphics"):
+        raise ScenarioError(f"{where}.context must be compute or graphics, not {context!r}")
+    memory = raw.get("memory_bytes")
+    return SimulatedProcess(
+        gpu=_int(raw["gpu"], f"{where}.gpu"),
+        pid=_int(raw["pid"], f"{where}.pid", minimum=1),
+        memory_bytes=_int(memory, f"{where}.memory_bytes") if memory is not None else None,
+        sm_ratio=_ratio(raw.get("sm_ratio"), f"{where}.sm_ratio"),
+        memory_controller_ratio=_ratio(
+            raw.get("memory_controller_ratio"), f"{where}.memory_controller_ratio"
+        ),
+        context=context,
+    )
+
+
+def _event(data: Any, n: int) -> SimulatedEvent:
+    where = f"events[{n}]"
+    raw = _mapping(data, where, tuple(f.name for f in fields(SimulatedEvent)))
+    if "gpu" not in raw:
+        raise ScenarioError(f"{where}: gpu is missing")
+    kind = raw.get("kind", "xid")
+    if kind not in EVENT_KINDS:
+        raise ScenarioError(f"{where}.kind must be one of {', '.join(EVENT_KINDS)}, not {kind!r}")
+    xid = raw.get("xid")
+    if kind == "xid" and xid is None:
+        raise ScenarioError(f"{where}: an xid event needs its xid code")
+    return SimulatedEvent(
+        gpu=_int(raw["gpu"], f"{where}.gpu"),
+        xid=_int(xid, f"{where}.xid") if xid is not None else None,
+        kind=kind,
+    )
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """Build a Scenario from parsed JSON/YAML; raises ScenarioError."""
+    top = _mapping(data, "scenario", ("faults", "processes", "events"))
+    raw_processes = top.get("processes")
+    return Scenario(
+        faults=_faults(top.get("faults")),
+        processes=(
+            None
+            if raw_processes is None
+            else tuple(_process(p, n) for n, p in enumerate(_list(raw_processes, "processes")))
+        ),
+        events=tuple(_event(e, n) for n, e in enumerate(_list(top.get("events"), "events"))),
+    )
+
+
+def load_scenario(path: str) -> Scenario:
+    """Read a scenario file (JSON is YAML too); raises ScenarioError naming the file."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+        text = raw.decode("utf-8")
+        return parse_scenario(yaml.safe_load(text) if text.strip() else None)
+    except UnicodeDecodeError as error:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise ScenarioError(f"{path}: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ScenarioError(f"{path}: invalid YAML: {first}") from None
+    except ScenarioError as error:
+        raise ScenarioError(f"{path}: {error}") from None

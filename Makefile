@@ -31,6 +31,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check gpu_exporter tests benchmarks
 	$(BIN)/ruff format --check gpu_exporter tests benchmarks
+	$(BIN)/lint-imports --config .importlinter
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -186,6 +186,42 @@ def test_events_not_supported_are_logged_once_and_left_off(tmp_path: Path, scena
     assert exporter.log().count("events are not supported") == 1
 
 
+def test_sighup_turns_the_xid_listener_on_and_off(tmp_path: Path, scenario: Path) -> None:
+    config = tmp_path / "config.yml"
+    config.write_text("collect.interval: 0.2s\ncollector.xid: false\n")
+    exporter = start_exporter(
+        ["--simulate", "1", "--simulate.scenario", str(scenario), "--config.file", str(config)],
+        tmp_path,
+    )
+
+    def xid_stage(s: Samples) -> list[float]:
+        return values(s, "gpu_exporter_stage_success", stage="xid")
+
+    try:
+        s = exporter.scrape()
+        assert not xid_stage(s) and values(s, "gpu_exporter_stage_success", stage="devices")
+        config.write_text("collect.interval: 0.2s\ncollector.xid: true\n")
+        exporter.signal(signal.SIGHUP)
+        exporter.wait_for(lambda s: xid_stage(s) == [1.0])  # listening on NVML's events
+        write_scenario(scenario, {"events": [{"gpu": 0, "xid": 79}]})
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", xid="79") == [1.0])
+
+        config.write_text("collect.interval: 0.2s\ncollector.xid: false\n")
+        exporter.signal(signal.SIGHUP)
+        exporter.wait_for(lambda s: not xid_stage(s) and not values(s, "gpu_xid_errors_total"))
+        write_scenario(scenario, {"events": [{"gpu": 0, "xid": 79}, {"gpu": 0, "xid": 79}]})
+        time.sleep(1.5)  # a listener still running would take the event and log it
+        assert exporter.log().count('msg="Xid error"') == 1
+
+        config.write_text("collect.interval: 0.2s\ncollector.xid: true\n")
+        exporter.signal(signal.SIGHUP)
+        s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", xid="79") == [2.0])
+        assert xid_stage(s) == [1.0]
+        assert exporter.log().count('msg="Xid error"') == 2
+    finally:
+        assert exporter.stop() == 0
+
+
 def test_sighup_applies_a_good_file_and_keeps_settings_on_a_bad_one(tmp_path: Path) -> None:
     config = tmp_path / "config.yml"
     config.write_text("collect.interval: 0.2s\n")

@@ -173,7 +173,6 @@ class Sampler:
         except BaseException as error:  # never silent: liveness and readiness turn red
             self._failure = f"the sampler thread died: {error!r}"
             log.critical("sampler thread died", exc_info=True)
-            raise
 
     def _loop(self) -> None:
         next_due = self._monotonic()

@@ -28,11 +28,13 @@ ENV PATH=/opt/gpu-exporter/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=utility \
-    GPU_EXPORTER_HEALTHCHECK_URL=http://127.0.0.1:9872/healthz
+    GPU_EXPORTER_HEALTHCHECK_URL=http://127.0.0.1:9872/livez
 EXPOSE 9872
-# Python's standard library only: the slim image has no curl or wget. Set
-# GPU_EXPORTER_HEALTHCHECK_URL when you change --web.listen-address.
+# Liveness, not readiness: a node whose driver is not loaded yet is not restarted.
+# Set GPU_EXPORTER_HEALTHCHECK_URL when you change --web.listen-address (https:// with
+# TLS), and GPU_EXPORTER_HEALTHCHECK_AUTH_FILE to a secret holding user:password with
+# basic auth; see `python -m gpu_exporter.healthcheck` in the README.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import os, sys, urllib.request; url = os.environ.get('GPU_EXPORTER_HEALTHCHECK_URL', 'http://127.0.0.1:9872/healthz'); sys.exit(0 if urllib.request.urlopen(url, timeout=4).status == 200 else 1)"]
+    CMD ["python", "-m", "gpu_exporter.healthcheck"]
 ENTRYPOINT ["gpu-exporter"]
 CMD ["--web.listen-address=:9872"]

@@ -17,6 +17,7 @@ from gpu_exporter.daemon import (
     serve,
     warn_if_simulated,
 )
+from gpu_exporter.serving.web_config import WebConfigError, load_web_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,16 +34,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_once(settings: Settings) -> int:
-    """Print (or atomically write) one exposition and exit."""
+    """Print (or atomically write) one exposition and exit.
+
+    Without a driver the exposition says so (`gpu_exporter_nvml_up 0`) and the exit code
+    is 0: the textfile stays current and the alert on nvml_up fires. The exporter's own
+    `process_*` metrics are left out: node_exporter serves its own under those names. A
+    web config is checked (a typo should not wait for the next daemon restart) but not used.
+    """
+    try:
+        load_web_config(settings.web_config_file)
+    except WebConfigError as error:
+        print(f"gpu-exporter: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     warn_if_simulated(settings)
     backend = make_backend(settings)
-    sampler = make_sampler(settings, backend)
+    sampler = make_sampler(settings, backend, retries=False)
     snapshot = sampler.sample_once()
     if snapshot.nvml_up and "utilization" in settings.collectors:
         # busy counters need two readings of the driver's buffer to integrate anything
         snapshot = sampler.sample_once()
     sampler.stop(timeout_seconds=0)
-    body = render(snapshot, settings).body(openmetrics=False, compressed=False)
+    body = render(snapshot, settings, self_metrics=False).body(openmetrics=False, compressed=False)
     if settings.output is None:
         sys.stdout.buffer.write(body)
         sys.stdout.flush()

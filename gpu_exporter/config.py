@@ -10,19 +10,19 @@ message is one line naming it; the command line turns that into exit code 2.
 from __future__ import annotations
 
 import argparse
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any, NoReturn
-
-import yaml
 
 from gpu_exporter import __version__
 from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.sources.scenario import ScenarioError, load_scenario
+from gpu_exporter.yamlfile import YamlFileError, read_yaml
 
 DEFAULT_PORT = 9872
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
-MIN_INTERVAL_SECONDS = 0.1
 
 
 class ConfigError(Exception):
@@ -51,20 +51,47 @@ class Settings:
     config_file: str | None = None
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def parse_duration(value: Any) -> float:
-    """'500ms', '5s', '1m', '1h' or a number of seconds -> seconds."""
+    """'500ms', '5s', '1m', '1h' or a number of seconds -> seconds; always finite."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 5s, 1m)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 5s, 1m)")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {value!r}")
+    return seconds
+
+
+def duration(minimum: float, maximum: float) -> Callable[[Any], float]:
+    """A duration parser that also checks its range, in seconds."""
+
+    def parse(value: Any) -> float:
+        seconds = parse_duration(value)
+        if not minimum <= seconds <= maximum:
+            raise ValueError(
+                f"must be between {_show_seconds(minimum)} and {_show_seconds(maximum)}, "
+                f"got {value!r}"
+            )
+        return seconds
+
+    return parse
+
+
+def _show_seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m" if seconds < 3600 else f"{seconds / 3600:g}h"
+    return f"{seconds:g}s"
 
 
 def _bool(value: Any) -> bool:
@@ -79,12 +106,25 @@ def _bool(value: Any) -> bool:
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool):
+    """A whole number: an int, or text of digits; never a float (1.5 is not 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"not an integer: {value!r}")
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except ValueError:
         raise ValueError(f"not an integer: {value!r}") from None
+
+
+def integer(minimum: int, maximum: int) -> Callable[[Any], int]:
+    """An integer parser that also checks its range."""
+
+    def parse(value: Any) -> int:
+        number = _int(value)
+        if not minimum <= number <= maximum:
+            raise ValueError(f"must be between {minimum} and {maximum}, got {number}")
+        return number
+
+    return parse
 
 
 def _choice(*choices: str) -> Callable[[Any], str]:
@@ -149,30 +189,31 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "web.max-requests",
         "max_requests",
-        _int,
-        "concurrent requests served; more get 503 (default 40)",
+        integer(1, 10_000),
+        "concurrent requests served, 1 to 10000; more get 503 (default 40)",
         "N",
     ),
     Option(
         "collect.interval",
         "interval_seconds",
-        parse_duration,
-        "how often to sample the GPUs, at least 100ms (default 5s)",
+        duration(0.1, 3600.0),
+        "how often to sample the GPUs, 100ms to 1h (default 5s)",
         "DURATION",
     ),
     Option(
         "collect.timeout",
         "timeout_seconds",
-        parse_duration,
-        "deadline for one GPU's reads; a GPU that misses it is reported down (default 10s)",
+        duration(0.1, 600.0),
+        "deadline for one GPU's reads, 100ms to 10m; a GPU that misses it is reported down "
+        "(default 10s)",
         "DURATION",
     ),
     Option(
         "collector.process.limit",
         "process_limit",
-        _int,
-        "processes exported per GPU, largest by GPU memory; the rest are summed as "
-        'process="other" (default 32)',
+        integer(1, 10_000),
+        "processes exported per GPU (1 to 10000), largest by GPU memory; the rest are summed "
+        'as process="other" (default 32)',
         "N",
     ),
     Option(
@@ -198,15 +239,16 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "simulate",
         "simulate",
-        _int,
-        "serve a simulated host of N GPUs instead of the real driver (demos, tests)",
+        integer(0, 1024),
+        "serve a simulated host of N GPUs (0 to 1024) instead of the real driver (demos, tests)",
         "N",
     ),
     Option(
         "simulate.scenario",
         "simulate_scenario",
         _text,
-        "scenario file of faults and processes for --simulate (re-read when it changes)",
+        "scenario file of faults, processes and Xid events for --simulate (re-read when it "
+        "changes; see the README)",
         "FILE",
     ),
     Option(
@@ -274,9 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(data: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
+        if not isinstance(key, str):
+            raise ValueError(f"config keys must be text, not {key!r}")
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and name not in _BY_KEY and name not in _COLLECTOR_KEYS:
             flat.update(_flatten(value, f"{name}."))
@@ -286,27 +330,26 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_config_file(path: str) -> dict[str, Any]:
-    """The file's settings as flat keys; raises ConfigError naming the file and line."""
+    """The file's settings as flat keys; raises ConfigError naming the file and problem."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as error:
-        raise ConfigError(f"config file {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ConfigError(f"config file {path}:{where}: invalid YAML: {problem}") from None
+        data = read_yaml(path)
+    except YamlFileError as error:
+        raise ConfigError(f"config file {path}: {error}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"config file {path}: expected a mapping of settings, got {type(data).__name__}"
         )
-    flat = _flatten(data)
+    try:
+        flat = _flatten(data)
+    except ValueError as error:
+        raise ConfigError(f"config file {path}: {error}") from None
     for key in flat:
         option = _BY_KEY.get(key)
-        if key not in _COLLECTOR_KEYS and (option is None or option.flag_only):
+        if not isinstance(key, str) or (
+            key not in _COLLECTOR_KEYS and (option is None or option.flag_only)
+        ):
             raise ConfigError(f"config file {path}: unknown key {key!r}")
     return flat
 
@@ -327,9 +370,29 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
             raise ConfigError(f"{source}{key}: {error}") from None
 
 
+_VALUE_FLAGS = frozenset(f"--{o.key}" for o in OPTIONS if o.field not in _BOOL_FIELDS)
+_NEGATIVE = re.compile(r"^-[\d.]")
+
+
+def _join_negative_values(argv: Sequence[str]) -> list[str]:
+    """`--flag -5s` as `--flag=-5s`: argparse takes "-5s" for an option otherwise."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _VALUE_FLAGS and i + 1 < len(args) and _NEGATIVE.match(args[i + 1]):
+            out.append(f"{arg}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def load_settings(argv: Sequence[str]) -> Settings:
     """Parse flags, read the config file they name, validate; raises ConfigError."""
-    flags = vars(build_parser().parse_args(list(argv)))
+    flags = vars(build_parser().parse_args(_join_negative_values(argv)))
     values: dict[str, Any] = dict(vars(Settings()))
     config_file = flags.get("config.file")
     if config_file is not None:
@@ -341,24 +404,40 @@ def load_settings(argv: Sequence[str]) -> Settings:
 
 
 def validate(s: Settings) -> None:
-    """Cross-field and range checks."""
-    if s.interval_seconds < MIN_INTERVAL_SECONDS:
-        raise ConfigError(
-            f"--collect.interval: must be at least 100ms, got {s.interval_seconds:g}s"
-        )
-    if s.timeout_seconds <= 0:
-        raise ConfigError("--collect.timeout: must be positive")
-    if s.max_requests < 1:
-        raise ConfigError("--web.max-requests: must be at least 1")
-    if s.process_limit < 1:
-        raise ConfigError("--collector.process.limit: must be at least 1")
-    if s.simulate is not None and not 0 <= s.simulate <= 1024:
-        raise ConfigError("--simulate: must be between 0 and 1024 GPUs")
+    """Cross-field checks, and the files the settings name (ranges are checked by the
+    option parsers)."""
     if s.simulate_scenario is not None and s.simulate is None:
         raise ConfigError("--simulate.scenario: needs --simulate N")
+    if s.simulate_scenario is not None:
+        try:
+            load_scenario(s.simulate_scenario)
+        except ScenarioError as error:
+            raise ConfigError(f"--simulate.scenario: {error}") from None
     if s.output is not None and not s.once:
         raise ConfigError("--output: needs --once")
     parse_listen_address(s.listen_address)
+
+
+_FIELD_FLAGS: dict[str, str] = {o.field: o.key for o in OPTIONS}
+
+
+def describe_changes(
+    old: Settings, new: Settings, only: Collection[str] | None = None
+) -> list[str]:
+    """The flag names (as an operator writes them) of the settings that differ, among the
+    Settings fields `only` when given."""
+    names: list[str] = []
+    for member in fields(Settings):
+        if only is not None and member.name not in only:
+            continue
+        before, after = getattr(old, member.name), getattr(new, member.name)
+        if before == after:
+            continue
+        if member.name == "collectors":
+            names += [f"collector.{c}" for c in sorted(before ^ after)]
+        else:
+            names.append(_FIELD_FLAGS.get(member.name, member.name))
+    return names
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:

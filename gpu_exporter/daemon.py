@@ -10,13 +10,20 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 from types import FrameType
 
 from prometheus_client import ProcessCollector
 
 from gpu_exporter import __version__, logs
 from gpu_exporter.attribution.processes import ProcessAttributor
-from gpu_exporter.config import ConfigError, Settings, load_settings, parse_listen_address
+from gpu_exporter.config import (
+    ConfigError,
+    Settings,
+    describe_changes,
+    load_settings,
+    parse_listen_address,
+)
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import HostSample, Snapshot
@@ -63,6 +70,8 @@ def make_sampler(
     backend: Backend,
     on_snapshot: Callable[[Snapshot], None] = lambda snapshot: None,
     xid: XidView | None = None,
+    *,
+    retries: bool = True,
 ) -> Sampler:
     attributor = ProcessAttributor(
         limit=settings.process_limit,
@@ -83,6 +92,7 @@ def make_sampler(
         attribute_processes=attributor,
         read_host=read_host,
         xid=xid,
+        retries=retries,
     )
 
 
@@ -90,13 +100,15 @@ def render_options(settings: Settings) -> RenderOptions:
     return RenderOptions(cmdline=settings.process_cmdline)
 
 
-def render(snapshot: Snapshot, settings: Settings) -> Exposition:
-    """The served exposition: the snapshot, then the exporter's own process metrics."""
-    return Exposition(snapshot, render_options(settings), extra=[ProcessCollector(registry=None)])
+def render(snapshot: Snapshot, settings: Settings, *, self_metrics: bool = True) -> Exposition:
+    """The exposition: the snapshot, then the exporter's own process metrics (`process_*`),
+    which textfile output leaves out (node_exporter serves its own under those names)."""
+    extra = [ProcessCollector(registry=None)] if self_metrics else []
+    return Exposition(snapshot, render_options(settings), extra=extra)
 
 
 # Settings a SIGHUP can change while running; the rest need a restart.
-LIVE_SETTINGS = frozenset(
+LIVE_SETTINGS: frozenset[str] = frozenset(
     {
         "interval_seconds",
         "timeout_seconds",
@@ -143,13 +155,17 @@ class Exporter:
         self.watchdog.start()
 
     def stop(self) -> None:
+        """Stop everything without waiting on the driver: an idle exporter exits at once.
+
+        The Xid listener may be blocked in nvmlEventSetWait for up to half a second; it is
+        not waited for, and NVML is then not shut down under it (the process is ending).
+        """
         self.notifier.send("STOPPING=1")
         self.watchdog.stop()
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-        self.xid.stop(timeout_seconds=0.6)
-        self.sampler.stop(timeout_seconds=0.6)
+            self.server.stop()
+        xid_done = self.xid.stop(timeout_seconds=0.05)
+        self.sampler.stop(timeout_seconds=0.5, shutdown_nvml=xid_done)
 
     def reload(self) -> None:
         """SIGHUP: re-read the config file; a bad file keeps the running settings."""
@@ -161,18 +177,24 @@ class Exporter:
             self.notifier.send("READY=1")
             return
         old = self.settings
-        changed = {k for k, v in vars(new).items() if getattr(old, k) != v}
-        needs_restart = sorted(changed - LIVE_SETTINGS)
+        restart_only = {f.name for f in fields(Settings)} - LIVE_SETTINGS
+        needs_restart = describe_changes(old, new, only=restart_only)
         if needs_restart:
-            log.warning("these settings change only on restart", extra={"settings": needs_restart})
+            log.warning(
+                "these settings change only on restart; keeping their running values",
+                extra={"settings": ", ".join(needs_restart)},
+            )
+        changed = describe_changes(old, new, only=LIVE_SETTINGS)
+        new = replace(new, **{name: getattr(old, name) for name in restart_only})
         logs.configure(new.log_level, new.log_format)
-        self.sampler.interval_seconds = new.interval_seconds
-        self.sampler.timeout_seconds = new.timeout_seconds
-        self.sampler.collectors = new.collectors
+        # the listener stops before its series go, and starts before they come
         if "xid" in new.collectors:
             self.xid.start(armed=self.sampler.nvml_up)
         else:
             self.xid.stop(timeout_seconds=0.6)
+        self.sampler.interval_seconds = new.interval_seconds
+        self.sampler.timeout_seconds = new.timeout_seconds
+        self.sampler.collectors = new.collectors
         self.routes.telemetry_path = new.telemetry_path
         if self.server is not None:
             if new.web_config_file is None and old.web_config_file is not None:
@@ -184,7 +206,7 @@ class Exporter:
         self.settings = new
         if new.interval_seconds != old.interval_seconds:
             self.sampler.wake()  # the new interval applies now, not after the old one
-        log.info("configuration reloaded", extra={"changed": sorted(changed & LIVE_SETTINGS)})
+        log.info("configuration reloaded", extra={"changed": ", ".join(changed) or "nothing"})
         self.notifier.send("READY=1")
 
 
@@ -201,13 +223,15 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
 
     stopping = threading.Event()
     reloading = threading.Event()
+    wakeup = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
             reloading.set()
-            return
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        stopping.set()
+        else:
+            log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+            stopping.set()
+        wakeup.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
@@ -222,11 +246,13 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
             "backend": exporter.backend.kind,
         },
     )
-    web_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    web_thread = threading.Thread(target=server.serve, name="http", daemon=True)
     web_thread.start()
     exporter.start()
-    while not stopping.wait(0.2):
-        if reloading.is_set():
+    while not stopping.is_set():
+        wakeup.wait(5.0)  # a signal handler sets it: SIGTERM stops at once
+        wakeup.clear()
+        if reloading.is_set() and not stopping.is_set():
             reloading.clear()
             exporter.reload()
     exporter.stop()

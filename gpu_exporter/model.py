@@ -355,6 +355,8 @@ class Snapshot:
     nvml_init_errors: Mapping[str, int] = field(default_factory=dict)
     collectors: frozenset[str] = frozenset()
     stages: Mapping[str, StageResult] = field(default_factory=dict)  # by STAGES name
+    # /proc shows the host's PID namespace (None: process attribution off)
+    host_pid_namespace: bool | None = None
 
     @property
     def gpus(self) -> int:

@@ -7,15 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.exporter import run_exporter
-
-
-def one_error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one line, got:\n{stderr}"
-    assert "Traceback" not in stderr
-    assert lines[0].startswith("gpu-exporter: error: ")
-    return lines[0]
+from tests.support.exporter import one_error_line, run_exporter
 
 
 @pytest.mark.parametrize(
@@ -23,15 +15,29 @@ def one_error_line(stderr: str) -> str:
     [
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["--collect.interval", "fast"], "--collect.interval: not a duration: 'fast'"),
-        (["--collect.interval", "50ms"], "must be at least 100ms"),
-        (["--collect.timeout", "0s"], "--collect.timeout: must be positive"),
+        (["--collect.interval", "50ms"], "must be between 100ms and 1h, got '50ms'"),
+        (["--collect.timeout", "0s"], "--collect.timeout: must be between 100ms and 10m"),
+        # a negative value after a space is a value, not an unknown option
+        (["--collect.interval", "-5s"], "--collect.interval: must be between 100ms and 1h"),
+        (["--collect.interval=-5s"], "--collect.interval: must be between 100ms and 1h"),
+        (["--collect.timeout", "-1"], "--collect.timeout: must be between 100ms and 10m"),
+        (
+            ["--collect.interval", "99999999999999999999999999h"],
+            "--collect.interval: must be between 100ms and 1h",
+        ),
+        (["--collect.interval", "2h"], "must be between 100ms and 1h, got '2h'"),
+        (["--collect.interval", "inf"], "--collect.interval: not a duration: 'inf'"),
+        (["--collect.interval", "nan"], "--collect.interval: not a duration: 'nan'"),
+        (["--web.max-requests", "1.5"], "--web.max-requests: not an integer: '1.5'"),
+        (["--web.max-requests", "100000"], "--web.max-requests: must be between 1 and 10000"),
+        (["--collector.process.limit", "0"], "--collector.process.limit: must be between 1"),
         (["--log.level", "loud"], "--log.level: 'loud' is not one of debug, info, warn, error"),
         (["--log.format", "xml"], "--log.format: 'xml' is not one of logfmt, json"),
         (["--web.listen-address", "nonsense"], "is not HOST:PORT, :PORT or [::]:PORT"),
         (["--web.listen-address", ":99999"], "port 99999 is out of range"),
         (["--web.listen-address", "::1:9872"], "write IPv6 addresses in brackets"),
         (["--web.telemetry-path", "metrics"], "must start with '/'"),
-        (["--web.max-requests", "0"], "--web.max-requests: must be at least 1"),
+        (["--web.max-requests", "0"], "--web.max-requests: must be between 1 and 10000, got 0"),
         (["--collector.process.limit", "many"], "not an integer: 'many'"),
         (["--simulate", "-1"], "--simulate: must be between 0 and 1024"),
         (["--output", "/tmp/x.prom"], "--output: needs --once"),
@@ -47,13 +53,34 @@ def test_bad_flag_exits_2_with_one_line(args: list[str], expected: str) -> None:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("collect.interval: 5s\nweb.listen-address: [oops\n", "line 3: invalid YAML"),
-        ("collect.interval: 5s\n  bad indent: 1\n", "line 2: invalid YAML"),
+        (
+            "collect.interval: 5s\nweb.listen-address: [oops\n",
+            "invalid YAML: line 3 column 1: expected ',' or ']'",
+        ),
+        (
+            "collect.interval: 5s\n  bad indent: 1\n",
+            "invalid YAML: line 2 column 13: mapping values",
+        ),
         ("collect.intervall: 5s\n", "unknown key 'collect.intervall'"),
         ("collect: {interval: soon}\n", "collect.interval: not a duration: 'soon'"),
         ("collector.host: maybe\n", "collector.host: not a boolean: 'maybe'"),
         ("once: true\n", "unknown key 'once'"),
         ("- a list\n", "expected a mapping of settings"),
+        ("collect.interval: .inf\n", "collect.interval: not a finite duration: inf"),
+        ("collect.interval: 1.0e+999\n", "collect.interval: not a finite duration: inf"),
+        ("collect.interval: .nan\n", "collect.interval: not a finite duration: nan"),
+        ("collect.timeout: .nan\n", "collect.timeout: not a finite duration: nan"),
+        ("collect.timeout: -.inf\n", "collect.timeout: not a finite duration: -inf"),
+        ("web.max-requests: 1.5\n", "web.max-requests: not an integer: 1.5"),
+        ("web.max-requests: .inf\n", "web.max-requests: not an integer: inf"),
+        ("collector.process.limit: true\n", "collector.process.limit: not an integer: True"),
+        ("simulate: 100000\n", "simulate: must be between 0 and 1024, got 100000"),
+        ("a: &a\n  b: *a\n", "aliases (*name) are not allowed"),
+        ("? [a, b]\n: 1\n", "found unhashable key"),
+        ("1: 2\n", "config keys must be text"),
+        ("collect.interval: !!python/object:os.system echo\n", "invalid YAML"),
+        ("[" * 200 + "]" * 200 + "\n", "nested deeper than 64 levels"),
+        ("log.level: \t\x07\n", "invalid YAML"),
     ],
 )
 def test_bad_config_file_exits_2_naming_the_problem(

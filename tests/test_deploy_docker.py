@@ -9,12 +9,16 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import bcrypt
 import pytest
 
 from gpu_exporter.config import DEFAULT_PORT
+from tests.support.certs import Pki, make_pki
 from tests.support.exporter import REPO, Exporter, free_port, start_exporter
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -96,11 +100,14 @@ def healthcheck_command() -> list[str]:
     return list(json.loads(args[args.index("CMD") + 3 :].strip()))
 
 
-def run_healthcheck(url: str) -> int:
+def run_healthcheck(url: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The Dockerfile's exact HEALTHCHECK command, with the image's `python` as ours."""
     command = healthcheck_command()
     assert command[0] == "python"
-    env = dict(os.environ, GPU_EXPORTER_HEALTHCHECK_URL=url)
-    return subprocess.run([sys.executable, *command[1:]], env=env, timeout=30).returncode
+    environment = dict(os.environ, GPU_EXPORTER_HEALTHCHECK_URL=url, **env)
+    return subprocess.run(
+        [sys.executable, *command[1:]], env=environment, capture_output=True, text=True, timeout=30
+    )
 
 
 @pytest.fixture
@@ -110,13 +117,96 @@ def exporter(tmp_path: Path) -> Exporter:
     running.stop()
 
 
-def test_healthcheck_passes_against_a_running_exporter(exporter: Exporter) -> None:
-    assert "/healthz" in dict(final_stage())["ENV"]
-    assert run_healthcheck(f"{exporter.url}/healthz") == 0
+def test_healthcheck_asks_liveness_and_passes_against_a_running_exporter(
+    exporter: Exporter,
+) -> None:
+    env = dict(final_stage())["ENV"]
+    assert f"GPU_EXPORTER_HEALTHCHECK_URL=http://127.0.0.1:{DEFAULT_PORT}/livez" in env
+    assert run_healthcheck(f"{exporter.url}/livez").returncode == 0
 
 
-def test_healthcheck_fails_when_nothing_listens() -> None:
-    assert run_healthcheck(f"http://127.0.0.1:{free_port()}/healthz") != 0
+def test_healthcheck_fails_with_one_line_when_nothing_listens() -> None:
+    result = run_healthcheck(f"http://127.0.0.1:{free_port()}/livez")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "Connection refused" in result.stderr
+
+
+PASSWORD = "probe secret"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def secured(tmp_path: Path, pki: Pki, *, mutual: bool) -> Exporter:
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+    client_auth = (
+        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.client_ca.cert}\n"
+        if mutual
+        else ""
+    )
+    config = tmp_path / "web.yml"
+    config.write_text(
+        f"tls_server_config:\n  cert_file: {pki.server.cert}\n  key_file: {pki.server.key}\n"
+        f"{client_auth}basic_auth_users:\n  prometheus: '{hashed}'\n"
+    )
+    args = ["--simulate", "1", "--collect.interval", "1s", "--web.config.file", str(config)]
+    return start_exporter(args, tmp_path, ready=False)
+
+
+def wait_until_healthy(check: Callable[[], subprocess.CompletedProcess[str]]) -> None:
+    deadline = time.monotonic() + 20
+    result = check()
+    while result.returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        result = check()
+    assert result.returncode == 0, result.stderr
+
+
+def test_healthcheck_works_behind_tls_and_basic_auth(tmp_path: Path, pki: Pki) -> None:
+    exporter = secured(tmp_path, pki, mutual=False)
+    try:
+        url = f"https://127.0.0.1:{exporter.port}/livez"
+        secret = tmp_path / "probe-credentials"
+        secret.write_text(f"prometheus:{PASSWORD}\n")
+        wait_until_healthy(
+            lambda: run_healthcheck(url, GPU_EXPORTER_HEALTHCHECK_AUTH_FILE=str(secret))
+        )
+        # verifying the server against its CA works too
+        verified = run_healthcheck(
+            url,
+            GPU_EXPORTER_HEALTHCHECK_AUTH_FILE=str(secret),
+            GPU_EXPORTER_HEALTHCHECK_CA_FILE=str(pki.ca.cert),
+        )
+        assert verified.returncode == 0, verified.stderr
+        without = run_healthcheck(url)
+        assert without.returncode == 1 and "answered 401" in without.stderr
+        secret.write_text("prometheus:wrong\n")
+        wrong = run_healthcheck(url, GPU_EXPORTER_HEALTHCHECK_AUTH_FILE=str(secret))
+        assert wrong.returncode == 1 and "answered 401" in wrong.stderr
+        plain = run_healthcheck(f"http://127.0.0.1:{exporter.port}/livez")
+        assert plain.returncode == 1
+    finally:
+        exporter.stop()
+
+
+def test_healthcheck_works_with_mutual_tls(tmp_path: Path, pki: Pki) -> None:
+    exporter = secured(tmp_path, pki, mutual=True)
+    try:
+        url = f"https://127.0.0.1:{exporter.port}/livez"
+        secret = tmp_path / "probe-credentials"
+        secret.write_text(f"prometheus:{PASSWORD}")
+        env = {
+            "GPU_EXPORTER_HEALTHCHECK_AUTH_FILE": str(secret),
+            "GPU_EXPORTER_HEALTHCHECK_CERT_FILE": str(pki.client.cert),
+            "GPU_EXPORTER_HEALTHCHECK_KEY_FILE": str(pki.client.key),
+        }
+        wait_until_healthy(lambda: run_healthcheck(url, **env))
+        no_cert = run_healthcheck(url, GPU_EXPORTER_HEALTHCHECK_AUTH_FILE=str(secret))
+        assert no_cert.returncode == 1
+    finally:
+        exporter.stop()
 
 
 def dockerignore_regex(pattern: str) -> re.Pattern[str]:
@@ -201,3 +291,5 @@ def test_the_build_context_is_enough_to_build_the_package(tmp_path: Path) -> Non
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert "gpu_exporter/cli.py" in names and "gpu_exporter/sources/nvml.py" in names
     assert not any(name.startswith("tests/") for name in names)
+    # the license is an SPDX expression: setuptools warns about nothing
+    assert "Warning" not in result.stderr and "deprecated" not in result.stderr, result.stderr

@@ -16,7 +16,7 @@ from tests.support.exporter import REPO, run_exporter
 KUBERNETES = REPO / "deploy" / "kubernetes"
 # the oldest Kubernetes still commonly run, and the newest the validator knows
 VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
-CORE_KINDS = {"DaemonSet", "Service"}
+CORE_KINDS = {"Namespace", "DaemonSet", "Service"}
 CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule"}
 RSS_TARGET_MIB = 40
 CPU_TARGET_CORES = 0.01
@@ -50,7 +50,7 @@ def container() -> dict[str, Any]:
     return dict(only)
 
 
-def test_kustomization_lists_every_manifest_and_the_four_kinds() -> None:
+def test_kustomization_lists_every_manifest_and_the_five_kinds() -> None:
     kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Kustomization"
     files = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
@@ -97,17 +97,25 @@ def test_container_is_locked_down() -> None:
     assert dockerfile_user and pod["runAsUser"] == int(dockerfile_user.group(1))
 
 
-def test_probes_use_healthz_on_the_metrics_port() -> None:
+def test_liveness_is_livez_and_readiness_is_healthz_on_the_metrics_port() -> None:
     c = container()
     (port,) = c["ports"]
     assert port["containerPort"] == DEFAULT_PORT
+    paths = {probe: c[probe]["httpGet"]["path"] for probe in ("livenessProbe", "readinessProbe")}
+    # a node whose driver is not loaded yet is not ready, but it is not restart-looped
+    assert paths == {"livenessProbe": "/livez", "readinessProbe": "/healthz"}
     for probe in ("livenessProbe", "readinessProbe"):
-        get = c[probe]["httpGet"]
-        assert get["path"] == "/healthz"
-        assert get["port"] in (port["name"], port["containerPort"])
-    # a restart does not cure a missing driver: liveness gives NVML time to come back
+        assert c[probe]["httpGet"]["port"] in (port["name"], port["containerPort"])
+    # /livez already allows 3 intervals plus a read deadline; a minute more of failures
     liveness = c["livenessProbe"]
-    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 120
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+
+
+def test_the_namespace_is_created_with_the_rest() -> None:
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    namespace = manifests()["Namespace"]
+    assert namespace["metadata"]["name"] == kustomization["namespace"]
+    assert kustomization["resources"][0] == "namespace.yaml"  # applied first
 
 
 def test_container_arguments_are_accepted_by_the_program() -> None:

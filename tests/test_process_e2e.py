@@ -9,6 +9,7 @@ CPU rates are compared with psutil's own view of the same tree over the same win
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +20,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.support.exporter import Exporter, Samples, series, start_exporter, values
+from tests.support.exporter import (
+    Exporter,
+    Samples,
+    parse_samples,
+    series,
+    start_exporter,
+    values,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -264,3 +272,37 @@ def test_no_host_series_with_the_host_collector_off(run: Callable[..., Exporter]
     s = exporter.wait_for(lambda s: bool(values(s, "gpu_processes")))
     assert not any(name.startswith("gpu_host_") for name, _labels in s)
     assert one(s, "gpu_processes", gpu="0") == 0
+
+
+def test_in_a_private_pid_namespace_no_unrelated_process_is_attributed(tmp_path: Path) -> None:
+    """`docker run` without --pid=host: PID 1 of the container is the exporter itself."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run(
+        [unshare or "unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True
+    )
+    if unshare is None or probe.returncode != 0:
+        pytest.skip(f"cannot make a PID namespace here: {probe.stderr.decode().strip()}")
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"processes": [{"gpu": 0, "pid": 1, "memory_bytes": 2**30}]}))
+    once = [sys.executable, "-m", "gpu_exporter", "--simulate", "1", "--once"]
+    once += ["--simulate.scenario", str(scenario)]
+
+    host = subprocess.run(once, capture_output=True, text=True, timeout=60)
+    inside = subprocess.run(
+        [unshare, "--pid", "--fork", "--mount-proc", *once],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert host.returncode == 0 and inside.returncode == 0, host.stderr + inside.stderr
+    on_host, in_container = parse_samples(host.stdout), parse_samples(inside.stdout)
+    assert values(on_host, "gpu_exporter_host_pid_namespace") == [1.0]
+    (seen,) = series(on_host, "gpu_process_memory_used_bytes")
+    assert seen["process"] == Path("/proc/1/comm").read_text().strip()  # the host's PID 1
+    assert values(in_container, "gpu_exporter_host_pid_namespace") == [0.0]
+    (kept,) = series(in_container, "gpu_process_memory_used_bytes")
+    # not "python", the exporter that is PID 1 in there: nothing is known, nothing made up
+    assert (kept["pid"], kept["process"], kept["user"]) == ("1", "", "")
+    assert values(in_container, "gpu_process_memory_used_bytes") == [2.0**30]
+    assert not values(in_container, "gpu_process_cpu_seconds_total")
+    assert inside.stderr.count("not in the host's PID namespace") == 1

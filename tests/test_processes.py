@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -68,10 +69,13 @@ class FakeHost:
     ZombieProcess = ZombieProcess
     AccessDenied = AccessDenied
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, host_namespace: bool = True) -> None:
+        root.mkdir()
         self.root = root
         self.procs: dict[int, FakeProc] = {}
         self.lookups: list[int] = []
+        if host_namespace:  # the kernel's threads are visible in the host's PID namespace
+            self.add(FakeProc(pid=2, ppid=0, comm="kthreadd", user="root"))
 
     def add(self, proc: FakeProc) -> FakeProc:
         self.procs[proc.pid] = proc
@@ -132,7 +136,6 @@ class FakePsutilProcess:
 @pytest.fixture
 def host(tmp_path: Path) -> FakeHost:
     h = FakeHost(tmp_path / "proc")
-    h.root.mkdir()
     h.add(FakeProc(1, 0, "systemd", user="root"))
     return h
 
@@ -544,3 +547,40 @@ def test_incremental_walk_rereads_orphans_and_corrects_reused_pids(tmp_path: Pat
     table = ProcTable.scan(str(tmp_path), files)
     stat = table.get(20)
     assert stat is not None and stat.ppid == 30
+
+
+# PID namespaces ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pid2",
+    [None, FakeProc(2, 1, "bash"), FakeProc(2, 1, "kthreadd")],  # absent, a process, a fake
+    ids=["no-pid-2", "container-process", "named-kthreadd-but-not-the-kernels"],
+)
+def test_outside_the_host_pid_namespace_only_pid_and_memory_are_exported(
+    tmp_path: Path, pid2: FakeProc | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    container = FakeHost(tmp_path / "proc", host_namespace=False)
+    if pid2 is not None:
+        container.add(pid2)
+    # the container's own PID 10: not the host's PID 10 that NVML reports
+    container.add(FakeProc(10, 1, "python", user="mallory", cpu_ticks=(500, 0, 0, 0)))
+    with caplog.at_level(logging.WARNING):
+        a = attributor(container)
+    assert not a.sees_host_pid_namespace
+    assert caplog.text.count("not in the host's PID namespace") == 1
+    for _ in range(2):
+        (p,) = a({0: raw([gpu(10)])})[0].processes
+        assert (p.pid, p.memory_used_bytes) == ("10", 2**30)
+        assert (p.process, p.user, p.container_id) == ("", "", "")
+        assert p.cpu_seconds is None and p.workers is None and p.start_time_seconds is None
+    assert container.lookups == []  # nothing of the unrelated process was even read
+    assert caplog.text.count("not in the host's PID namespace") == 1
+
+
+def test_in_the_host_pid_namespace_processes_are_attributed(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python", user="alice", cpu_ticks=(500, 0, 0, 0)))
+    a = attributor(host)
+    assert a.sees_host_pid_namespace
+    (p,) = a({0: raw([gpu(10)])})[0].processes
+    assert (p.process, p.user) == ("python", "alice")

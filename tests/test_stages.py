@@ -22,6 +22,18 @@ HOST = HostSample(
 )
 
 
+class Attributor:
+    """Process attribution as the sampler sees it, around a plain function."""
+
+    sees_host_pid_namespace = True
+
+    def __init__(self, fn: object) -> None:
+        self._fn = fn
+
+    def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
+        return self._fn(raws)  # type: ignore[operator, no-any-return]
+
+
 class Xid:
     def __init__(self, listening: bool) -> None:
         self.listening = listening
@@ -65,7 +77,9 @@ def test_every_enabled_stage_reports_its_duration_and_success() -> None:
         clock.now += 0.25
         return HOST
 
-    s = sampler(clock, attribute_processes=attribute, read_host=read_host, xid=Xid(True))
+    s = sampler(
+        clock, attribute_processes=Attributor(attribute), read_host=read_host, xid=Xid(True)
+    )
     s.sample_once()
     stages = rendered(s.sample_once())
     assert stages == {
@@ -93,7 +107,7 @@ def test_attribution_that_raises_fails_its_stage_and_the_sample_goes_on() -> Non
     def broken(raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
         raise RuntimeError("bug in attribution")
 
-    snapshot = sampler(clock, attribute_processes=broken).sample_once()
+    snapshot = sampler(clock, attribute_processes=Attributor(broken)).sample_once()
     assert snapshot.stages["processes"].success is False
     assert [d.up for d in snapshot.devices] == [True, True]
     assert all(d.attribution is None for d in snapshot.devices)

@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 
 from gpu_exporter.attribution.cgroups import parse_cgroup
+from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.proctree import ProcStat, ProcTable, StatFiles
 from gpu_exporter.model import (
     Attribution,
@@ -89,6 +90,14 @@ class ProcessAttributor:
         self._cache: dict[tuple[int, int], _Identity] = {}
         self._stat_files = StatFiles()
         self._members: set[int] = set()  # last sample's GPU process trees
+        self.sees_host_pid_namespace = sees_host_pid_namespace(proc_root)
+        if not self.sees_host_pid_namespace:
+            log.warning(
+                "not in the host's PID namespace (no kthreadd in %s): GPU processes are "
+                "exported with their PID and GPU memory only; run the container with "
+                "--pid=host (Kubernetes: hostPID: true) to attribute them",
+                proc_root,
+            )
 
     # One sample --------------------------------------------------------------------
 
@@ -113,7 +122,9 @@ class ProcessAttributor:
                 out[pid] = known if self.cmdline else replace(known, cmdline=None)
             else:
                 rest.append(pid)
-        if not rest:
+        if not rest or not self.sees_host_pid_namespace:
+            # this /proc is another namespace's: the same numbers name other processes
+            out.update((pid, HostProcess()) for pid in rest)
             self._cache.clear()
             self._members = set()
             return out

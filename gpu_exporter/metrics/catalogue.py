@@ -718,6 +718,16 @@ METRICS: tuple[MetricSpec, ...] = (
         _nvml_init_errors,
         "error",
     ),
+    ExporterMetric(
+        name="gpu_exporter_host_pid_namespace",
+        type="gauge",
+        help="1 when /proc shows the host's PID namespace, whose PIDs NVML reports, so GPU "
+        "processes get their names, users, containers and CPU; 0 when it does not (a "
+        "container without --pid=host or hostPID: true, or /proc mounted with hidepid): "
+        "they are exported with their PID and GPU memory only.",
+        collector="process",
+        extract=lambda s: one(s.host_pid_namespace),
+    ),
     _x(
         "gpu_exporter_stage_duration_seconds",
         "gauge",

@@ -45,8 +45,18 @@ log = logging.getLogger(__name__)
 BACKOFF_INITIAL_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 60.0
 
-AttributeProcesses = Callable[[Mapping[int, DeviceRaw]], Mapping[int, Attribution]]
-"""Process attribution: each GPU's process series from what the workers read."""
+
+class AttributeProcesses(Protocol):
+    """Process attribution (`attribution.processes.ProcessAttributor`)."""
+
+    @property
+    def sees_host_pid_namespace(self) -> bool:
+        """False where /proc is another PID namespace's: only PIDs and memory are known."""
+
+    def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
+        """Each GPU's process series, from what the device workers read."""
+
+
 ReadHost = Callable[[], HostSample | None]
 """Host context; None when it could not be read."""
 
@@ -94,6 +104,7 @@ class Sampler:
         attribute_processes: AttributeProcesses | None = None,
         read_host: ReadHost | None = None,
         xid: XidView | None = None,
+        retries: bool = True,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -105,6 +116,7 @@ class Sampler:
         self._attribute_processes = attribute_processes
         self._read_host = read_host
         self._xid = xid
+        self._retries = retries  # False for --once: nothing will retry, so do not say it will
         self._clock = clock
         self._monotonic = monotonic
 
@@ -132,15 +144,21 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_seconds: float = 1.0) -> None:
-        """Stop sampling; waits at most `timeout_seconds`, never for a stuck driver call."""
+    def stop(self, timeout_seconds: float = 1.0, *, shutdown_nvml: bool = True) -> None:
+        """Stop sampling; waits at most `timeout_seconds`, never for a stuck driver call.
+
+        NVML is shut down unless a call may still be inside it (a stuck device read, or
+        the caller says another thread may be: `shutdown_nvml=False`).
+        """
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_seconds)
         for slot in self._slots.values():
             slot.worker.stop()
-        if not self.any_device_stuck():
+        busy = thread is not None and thread.is_alive()
+        if shutdown_nvml and not busy and not self.any_device_stuck():
             self.backend.shutdown()
 
     @property
@@ -214,7 +232,9 @@ class Sampler:
         stages["devices"] = StageResult(self._monotonic() - t0, devices_ok)
 
         attribution: Mapping[int, Attribution] = {}
+        host_pid_namespace: bool | None = None
         if "process" in collectors and self._attribute_processes is not None:
+            host_pid_namespace = self._attribute_processes.sees_host_pid_namespace
             t0 = self._monotonic()
             ok = True
             try:
@@ -257,6 +277,7 @@ class Sampler:
             nvml_init_errors=dict(self._init_errors),
             collectors=collectors,
             stages=stages,
+            host_pid_namespace=host_pid_namespace,
         )
         self.latest = snapshot
         self._publish(snapshot)
@@ -309,10 +330,13 @@ class Sampler:
         first = self._nvml_down_reason != error.reason
         self._nvml_down_reason = error.reason
         self._retry_at = now + self._backoff
-        (log.warning if first else log.debug)(
-            "NVML unavailable, retrying with backoff",
-            extra={"reason": error.reason, "retry_in_seconds": self._backoff},
-        )
+        if not self._retries:
+            log.warning("NVML unavailable", extra={"reason": error.reason})
+        else:
+            (log.warning if first else log.debug)(
+                "NVML unavailable, retrying with backoff",
+                extra={"reason": error.reason, "retry_in_seconds": self._backoff},
+            )
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_SECONDS)
 
     def _nvml_lost(self, error: NvmlUnavailable) -> None:

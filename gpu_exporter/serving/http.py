@@ -302,6 +302,26 @@ class HttpServer(ThreadingHTTPServer):
         self.web = LiveWebConfig(web_config)
         super().__init__(address, _Handler, bind_and_activate=False)
 
+    def serve(self) -> None:
+        """Serve until `stop()`. The accept loop blocks without polling (no idle wake-ups);
+        `stop()` wakes it with a connection of its own."""
+        self.serve_forever(poll_interval=None)  # type: ignore[arg-type]
+
+    def stop(self, timeout_seconds: float = 0.5) -> None:
+        """End `serve()` and close the listening socket, within `timeout_seconds`."""
+        stopper = threading.Thread(target=self.shutdown, name="http-stop", daemon=True)
+        stopper.start()
+        host, port = str(self.server_address[0]), int(self.server_address[1])
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"  # "::" is dual-stack here (IPV6_V6ONLY off)
+        try:
+            with socket.create_connection((host, port), timeout=timeout_seconds):
+                pass  # the accept loop wakes up, sees the shutdown request and returns
+        except OSError:
+            pass  # the loop is not running, or closed already
+        stopper.join(timeout_seconds)
+        self.server_close()
+
     def reload_web_config(self, path: str | None = None) -> bool:
         """Re-read --web.config.file now (for SIGHUP), or switch to `path` when given.
 

@@ -28,9 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import yaml
-
 from gpu_exporter.model import DeviceReading
+from gpu_exporter.yamlfile import YamlFileError, one_line, read_yaml
 
 SAMPLES = "utilization.samples"
 PROCESS_LIST = "process.list"
@@ -222,16 +221,6 @@ def parse_scenario(data: Any) -> Scenario:
 def load_scenario(path: str) -> Scenario:
     """Read a scenario file (JSON is YAML too); raises ScenarioError naming the file."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-        text = raw.decode("utf-8")
-        return parse_scenario(yaml.safe_load(text) if text.strip() else None)
-    except UnicodeDecodeError as error:
-        raise ScenarioError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise ScenarioError(f"{path}: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ScenarioError(f"{path}: invalid YAML: {first}") from None
-    except ScenarioError as error:
-        raise ScenarioError(f"{path}: {error}") from None
+        return parse_scenario(read_yaml(path))
+    except (YamlFileError, ScenarioError) as error:
+        raise ScenarioError(f"{path}: {one_line(str(error))}") from None

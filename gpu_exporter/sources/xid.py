@@ -93,14 +93,17 @@ class XidListener:
         )
         self._thread.start()
 
-    def stop(self, timeout_seconds: float = 1.0) -> None:
+    def stop(self, timeout_seconds: float = 1.0) -> bool:
+        """Stop listening; True when the thread has ended within `timeout_seconds`."""
         stop, self._run_stop = self._run_stop, None
-        if stop is None:
-            return
-        stop.set()
-        self._arm.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        if stop is not None:
+            stop.set()
+            self._arm.set()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout_seconds)
+        return not thread.is_alive()
 
     def rearm(self) -> None:
         """Open a fresh event set: NVML was (re-)initialised."""
@@ -119,6 +122,7 @@ class XidListener:
             events = self._open()
             if events is None:
                 continue
+            log.debug("Xid listener waiting on NVML events")
             try:
                 self._listening = stop
                 self._listen(events, stop)

@@ -169,5 +169,21 @@ def run_exporter(args: Sequence[str], timeout: float = 20.0) -> subprocess.Compl
     return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
+def one_error_line(stderr: str) -> str:
+    """The single line a refused input must print: no traceback, no second line."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("gpu-exporter: error: ")
+    return lines[0]
+
+
+def refused(args: Sequence[str], timeout: float = 20.0) -> str:
+    """Run the program with a bad input: exit code 2 and one line, which is returned."""
+    result = run_exporter(args, timeout=timeout)
+    assert result.returncode == 2, result.stderr
+    return one_error_line(result.stderr)
+
+
 def gunzip(body: bytes) -> bytes:
     return gzip.decompress(body)

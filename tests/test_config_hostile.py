@@ -1,0 +1,131 @@
+"""A fuzz corpus of hostile config and scenario files: at start, and sent to a running
+exporter with SIGHUP. Each ends in one clear line; none crashes or hangs the exporter."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.exporter import refused, start_exporter, values
+
+
+def billion_laughs(levels: int = 9, width: int = 9) -> bytes:
+    lines = ['l0: &l0 "lol"']
+    for level in range(1, levels):
+        refs = ", ".join([f"*l{level - 1}"] * width)
+        lines.append(f"l{level}: &l{level} [{refs}]")
+    return ("\n".join(lines) + "\n").encode()
+
+
+CORPUS: dict[str, tuple[bytes, str]] = {
+    "latin-1 byte": (b"log.level: \xe9\n", "not UTF-8 text (byte 0xe9 at offset 11)"),
+    "utf-16 with bom": ("log.level: info\n".encode("utf-16"), "not UTF-8 text (byte 0xff"),
+    "binary garbage": (bytes(range(256)) * 4, "not UTF-8 text"),
+    "nul bytes": (b"log.level: info\x00\x00\n", "invalid YAML"),
+    "self-referencing alias": (b"a: &a\n  b: *a\n", "aliases (*name) are not allowed"),
+    "billion laughs": (billion_laughs(), "aliases (*name) are not allowed"),
+    "deep nesting": (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested deeper than 64"),
+    "huge file": (b"# " + b"x" * (2 * 1024 * 1024) + b"\n", "larger than 1024 KiB"),
+    "infinite interval": (b"collect.interval: .inf\n", "not a finite duration: inf"),
+    "overflowing interval": (b"collect.interval: 1.0e+999\n", "not a finite duration: inf"),
+    "huge interval": (b"collect.interval: 99999999999999999999999999h\n", "must be between"),
+    "nan interval": (b"collect.interval: .nan\n", "not a finite duration: nan"),
+    "nan timeout": (b"collect.timeout: .nan\n", "not a finite duration: nan"),
+    "fractional max-requests": (b"web.max-requests: 1.5\n", "not an integer: 1.5"),
+    "python object tag": (b"collect.interval: !!python/object/apply:os.getpid []\n", "YAML"),
+    "a list of settings": (b"- collect.interval: 1s\n", "expected a mapping of settings"),
+    "number as key": (b"5: 1s\n", "config keys must be text"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_hostile_config_file_at_start_exits_2_with_one_line(tmp_path: Path, name: str) -> None:
+    content, expected = CORPUS[name]
+    path = tmp_path / "config.yml"
+    path.write_bytes(content)
+    line = refused(["--simulate", "1", "--config.file", str(path)])  # no hang: 20 s at most
+    assert line.startswith(f"gpu-exporter: error: config file {path}: ")
+    assert expected in line
+
+
+def test_hostile_config_files_sent_with_sighup_keep_the_exporter_running(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.yml"
+    good = b"collect.interval: 0.2s\n"
+    config.write_bytes(good)
+    exporter = start_exporter(["--simulate", "1", "--config.file", str(config)], tmp_path)
+    try:
+        for n, name in enumerate(sorted(CORPUS), start=1):
+            content, expected = CORPUS[name]
+            config.write_bytes(content)
+            exporter.signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while exporter.log().count("reload failed") < n and time.monotonic() < deadline:
+                assert exporter.process.poll() is None, f"{name}: exited\n{exporter.log()}"
+                time.sleep(0.05)
+            assert exporter.log().count("reload failed") == n, f"{name}\n{exporter.log()}"
+            failures = [line for line in exporter.log().splitlines() if "reload failed" in line]
+            assert expected in failures[-1], failures[-1]
+        # still sampling at the running interval, still ready
+        t0 = values(exporter.scrape(), "gpu_exporter_last_sample_timestamp_seconds")[0]
+        time.sleep(0.8)
+        t1 = values(exporter.scrape(), "gpu_exporter_last_sample_timestamp_seconds")[0]
+        assert t1 > t0
+        exporter.wait_health(200)
+        assert "Traceback" not in exporter.log()
+        assert all(line.count("\n") == 0 for line in exporter.log().splitlines())
+    finally:
+        assert exporter.stop() == 0
+
+
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "misspelled top key": ("fault: {lost: [1]}\n", "unknown scenario keys: ['fault']"),
+    "misspelled fault": ("faults: {lots: [1]}\n", "unknown faults keys: ['lots']"),
+    "unknown reading": (
+        "faults: {unsupported: [fan_speed]}\n",
+        "faults.unsupported: unknown readings ['fan_speed']",
+    ),
+    "lost is not a list": ("faults: {lost: 1}\n", "faults.lost must be a list"),
+    "process without pid": ("processes: [{gpu: 0}]\n", "processes[0]: pid is missing"),
+    "ratio out of range": (
+        "processes: [{gpu: 0, pid: 5, sm_ratio: 7}]\n",
+        "processes[0].sm_ratio must be between 0 and 1",
+    ),
+    "xid event without code": ("events: [{gpu: 0}]\n", "events[0]: an xid event needs"),
+    "alias": ("a: &a [1]\nb: *a\n", "aliases (*name) are not allowed"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_bad_scenario_file_at_start_exits_2_with_one_line(tmp_path: Path, name: str) -> None:
+    content, expected = SCENARIOS[name]
+    path = tmp_path / "scenario.yml"
+    path.write_text(content)
+    line = refused(["--simulate", "2", "--simulate.scenario", str(path)])
+    assert line.startswith(f"gpu-exporter: error: --simulate.scenario: {path}: ")
+    assert expected in line
+
+
+def test_a_bad_scenario_rewrite_keeps_the_old_scenario_with_one_error_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "scenario.yml"
+    path.write_text("faults: {lost: [1]}\n")
+    args = ["--simulate", "2", "--simulate.scenario", str(path), "--collect.interval", "0.2s"]
+    exporter = start_exporter(args, tmp_path)
+    try:
+        exporter.wait_for(lambda s: values(s, "gpu_up", gpu="1") == [0.0])
+        path.write_text("faults: {lots: [0]}\n")  # misspelled: must not clear the fault
+        time.sleep(1.0)
+        s = exporter.scrape()
+        assert values(s, "gpu_up", gpu="1") == [0.0] and values(s, "gpu_up", gpu="0") == [1.0]
+        assert exporter.log().count("scenario file not reloaded") == 1
+        assert "unknown faults keys: ['lots']" in exporter.log()
+        path.write_text("faults: {}\n")
+        exporter.wait_for(lambda s: values(s, "gpu_up", gpu="1") == [1.0])
+    finally:
+        exporter.stop()

@@ -39,6 +39,15 @@ THROTTLE_REASONS: tuple[str, ...] = (
 STAGES: tuple[str, ...] = ("devices", "processes", "host", "xid", "render")
 """The stages of one sample, as `gpu_exporter_stage_*{stage}` names them."""
 
+PIPES: tuple[str, ...] = ("tensor", "fp64", "fp32", "fp16", "integer")
+"""SM pipes whose activity GPM measures, as `gpu_pipe_active_seconds_total{pipe}` names them."""
+
+NVLINK_ERRORS: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data")
+"""NVLink error counters per link, as `gpu_nvlink_errors_total{error_type}` names them."""
+
+DIRECTIONS: tuple[str, ...] = ("tx", "rx")
+"""Traffic directions: tx leaves the GPU, rx arrives at it."""
+
 
 # Identity ----------------------------------------------------------------------------
 
@@ -67,6 +76,7 @@ class DeviceStatic:
     shutdown_temperature_celsius: float | None
     pcie_max_generation: int | None
     pcie_max_width: int | None  # lanes
+    nvlink_links: int | None = None  # NVLink links of the board; None without NVLink
 
 
 # Readings: one record per collector, read every interval ------------------------------
@@ -161,6 +171,67 @@ class ModesReading:
 
 
 @dataclass(frozen=True)
+class GpmReading:
+    """GPM metrics (Hopper and newer) between two GPM samples, `elapsed_seconds` apart.
+
+    Ratios are shares 0..1 averaged over that time (GPM reports percent). A metric whose
+    own return code failed is None (or absent from `pipe_ratios`): the others stay.
+    """
+
+    elapsed_seconds: float
+    graphics_engine_ratio: float | None = None  # a graphics/compute context was active
+    sm_ratio: float | None = None  # SMs with at least one warp assigned
+    sm_occupancy_ratio: float | None = None  # resident warps over the theoretical maximum
+    dram_ratio: float | None = None  # share of peak DRAM bandwidth used
+    pipe_ratios: Mapping[str, float] = field(default_factory=dict)  # PIPES -> busy share
+    pcie_bytes_per_second: Mapping[str, float] = field(default_factory=dict)  # DIRECTIONS
+    nvlink_bytes_per_second: Mapping[str, float] = field(default_factory=dict)  # all links
+
+
+@dataclass(frozen=True)
+class NvLinkState:
+    """One NVLink link: `nvidia-smi nvlink -s` and `-e`."""
+
+    up: bool | None  # None when the state could not be read
+    errors: Mapping[str, int] = field(default_factory=dict)  # NVLINK_ERRORS -> count
+
+
+@dataclass(frozen=True)
+class NvLinkReading:
+    """Every NVLink link of a device, and the driver's data counters summed over them."""
+
+    links: Mapping[int, NvLinkState] = field(default_factory=dict)  # link number -> state
+    data_bytes: Mapping[str, float] = field(default_factory=dict)  # DIRECTIONS, since load
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a compute instance of a GPU instance), as `nvidia-smi -L` lists it."""
+
+    uuid: str  # "MIG-..."
+    gpu_instance: int
+    compute_instance: int
+    profile: str  # e.g. "3g.40gb"; "" when the driver does not say
+
+
+@dataclass(frozen=True)
+class MigInstanceReading:
+    """One GPU instance: its memory (shared by its compute instances) and activity."""
+
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    gpm: GpmReading | None = None
+
+
+@dataclass(frozen=True)
+class MigReading:
+    """The MIG devices of a GPU with MIG enabled, and its GPU instances' readings."""
+
+    devices: tuple[MigDevice, ...] = ()
+    instances: Mapping[int, MigInstanceReading] = field(default_factory=dict)  # by GI id
+
+
+@dataclass(frozen=True)
 class DeviceReading:
     """The readings of one device in one interval: None for a collector that is off."""
 
@@ -173,6 +244,9 @@ class DeviceReading:
     pcie_throughput: PcieThroughputReading | None = None
     ecc: EccReading | None = None
     modes: ModesReading | None = None
+    gpm: GpmReading | None = None  # also None where GPM is unsupported or not ready yet
+    nvlink: NvLinkReading | None = None  # also None on boards without NVLink
+    mig: MigReading | None = None  # also None while MIG is off
 
 
 UtilizationDomain = Literal["gpu", "memory_controller"]
@@ -195,7 +269,9 @@ class GpuProcess:
 
     pid: int  # in the host's PID namespace
     context: ProcessContext
-    used_memory_bytes: int | None  # None when the driver cannot tell (e.g. under MIG/vGPU)
+    used_memory_bytes: int | None  # None when the driver cannot tell (e.g. vGPU)
+    gpu_instance: int | None = None  # MIG: the GPU and compute instance it runs on
+    compute_instance: int | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +341,8 @@ class ProcessSample:
     process: str  # command name (comm), "other" for the roll-up, "" if unknown
     user: str  # user name, or numeric uid when it has no name; "" if unknown
     context: str  # "compute" or "graphics"
+    gpu_instance: str = ""  # MIG GPU instance id, "" when not on MIG
+    compute_instance: str = ""
     container_id: str = ""
     pod_uid: str = ""
     systemd_unit: str = ""
@@ -308,6 +386,23 @@ class StageResult:
 
 
 @dataclass(frozen=True)
+class ActivityTotals:
+    """GPM activity integrated over time, so rate() is the mean over any window.
+
+    Seconds are ratio x elapsed summed over every interval; bytes are rate x elapsed.
+    A metric is None (or absent) until it has been read once.
+    """
+
+    graphics_engine_seconds: float | None = None
+    sm_seconds: float | None = None
+    sm_occupancy_seconds: float | None = None
+    dram_seconds: float | None = None
+    pipe_seconds: Mapping[str, float] = field(default_factory=dict)  # PIPES
+    pcie_bytes: Mapping[str, float] = field(default_factory=dict)  # DIRECTIONS
+    nvlink_bytes: Mapping[str, float] = field(default_factory=dict)  # DIRECTIONS
+
+
+@dataclass(frozen=True)
 class DeviceSample:
     """One GPU in one sample. `reading` is None while the GPU is down."""
 
@@ -319,6 +414,8 @@ class DeviceSample:
     busy_seconds: float | None = None  # gpu_busy_seconds_total
     memory_controller_busy_seconds: float | None = None
     attribution: Attribution | None = None  # None: process collector off or unsupported
+    activity: ActivityTotals | None = None  # GPM totals of the whole GPU
+    mig_activity: Mapping[int, ActivityTotals] = field(default_factory=dict)  # by GI id
 
     @property
     def uuid(self) -> str:

@@ -135,9 +135,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         )
         prometheus = start_prometheus(config, tmp)
         # warm-up: every GPU seen, and every busy counter older than the rate window
-        # plus the steady range
+        # plus the steady range (12 GPUs: one lost, and each host's GPU 3 is MIG-partitioned,
+        # which reports no utilization)
         prometheus.wait_for("count(gpu_up) == 12", timeout=30)
-        prometheus.wait_for("count(count_over_time(gpu_busy_seconds_total[1m]) >= 15) == 11", 40)
+        prometheus.wait_for("count(count_over_time(gpu_busy_seconds_total[1m]) >= 15) == 8", 40)
         yield Fleet(prometheus, exporters, [t.pid for t in trees])
     finally:
         if prometheus is not None:

@@ -289,7 +289,7 @@ def test_the_build_context_is_enough_to_build_the_package(tmp_path: Path) -> Non
     sdist = tmp_path / "dist" / result.stdout.split()[-1]
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    assert "gpu_exporter/cli.py" in names and "gpu_exporter/sources/nvml.py" in names
+    assert "gpu_exporter/cli.py" in names and "gpu_exporter/sources/nvml/backend.py" in names
     assert not any(name.startswith("tests/") for name in names)
     # the license is an SPDX expression: setuptools warns about nothing
     assert "Warning" not in result.stderr and "deprecated" not in result.stderr, result.stderr

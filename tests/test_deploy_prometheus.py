@@ -105,11 +105,31 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     assert result.returncode == 0, result.stderr
     samples = parse_samples(result.stdout)
     device = [
-        labels for (_, labels) in samples if "gpu" in dict(labels) and "pid" not in dict(labels)
+        dict(labels)
+        for (_, labels) in samples
+        if "gpu" in dict(labels) and "pid" not in dict(labels)
     ]
-    process = [dict(labels) for (_, labels) in samples if "pid" in dict(labels)]
+    # processes on whole GPUs (under MIG the driver has no per-process utilization)
+    process = [
+        dict(labels)
+        for (_, labels) in samples
+        if "pid" in dict(labels) and not dict(labels)["gpu_instance"]
+    ]
     pids = {(labels["gpu"], labels["pid"]) for labels in process}
-    assert len(device) / 8 == doc_figure(text, "per GPU (device metrics)")
+    plain = [labels for labels in device if labels["gpu"] == "0"]  # an H100 without MIG
+    assert len(plain) == doc_figure(text, "per GPU (device metrics)")
+    instances = {
+        (labels["gpu"], labels["gpu_instance"]) for labels in device if "gpu_instance" in labels
+    }
+    per_instance = [
+        name
+        for (name, labels) in samples
+        if dict(labels).get("gpu_instance") and "pid" not in dict(labels)
+        if name != "gpu_mig_info"
+    ]
+    assert instances and len(per_instance) / len(instances) == doc_figure(
+        text, "per MIG GPU instance"
+    )
     assert pids and len(process) / len(pids) == doc_figure(text, "per GPU process")
     rules = yaml.safe_load((EXAMPLES / "rules" / "gpu-recording.yml").read_text())
     names = [r["record"] for g in rules["groups"] for r in g["rules"]]

@@ -59,9 +59,22 @@ def test_idle_allocated_gpu_holds_leaked_memory_with_no_process() -> None:
 def test_healthy_gpus_have_all_their_memory_attributed() -> None:
     _, snapshot = two_samples(8)
     for device in snapshot.devices:
-        if device.index % 4 != 1:
+        if device.index % 4 in (0, 2):
             assert device.attribution.unattributed_memory_bytes == 0, device.index
             assert device.attribution.processes, device.index
+
+
+def test_on_the_mig_gpu_the_process_runs_on_an_instance_and_no_leak_is_guessed() -> None:
+    _, snapshot = two_samples(8)
+    for index in (3, 7):  # busy-hot: MIG-partitioned
+        attribution = snapshot.devices[index].attribution
+        assert attribution is not None
+        (p,) = attribution.processes
+        assert (p.process, p.gpu_instance, p.compute_instance) == ("tritonserver", "2", "0")
+        assert p.memory_used_bytes == 35 * 2**30  # from the MIG device's own process list
+        assert p.sm_ratio is None  # per-process utilization is not supported under MIG
+        # each GPU instance holds memory no process accounts for: no leak is made up
+        assert attribution.unattributed_memory_bytes is None
 
 
 def test_every_profile_has_distinct_labels_per_gpu() -> None:

@@ -223,29 +223,32 @@ class ProcessAttributor:
         utilization = _latest_utilization(raw.process_utilization)
         samples = [
             _sample(
-                pid,
-                context,
+                placement,
                 memory,
                 utilization,
                 raw.process_utilization is not None,
-                hosts.get(pid, HostProcess()),
+                hosts.get(placement[0], HostProcess()),
             )
-            for (pid, context), memory in entries.items()
+            for placement, memory in entries.items()
         ]
         samples.sort(key=lambda s: (-(s.memory_used_bytes or 0), int(s.pid)))
         kept, rest = samples[: self.limit], samples[self.limit :]
-        kept.sort(key=lambda s: (int(s.pid), s.context))
+        kept.sort(key=lambda s: (int(s.pid), s.context, s.gpu_instance, s.compute_instance))
         if rest:
             kept.append(_other(rest))
-        pids = len({pid for pid, _context in entries})
+        pids = len({placement[0] for placement in entries})
         return Attribution(tuple(kept), _unattributed(raw, entries), pids)
 
 
-def _merge(processes: Sequence[GpuProcess]) -> dict[tuple[int, str], int | None]:
-    """GPU memory per (pid, context); a PID listed twice (MIG instances) is summed."""
-    out: dict[tuple[int, str], int | None] = {}
+Placement = tuple[int, str, int | None, int | None]
+"""Where a process holds memory: (pid, context, MIG GPU instance, MIG compute instance)."""
+
+
+def _merge(processes: Sequence[GpuProcess]) -> dict[Placement, int | None]:
+    """GPU memory per placement; a PID listed twice in one place is summed."""
+    out: dict[Placement, int | None] = {}
     for p in processes:
-        key = (p.pid, p.context)
+        key = (p.pid, p.context, p.gpu_instance, p.compute_instance)
         if key in out:
             previous = out[key]
             out[key] = (
@@ -271,13 +274,13 @@ def _latest_utilization(
 
 
 def _sample(
-    pid: int,
-    context: str,
+    placement: Placement,
     memory: int | None,
     utilization: Mapping[int, ProcessUtilization],
     utilization_supported: bool,
     host: HostProcess,
 ) -> ProcessSample:
+    pid, context, gpu_instance, compute_instance = placement
     u = utilization.get(pid)
     # The driver lists only processes that ran kernels in the period: absent means idle.
     sm = u.sm_ratio if u is not None else (0.0 if utilization_supported else None)
@@ -287,6 +290,8 @@ def _sample(
         process=host.process,
         user=host.user,
         context=context,
+        gpu_instance=str(gpu_instance) if gpu_instance is not None else "",
+        compute_instance=str(compute_instance) if compute_instance is not None else "",
         container_id=host.labels.container_id,
         pod_uid=host.labels.pod_uid,
         systemd_unit=host.labels.systemd_unit,
@@ -335,21 +340,22 @@ def _other(rest: Sequence[ProcessSample]) -> ProcessSample:
     )
 
 
-def _unattributed(raw: DeviceRaw, entries: Mapping[tuple[int, str], int | None]) -> int | None:
+def _unattributed(raw: DeviceRaw, entries: Mapping[Placement, int | None]) -> int | None:
     """Used GPU memory no listed process accounts for, in bytes; never negative.
 
     The used memory comes from NVML's v2 memory info, whose `used` already leaves out
     the driver's reservation (`gpu_memory_reserved_bytes`); where only v1 exists the
     reservation is not reported and cannot be taken out. None when the used memory or any
-    process's memory is unknown (MIG, vGPU): a guess would hide or invent a leak.
+    process's memory is unknown (vGPU), and under MIG, where each GPU instance holds memory
+    of its own that no process accounts for: a guess would hide or invent a leak.
     """
     reading = raw.reading.memory
     used = reading.used_bytes if reading is not None else None
     if used is None:
         return None
     per_pid: dict[int, int] = {}
-    for (pid, _context), memory in entries.items():
-        if memory is None:
+    for (pid, _context, gpu_instance, _ci), memory in entries.items():
+        if memory is None or gpu_instance is not None:
             return None
         per_pid[pid] = max(per_pid.get(pid, 0), memory)  # a C+G process counted once
     return max(0, used - sum(per_pid.values()))

@@ -13,7 +13,7 @@ the backend call that fills it (`sources`). See docs/architecture.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from gpu_exporter import __version__
 from gpu_exporter.metrics.specs import (
@@ -35,13 +35,16 @@ from gpu_exporter.metrics.specs import (
 )
 from gpu_exporter.model import (
     CLOCK_NAMES,
+    NVLINK_ERRORS,
     STAGES,
+    ActivityTotals,
     ClocksReading,
     DeviceReading,
     DeviceSample,
     EccReading,
     HostSample,
     MemoryReading,
+    MigInstanceReading,
     ModesReading,
     PcieReading,
     PcieThroughputReading,
@@ -66,11 +69,22 @@ COLLECTORS: tuple[Collector, ...] = (
     ),
     Collector("ecc", True, "ECC errors, retired pages and remapped rows"),
     Collector("modes", True, "persistence, MIG and ECC modes"),
+    Collector(
+        "gpm",
+        True,
+        "GPM activity on Hopper and newer: SM, occupancy, tensor and other pipes, DRAM, "
+        "PCIe and NVLink bytes",
+    ),
+    Collector("nvlink", True, "NVLink link state, errors and (without GPM) bytes"),
+    Collector("mig", True, "MIG devices and GPU instances: memory and GPM activity"),
     Collector("process", True, "per-process GPU memory, utilization and CPU"),
     Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
     Collector("xid", True, "Xid error events from NVML's event API"),
 )
 COLLECTOR_NAMES: frozenset[str] = frozenset(c.name for c in COLLECTORS)
+
+
+DeviceExtract = Callable[[Snapshot, DeviceSample], Rows]
 
 
 # Which reading of a DeviceReading each collector fills.
@@ -163,6 +177,82 @@ def _max_clocks(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     return [((clock,), st.max_clocks_hertz.get(clock)) for clock in CLOCK_NAMES]
 
 
+def _activity(pick: Callable[[ActivityTotals], Number | None]) -> DeviceExtract:
+    """A device extractor of one GPM total."""
+
+    def extract(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+        return one(pick(d.activity)) if d.activity is not None else ()
+
+    return extract
+
+
+def _activity_by(pick: Callable[[ActivityTotals], Mapping[str, float]]) -> DeviceExtract:
+    """A device extractor of a labelled GPM total (pipe, direction)."""
+
+    def extract(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+        if d.activity is None:
+            return ()
+        return [((name,), value) for name, value in sorted(pick(d.activity).items())]
+
+    return extract
+
+
+def _mig_activity(pick: Callable[[ActivityTotals], Number | None]) -> DeviceExtract:
+    """A per-GPU-instance extractor of one GPM total."""
+
+    def extract(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+        return [((str(gi),), pick(t)) for gi, t in sorted(d.mig_activity.items())]
+
+    return extract
+
+
+def _mig_pipes(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    return [
+        ((str(gi), pipe), seconds)
+        for gi, totals in sorted(d.mig_activity.items())
+        for pipe, seconds in sorted(totals.pipe_seconds.items())
+    ]
+
+
+def _mig_info(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    mig = d.reading.mig if d.reading is not None else None
+    if mig is None:
+        return ()
+    return [
+        ((str(m.gpu_instance), str(m.compute_instance), m.profile, m.uuid), 1)
+        for m in sorted(mig.devices, key=lambda m: (m.gpu_instance, m.compute_instance))
+    ]
+
+
+def _mig_memory(pick: Callable[[MigInstanceReading], int | None]) -> DeviceExtract:
+    def extract(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+        mig = d.reading.mig if d.reading is not None else None
+        if mig is None:
+            return ()
+        return [((str(gi),), pick(i)) for gi, i in sorted(mig.instances.items())]
+
+    return extract
+
+
+def _nvlink_up(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    nvlink = d.reading.nvlink if d.reading is not None else None
+    if nvlink is None:
+        return ()
+    return [((str(link),), state.up) for link, state in sorted(nvlink.links.items())]
+
+
+def _nvlink_errors(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    nvlink = d.reading.nvlink if d.reading is not None else None
+    if nvlink is None:
+        return ()
+    return [
+        ((str(link), error), state.errors[error])
+        for link, state in sorted(nvlink.links.items())
+        for error in NVLINK_ERRORS
+        if error in state.errors
+    ]
+
+
 def _attribution_count(d: DeviceSample) -> Number | None:
     return d.attribution.process_count if d.attribution is not None else None
 
@@ -196,8 +286,6 @@ def _clock_values(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
 
 
 # Spec constructors in the catalogue's own shorthand -----------------------------------
-
-DeviceExtract = Callable[[Snapshot, DeviceSample], Rows]
 
 
 def _d(
@@ -314,6 +402,48 @@ METRICS: tuple[MetricSpec, ...] = (
         "Video decoder utilization (0..1).",
         "utilization",
         reading(_utilization, lambda u: u.decoder_ratio),
+    ),
+    # GPM activity (Hopper and newer).
+    _d(
+        "gpu_graphics_engine_active_seconds_total",
+        "counter",
+        "Seconds a graphics or compute context was active, from GPM (GRAPHICS_UTIL) "
+        "integrated over every interval; rate() is the share of time.",
+        "gpm",
+        _activity(lambda a: a.graphics_engine_seconds),
+    ),
+    _d(
+        "gpu_sm_active_seconds_total",
+        "counter",
+        "SM-seconds of activity over SM count, from GPM (SM_UTIL) integrated over every "
+        "interval; rate() is the mean share of SMs with at least one warp assigned.",
+        "gpm",
+        _activity(lambda a: a.sm_seconds),
+    ),
+    _d(
+        "gpu_sm_occupancy_seconds_total",
+        "counter",
+        "GPM SM occupancy integrated over every interval; rate() is the mean of resident "
+        "warps over the theoretical maximum.",
+        "gpm",
+        _activity(lambda a: a.sm_occupancy_seconds),
+    ),
+    _d(
+        "gpu_dram_active_seconds_total",
+        "counter",
+        "GPM DRAM bandwidth utilization integrated over every interval; rate() is the mean "
+        "share of peak DRAM bandwidth used.",
+        "gpm",
+        _activity(lambda a: a.dram_seconds),
+    ),
+    _d(
+        "gpu_pipe_active_seconds_total",
+        "counter",
+        "Seconds the SM pipe was busy (tensor: any tensor op; fp64, fp32, fp16 and integer: "
+        "non-tensor math), from GPM integrated over every interval; rate() is the share.",
+        "gpm",
+        _activity_by(lambda a: a.pipe_seconds),
+        "pipe",
     ),
     # Memory.
     _d(
@@ -483,6 +613,43 @@ METRICS: tuple[MetricSpec, ...] = (
         ),
         "direction",
     ),
+    _d(
+        "gpu_pcie_bytes_total",
+        "counter",
+        "PCIe bytes moved (tx: from the GPU, rx: to it), from GPM's PCIe rates integrated "
+        "over every interval.",
+        "gpm",
+        _activity_by(lambda a: a.pcie_bytes),
+        "direction",
+    ),
+    # NVLink.
+    _d(
+        "gpu_nvlink_bytes_total",
+        "counter",
+        "NVLink data bytes moved over all links (tx: sent, rx: received), from GPM's NVLink "
+        "rates integrated over every interval, or without GPM the driver's data counters.",
+        "nvlink",
+        _activity_by(lambda a: a.nvlink_bytes),
+        "direction",
+    ),
+    _d(
+        "gpu_nvlink_link_up",
+        "gauge",
+        "1 while the NVLink link is active, else 0.",
+        "nvlink",
+        _nvlink_up,
+        "link",
+    ),
+    _d(
+        "gpu_nvlink_errors_total",
+        "counter",
+        "NVLink errors of the link since driver load: replay, recovery, crc_flit (data link "
+        "CRC) and crc_data (links 0 to 11 only, where NVML has the counter).",
+        "nvlink",
+        _nvlink_errors,
+        "link",
+        "error_type",
+    ),
     # ECC and memory health.
     _d(
         "gpu_ecc_errors_total",
@@ -565,6 +732,76 @@ METRICS: tuple[MetricSpec, ...] = (
         "1 when ECC is on.",
         "modes",
         reading(_modes, lambda m: m.ecc),
+    ),
+    # MIG.
+    _d(
+        "gpu_mig_info",
+        "gauge",
+        "One per MIG device (a compute instance of a GPU instance); always 1. profile is "
+        "the MIG profile, e.g. 3g.40gb.",
+        "mig",
+        _mig_info,
+        "gpu_instance",
+        "compute_instance",
+        "profile",
+        "mig_uuid",
+    ),
+    _d(
+        "gpu_mig_memory_total_bytes",
+        "gauge",
+        "Memory of the MIG GPU instance in bytes.",
+        "mig",
+        _mig_memory(lambda i: i.memory_total_bytes),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_memory_used_bytes",
+        "gauge",
+        "Used memory of the MIG GPU instance in bytes.",
+        "mig",
+        _mig_memory(lambda i: i.memory_used_bytes),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_graphics_engine_active_seconds_total",
+        "counter",
+        "As gpu_graphics_engine_active_seconds_total, for the MIG GPU instance (GPM).",
+        "mig",
+        _mig_activity(lambda a: a.graphics_engine_seconds),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_sm_active_seconds_total",
+        "counter",
+        "As gpu_sm_active_seconds_total, for the MIG GPU instance (GPM).",
+        "mig",
+        _mig_activity(lambda a: a.sm_seconds),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_sm_occupancy_seconds_total",
+        "counter",
+        "As gpu_sm_occupancy_seconds_total, for the MIG GPU instance (GPM).",
+        "mig",
+        _mig_activity(lambda a: a.sm_occupancy_seconds),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_dram_active_seconds_total",
+        "counter",
+        "As gpu_dram_active_seconds_total, for the MIG GPU instance (GPM).",
+        "mig",
+        _mig_activity(lambda a: a.dram_seconds),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_pipe_active_seconds_total",
+        "counter",
+        "As gpu_pipe_active_seconds_total, for the MIG GPU instance (GPM).",
+        "mig",
+        _mig_pipes,
+        "gpu_instance",
+        "pipe",
     ),
     # Xid events.
     DeviceMetric(

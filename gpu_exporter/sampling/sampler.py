@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from gpu_exporter.model import (
+    ActivityTotals,
     Attribution,
     DeviceRaw,
     DeviceSample,
@@ -36,6 +37,7 @@ from gpu_exporter.model import (
     UtilizationSample,
     XidState,
 )
+from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.device_workers import DeviceWorker, Job, wait_all
 from gpu_exporter.sources.backend import Backend, DeviceLost, NvmlUnavailable
@@ -88,6 +90,8 @@ class _Counters:
     gpu: BusyCounter = field(default_factory=BusyCounter)
     memory_controller: BusyCounter = field(default_factory=BusyCounter)
     process_utilization_us: int = 0  # newest per-process sample already seen
+    activity: ActivityCounter = field(default_factory=ActivityCounter)  # GPM, NVLink bytes
+    mig_activity: dict[int, ActivityCounter] = field(default_factory=dict)  # by GI id
 
 
 class Sampler:
@@ -455,6 +459,7 @@ class Sampler:
                     counters.process_utilization_us,
                     max(u.timestamp_us for u in raw.process_utilization),
                 )
+            activity, mig_activity = _integrate_activity(counters, raw, collectors)
             out.append(
                 DeviceSample(
                     index=index,
@@ -463,6 +468,8 @@ class Sampler:
                     reading=raw.reading,
                     busy_seconds=busy,
                     memory_controller_busy_seconds=mc_busy,
+                    activity=activity,
+                    mig_activity=mig_activity,
                 )
             )
         return tuple(out)
@@ -471,6 +478,24 @@ class Sampler:
 def _with_attribution(device: DeviceSample, attribution: Mapping[int, Attribution]) -> DeviceSample:
     extra = attribution.get(device.index)
     return device if extra is None else replace(device, attribution=extra)
+
+
+def _integrate_activity(
+    counters: _Counters, raw: DeviceRaw, collectors: frozenset[str]
+) -> tuple[ActivityTotals | None, dict[int, ActivityTotals]]:
+    """Advance the GPM counters of the device and its MIG GPU instances."""
+    reading = raw.reading
+    counters.activity.add(reading.gpm, reading.nvlink)
+    if "gpm" not in collectors:
+        return counters.activity.totals(), {}
+    mig_totals: dict[int, ActivityTotals] = {}
+    for gpu_instance, instance in (reading.mig.instances if reading.mig else {}).items():
+        counter = counters.mig_activity.setdefault(gpu_instance, ActivityCounter())
+        counter.add(instance.gpm)
+        totals = counter.totals()
+        if totals is not None:
+            mig_totals[gpu_instance] = totals
+    return counters.activity.totals(), mig_totals
 
 
 def _integrate(

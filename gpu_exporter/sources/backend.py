@@ -32,10 +32,13 @@ from gpu_exporter.model import (
     DeviceStatic,
     DriverInfo,
     EccReading,
+    GpmReading,
     GpuProcess,
     HostProcess,
     MemoryReading,
+    MigReading,
     ModesReading,
+    NvLinkReading,
     PcieReading,
     PcieThroughputReading,
     PowerReading,
@@ -103,6 +106,15 @@ class DeviceReader(Protocol):
 
     def modes(self) -> ModesReading: ...
 
+    def gpm(self) -> GpmReading | None:
+        """GPM metrics since the last call; None where GPM is unsupported or not ready."""
+
+    def nvlink(self) -> NvLinkReading | None:
+        """Every NVLink link; None on boards without NVLink."""
+
+    def mig(self) -> MigReading | None:
+        """MIG devices and GPU instances; None while MIG is off."""
+
 
 def read_device(reader: DeviceReader, collectors: Collection[str]) -> DeviceReading:
     """The readings of the enabled collectors, each from its own reader method."""
@@ -116,6 +128,9 @@ def read_device(reader: DeviceReader, collectors: Collection[str]) -> DeviceRead
         pcie_throughput=(reader.pcie_throughput() if "pcie-throughput" in collectors else None),
         ecc=reader.ecc() if "ecc" in collectors else None,
         modes=reader.modes() if "modes" in collectors else None,
+        gpm=reader.gpm() if "gpm" in collectors else None,
+        nvlink=reader.nvlink() if "nvlink" in collectors else None,
+        mig=reader.mig() if "mig" in collectors else None,
     )
 
 
@@ -157,7 +172,8 @@ class Backend(Protocol):
         """Buffer entries newer than `since_us`, oldest first; None when unsupported."""
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
-        """Compute and graphics processes on the device; None when unsupported."""
+        """Compute and graphics processes on the device (under MIG, from each MIG device,
+        with its GPU and compute instance); None when unsupported."""
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
         """Per-process samples newer than `since_us`; None when unsupported."""

@@ -8,9 +8,14 @@ and follow four profiles, repeated over the GPUs:
    shows the true ~47% while the instantaneous gauge jumps.
 1. `idle-allocated`: memory held, no kernels (money burned), and no process: a crashed
    job's memory is still pinned (`gpu_memory_unattributed_bytes`).
-2. `near-oom`: memory 97% used, steady work.
-3. `busy-hot`: near 100% busy, hot, at its power limit, thermally throttled at times.
+2. `near-oom`: memory 97% used; a launch-bound fine-tuning job keeps a kernel running
+   (82-92% busy) while most SMs idle (GPM SM activity ~13%), and all-reduces over NVLink.
+3. `busy-hot`: MIG-partitioned into a 3g.40gb, a 2g.20gb and a 1g.10gb instance, the
+   first serving inference flat out; hot, at its power limit, thermally throttled at
+   times. As on a real MIG GPU, the parent reports no utilization.
 
+Every GPU is an H100 with GPM and 18 NVLink links. GPM activity follows each profile
+(`simulated_activity.py`): the input-starved GPU's SM activity follows its bursts.
 Each profile has plausible tenant processes (`simulated_tenants.py`): the training job
 on the input-starved GPU has 4 busy DataLoader workers.
 
@@ -23,16 +28,16 @@ scenario in force and is reported once in the log.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpu_exporter.model import (
+    NVLINK_ERRORS,
     THROTTLE_REASONS,
     ClocksReading,
     DeviceEvent,
@@ -40,10 +45,16 @@ from gpu_exporter.model import (
     DeviceStatic,
     DriverInfo,
     EccReading,
+    GpmReading,
     GpuProcess,
     HostProcess,
     MemoryReading,
+    MigDevice,
+    MigInstanceReading,
+    MigReading,
     ModesReading,
+    NvLinkReading,
+    NvLinkState,
     PcieReading,
     PcieThroughputReading,
     PowerReading,
@@ -53,6 +64,7 @@ from gpu_exporter.model import (
     UtilizationReading,
     UtilizationSample,
 )
+from gpu_exporter.sources import simulated_activity as activity
 from gpu_exporter.sources.backend import (
     DeviceLost,
     ErrorCounts,
@@ -83,15 +95,27 @@ SAMPLE_PERIOD_US = 166_667  # the driver fills its utilization buffer about 6 ti
 BUFFER_SAMPLES = 100  # entries the driver keeps per buffer
 POWER_LIMIT_WATTS = 700.0
 PROFILES = ("input-starved", "idle-allocated", "near-oom", "busy-hot")
+NVLINK_LINKS = 18  # H100 SXM
+MIB = 1024**2
 
 
-def _square(t: float, period: float, duty: float = 0.5) -> bool:
-    return (t % period) < period * duty
+@dataclass(frozen=True)
+class SimulatedInstance:
+    """A MIG GPU instance of the busy-hot GPU (one compute instance each)."""
+
+    gpu_instance: int
+    profile: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    busy: bool  # runs the inference server
 
 
-def _wave(t: float, period: float, phase: float = 0.0) -> float:
-    """A smooth wave between 0 and 1."""
-    return 0.5 + 0.5 * math.sin(2 * math.pi * (t / period) + phase)
+MIG_INSTANCES: tuple[SimulatedInstance, ...] = (
+    SimulatedInstance(2, "3g.40gb", 40448 * MIB, 35 * 1024 * MIB, busy=True),
+    SimulatedInstance(3, "2g.20gb", 20096 * MIB, 13 * MIB, busy=False),
+    SimulatedInstance(9, "1g.10gb", 9984 * MIB, 13 * MIB, busy=False),
+)
+MIG_PROFILE = "busy-hot"
 
 
 class SimulatedBackend:
@@ -121,6 +145,7 @@ class SimulatedBackend:
         self._events_delivered = 0
         self._epoch = clock()  # "driver load" time: energy and sample timestamps count from it
         self._reading_time: dict[int, float] = {}  # index -> clock of its last reading
+        self._gpm_sampled_at: dict[tuple[int, int | None], float] = {}  # stream -> clock
 
     # Fault control -----------------------------------------------------------------
 
@@ -197,6 +222,8 @@ class SimulatedBackend:
     def shutdown(self) -> None:
         self._initialised = False
         self._reloaded = True
+        with self._lock:
+            self._gpm_sampled_at.clear()  # GPM samples are freed with the library
 
     def driver_info(self) -> DriverInfo:
         return DriverInfo(driver_version="550.54.15", cuda_driver_version="12.4")
@@ -237,34 +264,86 @@ class SimulatedBackend:
             shutdown_temperature_celsius=92.0,
             pcie_max_generation=5,
             pcie_max_width=16,
+            nvlink_links=NVLINK_LINKS,
         )
 
     def utilization_at(self, index: int, t: float) -> tuple[float, float]:
         """(gpu, memory-controller) utilization ratios at Unix time t."""
         profile = self.profile(index)
         if profile == "input-starved":
-            busy = _square(t, 0.4)  # 2.5 busy bursts a second
+            busy = activity.square(t, 0.4)  # 2.5 busy bursts a second
             return (0.95, 0.40) if busy else (0.0, 0.0)
         if profile == "idle-allocated":
             return 0.0, 0.0
         if profile == "near-oom":
-            return 0.70 + 0.1 * _wave(t, 60.0), 0.45 + 0.1 * _wave(t, 45.0)
-        return 0.97 + 0.03 * _wave(t, 20.0), 0.60 + 0.1 * _wave(t, 30.0)
+            return activity.near_oom_busy(t), 0.45 + 0.1 * activity.wave(t, 45.0)
+        return 0.97 + 0.03 * activity.wave(t, 20.0), 0.60 + 0.1 * activity.wave(t, 30.0)
+
+    def is_mig(self, index: int) -> bool:
+        return self.profile(index) == MIG_PROFILE
+
+    def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
+        """The MIG devices of a MIG-partitioned GPU; empty for the others."""
+        if not self.is_mig(index):
+            return ()
+        parent = self._uuid(index)
+        return tuple(
+            MigDevice(
+                uuid=f"MIG-{uuid.uuid5(uuid.NAMESPACE_OID, f'{parent}/{i.gpu_instance}')}",
+                gpu_instance=i.gpu_instance,
+                compute_instance=0,
+                profile=i.profile,
+            )
+            for i in MIG_INSTANCES
+        )
+
+    def gpm_reading(
+        self, index: int, t: float, gpu_instance: int | None = None
+    ) -> GpmReading | None:
+        """GPM metrics since this stream's last sample (None for its first), exact means."""
+        key = (index, gpu_instance)
+        with self._lock:
+            t0 = self._gpm_sampled_at.get(key)
+            self._gpm_sampled_at[key] = t
+        if t0 is None or t <= t0:
+            return None
+        elapsed = t - t0
+        profile = self.profile(index)
+        if gpu_instance is not None:
+            busy = any(i.busy for i in MIG_INSTANCES if i.gpu_instance == gpu_instance)
+            return (activity.INFERENCE if busy else activity.IDLE).scaled(1.0, elapsed, bus=False)
+        if profile == "input-starved":
+            share = activity.square_mean(
+                t0, t, activity.INPUT_STARVED_PERIOD, activity.INPUT_STARVED_DUTY
+            )
+            return activity.INPUT_STARVED.scaled(share, elapsed)
+        if profile == "near-oom":
+            return activity.NEAR_OOM.scaled(activity.near_oom_busy_mean(t0, t), elapsed)
+        if profile == MIG_PROFILE:
+            return activity.INFERENCE.scaled(activity.INFERENCE_SHARE_OF_GPU, elapsed)
+        return activity.IDLE.scaled(1.0, elapsed)
+
+    def nvlink_data_bytes(self, index: int, t: float) -> dict[str, float]:
+        """The driver's NVLink data counters, summed over the links (bytes since load)."""
+        rates = activity.NEAR_OOM.nvlink if self.profile(index) == "near-oom" else {}
+        return {d: rates.get(d, 0.0) * max(0.0, t - self._epoch) for d in ("tx", "rx")}
 
     def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
         faults = self._check(index)
         t = self._clock()
         self._reading_time[index] = t  # the built-in processes share this reading's memory
-        reading = read_device(_SimulatedReader(self, index, t), collectors)
+        reading = read_device(_SimulatedReader(self, index, t, collectors), collectors)
         return _without(reading, faults.unsupported)
 
     def memory_used_bytes(self, index: int, t: float) -> int:
         used = {
-            "input-starved": 0.55 + 0.05 * _wave(t, 120.0),
+            "input-starved": 0.55 + 0.05 * activity.wave(t, 120.0),
             "idle-allocated": 0.375,
-            "near-oom": 0.965 + 0.01 * _wave(t, 90.0),
-            "busy-hot": 0.80,
+            "near-oom": 0.965 + 0.01 * activity.wave(t, 90.0),
+            "busy-hot": 0.0,
         }[self.profile(index)]
+        if self.is_mig(index):
+            return sum(i.memory_used_bytes for i in MIG_INSTANCES)
         return int(MEMORY_TOTAL_BYTES * used)
 
     def energy_joules(self, index: int, t: float) -> float:
@@ -284,8 +363,8 @@ class SimulatedBackend:
         self, index: int, domain: UtilizationDomain, since_us: int
     ) -> Sequence[UtilizationSample] | None:
         faults = self._check(index)
-        if SAMPLES in faults.unsupported:
-            return None
+        if SAMPLES in faults.unsupported or self.is_mig(index):
+            return None  # the MIG parent answers NOT_SUPPORTED, as a real one does
         now_us = self._timestamp_us(self._clock())
         last = now_us - now_us % SAMPLE_PERIOD_US
         first = max(since_us + 1, last - (BUFFER_SAMPLES - 1) * SAMPLE_PERIOD_US)
@@ -304,16 +383,7 @@ class SimulatedBackend:
             return None
         scenario = self._current().processes
         if scenario is None:
-            t = self._reading_time.get(index, self._clock())
-            used = self.memory_used_bytes(index, t)
-            return [
-                GpuProcess(
-                    pid=builtin_pid(index, p),
-                    context="compute",
-                    used_memory_bytes=int(used * p.memory_share),
-                )
-                for p in PROFILE_PROCESSES[self.profile(index)]
-            ]
+            return self._tenants(index)
         return [
             GpuProcess(
                 pid=p.pid,
@@ -324,10 +394,35 @@ class SimulatedBackend:
             if p.gpu == index
         ]
 
+    def _tenants(self, index: int) -> list[GpuProcess]:
+        """The built-in processes; on the MIG GPU, on its busy instance."""
+        if self.is_mig(index):
+            busy = next(i for i in MIG_INSTANCES if i.busy)
+            return [
+                GpuProcess(
+                    pid=builtin_pid(index, p),
+                    context="compute",
+                    used_memory_bytes=int(busy.memory_used_bytes * p.memory_share),
+                    gpu_instance=busy.gpu_instance,
+                    compute_instance=0,
+                )
+                for p in PROFILE_PROCESSES[self.profile(index)]
+            ]
+        t = self._reading_time.get(index, self._clock())
+        used = self.memory_used_bytes(index, t)
+        return [
+            GpuProcess(
+                pid=builtin_pid(index, p),
+                context="compute",
+                used_memory_bytes=int(used * p.memory_share),
+            )
+            for p in PROFILE_PROCESSES[self.profile(index)]
+        ]
+
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
         faults = self._check(index)
-        if PROCESS_LIST in faults.unsupported:
-            return None
+        if PROCESS_LIST in faults.unsupported or self.is_mig(index):
+            return None  # per-process utilization is not supported under MIG
         t = self._clock()
         ts = self._timestamp_us(t)
         scenario = self._current().processes
@@ -426,10 +521,13 @@ class SimulatedEventSet:
 class _SimulatedReader:
     """The readings of one simulated GPU at Unix time `t`, one method per collector."""
 
-    def __init__(self, backend: SimulatedBackend, index: int, t: float) -> None:
+    def __init__(
+        self, backend: SimulatedBackend, index: int, t: float, collectors: Collection[str]
+    ) -> None:
         self._backend = backend
         self._index = index
         self._t = t
+        self._collectors = collectors
         self._profile = backend.profile(index)
         self._gpu_util, self._mem_util = backend.utilization_at(index, t)
 
@@ -438,8 +536,8 @@ class _SimulatedReader:
         return {
             "input-starved": 52.0 + 6 * self._gpu_util,
             "idle-allocated": 33.0,
-            "near-oom": 64.0 + 3 * _wave(t, 60.0),
-            "busy-hot": 84.0 + 4 * _wave(t, 40.0),
+            "near-oom": 64.0 + 3 * activity.wave(t, 60.0),
+            "busy-hot": 84.0 + 4 * activity.wave(t, 40.0),
         }[self._profile]
 
     def _power(self) -> float:
@@ -447,11 +545,13 @@ class _SimulatedReader:
         return {
             "input-starved": 110.0 + 420.0 * self._gpu_util,
             "idle-allocated": 72.0,
-            "near-oom": 430.0 + 60 * _wave(t, 60.0),
-            "busy-hot": 690.0 + 10 * _wave(t, 10.0),
+            "near-oom": 430.0 + 60 * activity.wave(t, 60.0),
+            "busy-hot": 690.0 + 10 * activity.wave(t, 10.0),
         }[self._profile]
 
     def utilization(self) -> UtilizationReading:
+        if self._backend.is_mig(self._index):
+            return UtilizationReading()  # NOT_SUPPORTED on a MIG parent
         return UtilizationReading(
             gpu_ratio=self._gpu_util,
             memory_controller_ratio=self._mem_util,
@@ -521,7 +621,48 @@ class _SimulatedReader:
         )
 
     def modes(self) -> ModesReading:
-        return ModesReading(persistence=True, mig=False, ecc=True)
+        return ModesReading(persistence=True, mig=self._backend.is_mig(self._index), ecc=True)
+
+    def gpm(self) -> GpmReading | None:
+        return self._backend.gpm_reading(self._index, self._t)
+
+    def nvlink(self) -> NvLinkReading | None:
+        # NVML has no data-CRC counter for links 12 and up: they report three error types
+        links = {
+            link: NvLinkState(
+                up=True,
+                errors={e: 0 for e in NVLINK_ERRORS if e != "crc_data" or link < 12},
+            )
+            for link in range(NVLINK_LINKS)
+        }
+        # with GPM (every simulated H100) the bytes come from it, as on a real one
+        data = (
+            {}
+            if "gpm" in self._collectors
+            else self._backend.nvlink_data_bytes(self._index, self._t)
+        )
+        return NvLinkReading(links=links, data_bytes=data)
+
+    def mig(self) -> MigReading | None:
+        devices = self._backend.mig_devices(self._index)
+        if not devices:
+            return None
+        gpm = "gpm" in self._collectors
+        return MigReading(
+            devices=devices,
+            instances={
+                i.gpu_instance: MigInstanceReading(
+                    memory_total_bytes=i.memory_total_bytes,
+                    memory_used_bytes=i.memory_used_bytes,
+                    gpm=(
+                        self._backend.gpm_reading(self._index, self._t, i.gpu_instance)
+                        if gpm
+                        else None
+                    ),
+                )
+                for i in MIG_INSTANCES
+            },
+        )
 
 
 def _without(reading: DeviceReading, unsupported: Collection[str]) -> DeviceReading:

@@ -1,35 +1,24 @@
-"""`PynvmlBackend`: the one module that talks to NVML through `pynvml` (nvidia-ml-py).
+"""`PynvmlBackend`: the real NVIDIA driver, through `pynvml` (nvidia-ml-py).
 
-Every driver call, event registration included, goes through `PynvmlBackend._call`, the
-single choke point that maps NVML's error codes onto the exporter's model
-(`classify` decides, `_call` acts):
-
-- NOT_SUPPORTED / FUNCTION_NOT_FOUND / ARGUMENT_VERSION_MISMATCH: the value is None, and
-  the call is remembered per device so it is not repeated every interval. pynvml's
-  unversioned wrappers raise `NVMLLibraryMismatchError` (not an `NVMLError`) when the
-  driver lacks the versioned symbol; that is the same "this driver cannot answer".
-- GPU_IS_LOST / UNKNOWN / TIMEOUT: `DeviceLost`.
-- UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND:
-  `NvmlUnavailable`.
-- Anything else: counted in `errors` (function, error) and the value is None.
-
-A call may name codes that are an expected answer rather than an error (`quiet`): the
-sample buffers answer NOT_FOUND when nothing is newer, an event wait TIMEOUT.
+Every call goes through `NvmlCalls` (`calls.py`), the one place NVML's return codes are
+classified. Per device the backend keeps a `_DeviceState`: its handle, the calls it
+answered as unsupported, its GPM streams and its MIG devices.
 """
 
 from __future__ import annotations
 
 import ctypes
-import enum
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pynvml
 
 from gpu_exporter.model import (
     CLOCK_NAMES,
+    NVLINK_ERRORS,
     THROTTLE_REASONS,
     ClocksReading,
     DeviceEvent,
@@ -37,10 +26,15 @@ from gpu_exporter.model import (
     DeviceStatic,
     DriverInfo,
     EccReading,
+    GpmReading,
     GpuProcess,
     HostProcess,
     MemoryReading,
+    MigInstanceReading,
+    MigReading,
     ModesReading,
+    NvLinkReading,
+    NvLinkState,
     PcieReading,
     PcieThroughputReading,
     PowerReading,
@@ -50,75 +44,12 @@ from gpu_exporter.model import (
     UtilizationReading,
     UtilizationSample,
 )
-from gpu_exporter.sources.backend import (
-    DeviceLost,
-    ErrorCounts,
-    NvmlUnavailable,
-    read_device,
-)
+from gpu_exporter.sources.backend import DeviceLost, ErrorCounts, NvmlUnavailable, read_device
+from gpu_exporter.sources.nvml import fields, gpm, mig
+from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, code_name, text
 
 T = TypeVar("T")
-
-
-class Outcome(enum.Enum):
-    """What an NVML error code means for the exporter."""
-
-    UNSUPPORTED = "unsupported"  # this device or driver cannot answer: leave the value out
-    DEVICE_LOST = "device_lost"  # the device is gone: gpu_up 0
-    NVML_DOWN = "nvml_down"  # the library is unusable: nvml_up 0, re-initialise
-    ERROR = "error"  # anything else: count it, leave the value out
-
-
-_UNSUPPORTED = frozenset(
-    {
-        pynvml.NVML_ERROR_NOT_SUPPORTED,
-        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-        pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,  # a versioned API this driver lacks
-    }
-)
-_DEVICE_LOST = frozenset(
-    {pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_TIMEOUT}
-)
-_NVML_DOWN = frozenset(
-    {
-        pynvml.NVML_ERROR_UNINITIALIZED,
-        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-    }
-)
-NO_DATA = frozenset({pynvml.NVML_ERROR_NOT_FOUND})  # sample buffers with nothing newer
-
-
-def classify(code: int | None) -> Outcome:
-    """The one decision of what an NVML return code means."""
-    if code in _UNSUPPORTED:
-        return Outcome.UNSUPPORTED
-    if code in _DEVICE_LOST:
-        return Outcome.DEVICE_LOST
-    if code in _NVML_DOWN:
-        return Outcome.NVML_DOWN
-    return Outcome.ERROR
-
-
-_ERROR_NAMES: dict[int, str] = {
-    value: name[len("NVML_ERROR_") :].lower()
-    for name, value in vars(pynvml).items()
-    if name.startswith("NVML_ERROR_") and isinstance(value, int)
-}
-
-
-def code_name(code: int | None) -> str:
-    """Short snake_case name of an NVML return code, e.g. `gpu_is_lost`."""
-    if isinstance(code, int):
-        return _ERROR_NAMES.get(code, f"code_{code}")
-    return "unknown"
-
-
-def error_name(error: pynvml.NVMLError) -> str:
-    """Short snake_case name of an NVML error, e.g. `gpu_is_lost`."""
-    return code_name(getattr(error, "value", None))
-
+KIB = 1024
 
 _CLOCK_IDS: dict[str, int] = {
     "graphics": pynvml.NVML_CLOCK_GRAPHICS,
@@ -132,130 +63,37 @@ _SAMPLING_TYPES: dict[str, int] = {
     "memory_controller": pynvml.NVML_MEMORY_UTILIZATION_SAMPLES,
 }
 
-# Field values read with one nvmlDeviceGetFieldValues call per device and interval:
-# name -> (field id, collector that wants it).
-_FIELDS: dict[str, tuple[int, str]] = {
-    "ecc_mode": (pynvml.NVML_FI_DEV_ECC_CURRENT, "modes"),
-    "ecc_corrected_errors": (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, "ecc"),
-    "ecc_uncorrected_errors": (pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, "ecc"),
-    "retired_pages_single_bit": (pynvml.NVML_FI_DEV_RETIRED_SBE, "ecc"),
-    "retired_pages_double_bit": (pynvml.NVML_FI_DEV_RETIRED_DBE, "ecc"),
-    "retired_pages_pending": (pynvml.NVML_FI_DEV_RETIRED_PENDING, "ecc"),
-    "remapped_rows_correctable": (pynvml.NVML_FI_DEV_REMAPPED_COR, "ecc"),
-    "remapped_rows_uncorrectable": (pynvml.NVML_FI_DEV_REMAPPED_UNC, "ecc"),
-    "remapped_rows_pending": (pynvml.NVML_FI_DEV_REMAPPED_PENDING, "ecc"),
-    "remapped_rows_failed": (pynvml.NVML_FI_DEV_REMAPPED_FAILURE, "ecc"),
-    "memory_temperature_celsius": (pynvml.NVML_FI_DEV_MEMORY_TEMP, "temperature"),
-    "energy_millijoules": (pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, "power"),
-    "pcie_replay_errors": (pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, "pcie"),
-}
 
-_FIELD_MEMBERS: dict[int, str] = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
+@dataclass
+class _DeviceState:
+    """What the backend keeps for one NVML index until NVML is re-initialised."""
 
+    device: Device
+    nvlink_links: int = 0  # from the static read
+    gpm_supported: bool | None = None  # asked once
+    gpm_streams: dict[str, gpm.GpmStream] = field(default_factory=dict)  # key -> stream
+    mig_slots: tuple[mig.MigSlot, ...] = ()
+    mig_read_at: float | None = None  # monotonic time of the last enumeration
 
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _field_number(field: Any) -> float:
-    """The numeric value of a `c_nvmlFieldValue_t` according to its `valueType`."""
-    member = _FIELD_MEMBERS.get(int(field.valueType), "ullVal")
-    return float(getattr(field.value, member))
-
-
-class _Device:
-    """One device handle plus the calls and fields it answered as unsupported."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        self.unsupported: set[str] = set()
-        self.unsupported_fields: set[str] = set()
-
-
-_NO_QUIET: frozenset[int] = frozenset()
+    def close(self) -> None:
+        for stream in self.gpm_streams.values():
+            stream.close()
+        self.gpm_streams.clear()
 
 
 class PynvmlBackend:
-    """The real NVIDIA driver, through `pynvml`. Safe to call from several threads."""
+    """The real NVIDIA driver, through `pynvml`. Safe to call from several threads:
+    each device is read by one thread at a time."""
 
     kind = "nvml"
 
-    def __init__(self) -> None:
+    def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.errors = ErrorCounts()
+        self.calls = NvmlCalls(self.errors)
+        self._monotonic = monotonic  # GPM elapsed time and MIG refreshes
         self._lock = threading.Lock()
-        self._devices: dict[int, _Device] = {}
+        self._devices: dict[int, _DeviceState] = {}
         self._initialised = False
-
-    # The choke point -----------------------------------------------------------------
-
-    def _call(
-        self,
-        function: str,
-        fn: Callable[..., T],
-        *args: Any,
-        device: _Device | None = None,
-        key: str | None = None,
-        quiet: frozenset[int] = _NO_QUIET,
-        on_error: type[NvmlUnavailable | DeviceLost] | None = None,
-    ) -> T | None:
-        """Call `fn(*args)`; every NVML error is classified here and nowhere else.
-
-        Returns None when the call is unsupported (remembered under `key` for `device`),
-        answered with a `quiet` code, or failed with an unexpected error (counted; raised
-        as `on_error` when the caller cannot go on without the value).
-        """
-        if device is not None and key is not None and key in device.unsupported:
-            return None
-        try:
-            return fn(*args)
-        except pynvml.NVMLLibraryMismatchError:  # the wrapper's versioned symbol is missing
-            if device is not None and key is not None:
-                device.unsupported.add(key)
-            return None
-        except pynvml.NVMLError as error:
-            code = getattr(error, "value", None)
-            if code in quiet:
-                return None
-            self._failed(function, code, str(error), device, key, on_error, cause=error)
-            return None
-
-    def _failed(
-        self,
-        function: str,
-        code: int | None,
-        message: str,
-        device: _Device | None,
-        key: str | None,
-        on_error: type[NvmlUnavailable | DeviceLost] | None,
-        *,
-        cause: BaseException | None = None,
-    ) -> None:
-        """Act on one failed call (or one failed field of a field-values batch)."""
-        outcome = classify(code)
-        name = code_name(code)
-        if outcome is Outcome.NVML_DOWN:
-            raise NvmlUnavailable(name, f"{function}: {message}") from cause
-        if outcome is Outcome.DEVICE_LOST:
-            raise DeviceLost(name, f"{function}: {message}") from cause
-        if outcome is Outcome.UNSUPPORTED:
-            if device is not None and key is not None:
-                device.unsupported.add(key)
-            return
-        self.errors.add(function, name)
-        if on_error is not None:
-            raise on_error(name, f"{function}: {message}") from cause
-
-    def _query(self, d: _Device, key: str, fn: Callable[..., T], *args: Any) -> T | None:
-        """A per-device call, cached as unsupported under `key`."""
-        return self._call(fn.__name__, fn, d.handle, *args, device=d, key=key)
 
     # Library lifecycle -------------------------------------------------------------
 
@@ -274,43 +112,45 @@ class PynvmlBackend:
             self._initialised = True
 
     def shutdown(self) -> None:
+        """Free what was allocated (GPM samples), then shut NVML down; never raises."""
         with self._lock:
             if not self._initialised:
                 return
             self._initialised = False
-            self._devices.clear()
+            states, self._devices = list(self._devices.values()), {}
+        for state in states:
+            state.close()
         try:
-            self._call("nvmlShutdown", pynvml.nvmlShutdown)
+            self.calls.call("nvmlShutdown", pynvml.nvmlShutdown)
         except (NvmlUnavailable, DeviceLost):
             pass
 
     def driver_info(self) -> DriverInfo:
-        driver = self._call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
-        cuda = self._call(
-            "nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2
-        )
+        c = self.calls
+        driver = c.call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
+        cuda = c.call("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
         cuda_text = None
         if isinstance(cuda, int) and cuda > 0:
             cuda_text = f"{cuda // 1000}.{(cuda % 1000) // 10}"
         return DriverInfo(
-            driver_version=_text(driver) if driver is not None else None,
+            driver_version=text(driver) if driver is not None else None,
             cuda_driver_version=cuda_text,
         )
 
     def device_count(self) -> int:
-        count = self._call(
+        count = self.calls.call(
             "nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount, on_error=NvmlUnavailable
         )
         if count is None:
             raise NvmlUnavailable("not_supported", "nvmlDeviceGetCount: not supported")
         return int(count)
 
-    def _device(self, index: int) -> _Device:
+    def _state(self, index: int) -> _DeviceState:
         with self._lock:
-            device = self._devices.get(index)
-        if device is not None:
-            return device
-        handle = self._call(
+            state = self._devices.get(index)
+        if state is not None:
+            return state
+        handle = self.calls.call(
             "nvmlDeviceGetHandleByIndex",
             pynvml.nvmlDeviceGetHandleByIndex,
             index,
@@ -318,16 +158,17 @@ class PynvmlBackend:
         )
         if handle is None:
             raise DeviceLost("not_supported", f"nvmlDeviceGetHandleByIndex({index}): no handle")
-        device = _Device(handle)
+        state = _DeviceState(Device(handle))
         with self._lock:
-            self._devices[index] = device
-        return device
+            self._devices[index] = state
+        return state
 
     # Static facts ------------------------------------------------------------------
 
     def device_static(self, index: int) -> DeviceStatic:
-        d = self._device(index)
-        q = self._query
+        state = self._state(index)
+        d = state.device
+        q = self.calls.query
         uuid = q(d, "uuid", pynvml.nvmlDeviceGetUUID)
         if uuid is None:
             raise DeviceLost("no_uuid", f"GPU {index} did not report a UUID")
@@ -355,62 +196,82 @@ class PynvmlBackend:
         )
         max_gen = q(d, "pcie_max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
         max_width = q(d, "pcie_max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
-        serial_text = _text(serial) if serial is not None else None
+        links = fields.read_fields(
+            self.calls, d, [fields.FieldRequest("nvlink_links", fields.NVLINK_LINK_COUNT)]
+        ).get("nvlink_links")
+        state.nvlink_links = int(links) if links else 0
+        serial_text = text(serial) if serial is not None else None
         return DeviceStatic(
             index=index,
-            uuid=_text(uuid),
-            name=_text(name) if name is not None else "",
-            pci_bus_id=_text(pci.busId) if pci is not None else None,
+            uuid=text(uuid),
+            name=text(name) if name is not None else "",
+            pci_bus_id=text(pci.busId) if pci is not None else None,
             serial=serial_text if serial_text not in ("", "0") else None,
-            vbios_version=_text(vbios) if vbios is not None else None,
+            vbios_version=text(vbios) if vbios is not None else None,
             compute_capability=f"{cc[0]}.{cc[1]}" if cc is not None else None,
             max_clocks_hertz=max_clocks,
             slowdown_temperature_celsius=float(slowdown) if slowdown is not None else None,
             shutdown_temperature_celsius=float(shutdown) if shutdown is not None else None,
             pcie_max_generation=int(max_gen) if max_gen is not None else None,
             pcie_max_width=int(max_width) if max_width is not None else None,
+            nvlink_links=state.nvlink_links or None,
         )
 
     # Dynamic values ----------------------------------------------------------------
 
     def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
-        reader = _NvmlReader(self, self._device(index), collectors)
+        reader = _NvmlReader(self, self._state(index), collectors)
         return read_device(reader, collectors)
 
-    def field_values(self, d: _Device, collectors: Collection[str]) -> dict[str, float]:
-        """One nvmlDeviceGetFieldValues call for every wanted, supported field."""
-        wanted = [
-            key
-            for key, (_field_id, collector) in _FIELDS.items()
-            if collector in collectors and key not in d.unsupported_fields
-        ]
-        if not wanted:
-            return {}
-        raw = self._query(
-            d, "field_values", pynvml.nvmlDeviceGetFieldValues, [_FIELDS[k][0] for k in wanted]
-        )
-        if raw is None:
-            return {}
-        out: dict[str, float] = {}
-        for key, field in zip(wanted, raw, strict=True):
-            code = int(field.nvmlReturn)
-            if code == pynvml.NVML_SUCCESS:
-                out[key] = _field_number(field)
-                continue
-            if classify(code) is Outcome.UNSUPPORTED:
-                d.unsupported_fields.add(key)
+    def mig_slots(self, state: _DeviceState) -> tuple[mig.MigSlot, ...]:
+        """The device's MIG devices, enumerated at most every mig.REFRESH_SECONDS."""
+        now = self._monotonic()
+        if state.mig_read_at is None or now - state.mig_read_at >= mig.REFRESH_SECONDS:
+            state.mig_slots = mig.enumerate_mig(self.calls, state.device)
+            state.mig_read_at = now
+        return state.mig_slots
+
+    def gpm_supported(self, state: _DeviceState) -> bool:
+        """Does the device support GPM? Asked once (until NVML re-initialises)."""
+        if state.gpm_supported is None:
+            state.gpm_supported = gpm.supported(self.calls, state.device)
+        return state.gpm_supported
+
+    def gpm_stream(
+        self, state: _DeviceState, gpu_instance: int | None = None
+    ) -> gpm.GpmStream | None:
+        """The GPM stream of the device, or of one of its GPU instances; None without GPM."""
+        if not self.gpm_supported(state):
+            return None
+        key = "gpm" if gpu_instance is None else f"gpm/mig/{gpu_instance}"
+        stream = state.gpm_streams.get(key)
+        if stream is None:
+            handle = state.device.handle
+            take: Callable[[Any], Any]
+            if gpu_instance is None:
+
+                def take(sample: Any) -> Any:
+                    return pynvml.nvmlGpmSampleGet(handle, sample)
+
+                metrics = gpm.DEVICE_METRICS
             else:
-                error = pynvml.NVMLError(code)
-                message = f"field {key}: {error}"
-                self._failed("nvmlDeviceGetFieldValues", code, message, d, None, None, cause=error)
-        return out
+
+                def take(sample: Any) -> Any:
+                    return pynvml.nvmlGpmMigSampleGet(handle, gpu_instance, sample)
+
+                metrics = gpm.INSTANCE_METRICS
+            stream = gpm.GpmStream(
+                self.calls, state.device, key, take, metrics, monotonic=self._monotonic
+            )
+            state.gpm_streams[key] = stream
+        return stream
 
     def utilization_samples(
         self, index: int, domain: UtilizationDomain, since_us: int
     ) -> Sequence[UtilizationSample] | None:
-        d = self._device(index)
+        d = self._state(index).device
         key = f"samples_{domain}"
-        result = self._call(
+        result = self.calls.call(
             "nvmlDeviceGetSamples",
             pynvml.nvmlDeviceGetSamples,
             d.handle,
@@ -418,14 +279,14 @@ class PynvmlBackend:
             since_us,
             device=d,
             key=key,
-            quiet=NO_DATA,
+            quiet=NOT_FOUND,
         )
         if result is None:
             return None if key in d.unsupported else []
         _value_type, samples = result
         return sorted(
             (
-                UtilizationSample(int(s.timeStamp), min(1.0, _sample_value(s) / 100.0))
+                UtilizationSample(int(s.timeStamp), min(1.0, float(s.sampleValue.uiVal) / 100.0))
                 for s in samples
                 if int(s.timeStamp) > since_us
             ),
@@ -433,7 +294,11 @@ class PynvmlBackend:
         )
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
-        d = self._device(index)
+        state = self._state(index)
+        slots = self.mig_slots(state)
+        if slots:  # under MIG the parent's list has no memory: ask each MIG device
+            return self._mig_processes(slots)
+        d = state.device
         compute = self._process_list(
             d,
             "compute_processes",
@@ -450,41 +315,65 @@ class PynvmlBackend:
             return None
         out: list[GpuProcess] = []
         for context, procs in (("compute", compute or []), ("graphics", graphics or [])):
-            for p in procs:
-                used = getattr(p, "usedGpuMemory", None)
-                out.append(
-                    GpuProcess(
-                        pid=int(p.pid),
-                        context="compute" if context == "compute" else "graphics",
-                        used_memory_bytes=int(used) if isinstance(used, int) else None,
-                    )
+            out += [
+                GpuProcess(
+                    pid=int(p.pid),
+                    context="compute" if context == "compute" else "graphics",
+                    used_memory_bytes=_memory(p),
                 )
+                for p in procs
+            ]
         return out
+
+    def _mig_processes(self, slots: Sequence[mig.MigSlot]) -> Sequence[GpuProcess] | None:
+        out: list[GpuProcess] = []
+        answered = False
+        for slot in slots:
+            procs = self._process_list(
+                slot.device,
+                "compute_processes",
+                pynvml.nvmlDeviceGetComputeRunningProcesses_v3,
+                pynvml.nvmlDeviceGetComputeRunningProcesses_v2,
+            )
+            if procs is None:
+                continue
+            answered = True
+            out += [
+                GpuProcess(
+                    pid=int(p.pid),
+                    context="compute",
+                    used_memory_bytes=_memory(p),
+                    gpu_instance=slot.info.gpu_instance,
+                    compute_instance=slot.info.compute_instance,
+                )
+                for p in procs
+            ]
+        return out if answered else None
 
     def _process_list(
         self,
-        d: _Device,
+        d: Device,
         key: str,
         v3: Callable[[Any], list[Any]],
         v2: Callable[[Any], list[Any]],
     ) -> list[Any] | None:
         """The `_v3` process list (R510+), else `_v2` (R470 and older LTS branches)."""
-        procs = self._query(d, key, v3)
+        procs = self.calls.query(d, key, v3)
         if procs is None and key in d.unsupported:
-            procs = self._query(d, f"{key}_v2", v2)
+            procs = self.calls.query(d, f"{key}_v2", v2)
         return procs
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
-        d = self._device(index)
+        d = self._state(index).device
         key = "process_utilization"
-        samples = self._call(
+        samples = self.calls.call(
             "nvmlDeviceGetProcessUtilization",
             pynvml.nvmlDeviceGetProcessUtilization,
             d.handle,
             since_us,
             device=d,
             key=key,
-            quiet=NO_DATA,
+            quiet=NOT_FOUND,
         )
         if samples is None:
             return None if key in d.unsupported else []
@@ -507,7 +396,7 @@ class PynvmlBackend:
 
     def open_events(self) -> PynvmlEventSet | None:
         """Create an event set and register every device that supports Xid/ECC events."""
-        event_set = self._call(
+        event_set = self.calls.call(
             "nvmlEventSetCreate", pynvml.nvmlEventSetCreate, on_error=NvmlUnavailable
         )
         if event_set is None:
@@ -525,29 +414,26 @@ class PynvmlBackend:
     def _register_devices(self, event_set: Any) -> dict[int, str]:
         """Register each device for the wanted events it supports: handle address -> uuid."""
         uuids: dict[int, str] = {}
+        c = self.calls
         for index in range(self.device_count()):
             try:
-                d = self._device(index)
-                supported = self._call(
+                handle = self._state(index).device.handle
+                supported = c.call(
                     "nvmlDeviceGetSupportedEventTypes",
                     pynvml.nvmlDeviceGetSupportedEventTypes,
-                    d.handle,
+                    handle,
                 )
                 wanted = int(supported or 0) & _WANTED_EVENTS
                 if not wanted:
                     continue
-                uuid = self._call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, d.handle)
+                uuid = c.call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)
                 if uuid is None:
                     continue
-                registered = self._call(
-                    "nvmlDeviceRegisterEvents",
-                    _register_events,
-                    d.handle,
-                    wanted,
-                    event_set,
+                registered = c.call(
+                    "nvmlDeviceRegisterEvents", _register_events, handle, wanted, event_set
                 )
                 if registered:
-                    uuids[_handle_key(d.handle)] = _text(uuid)
+                    uuids[_handle_key(handle)] = text(uuid)
             except DeviceLost:
                 continue  # the sampler reports it down; register the others
         return uuids
@@ -557,7 +443,7 @@ class PynvmlBackend:
     ) -> DeviceEvent | None:
         """The next event on `event_set`, or None after `timeout_ms`."""
         try:
-            data = self._call(
+            data = self.calls.call(
                 "nvmlEventSetWait_v2",
                 pynvml.nvmlEventSetWait_v2,
                 event_set,
@@ -583,7 +469,7 @@ class PynvmlBackend:
 
     def free_event_set(self, event_set: Any) -> None:
         try:
-            self._call("nvmlEventSetFree", pynvml.nvmlEventSetFree, event_set)
+            self.calls.call("nvmlEventSetFree", pynvml.nvmlEventSetFree, event_set)
         except (NvmlUnavailable, DeviceLost):
             pass  # the library is gone, and the set with it
 
@@ -591,16 +477,22 @@ class PynvmlBackend:
 class _NvmlReader:
     """One device's readings in one interval; the field values are fetched once."""
 
-    def __init__(self, backend: PynvmlBackend, d: _Device, collectors: Collection[str]) -> None:
+    def __init__(
+        self, backend: PynvmlBackend, state: _DeviceState, collectors: Collection[str]
+    ) -> None:
         self._backend = backend
-        self._d = d
-        self._fields = backend.field_values(d, collectors)
+        self._state = state
+        self._d = state.device
+        self._collectors = collectors
+        requests = fields.device_requests(collectors)
+        if "nvlink" in collectors:
+            # bytes from GPM where it counts them, else from the driver's data counters
+            gpm_counts = "gpm" in collectors and backend.gpm_supported(state)
+            requests += fields.nvlink_requests(state.nvlink_links, data=not gpm_counts)
+        self._fields = fields.read_fields(backend.calls, self._d, requests)
 
     def _q(self, key: str, fn: Callable[..., T], *args: Any) -> T | None:
-        return self._backend._query(self._d, key, fn, *args)
-
-    def _field(self, key: str) -> float | None:
-        return self._fields.get(key)
+        return self._backend.calls.query(self._d, key, fn, *args)
 
     def _int_field(self, key: str) -> int | None:
         value = self._fields.get(key)
@@ -640,14 +532,14 @@ class _NvmlReader:
         fan = self._q("fan", pynvml.nvmlDeviceGetFanSpeed)
         return TemperatureReading(
             gpu_celsius=float(temp) if temp is not None else None,
-            memory_celsius=self._field("memory_temperature_celsius"),
+            memory_celsius=self._fields.get("memory_temperature_celsius"),
             fan_speed_ratio=fan / 100.0 if fan is not None else None,
         )
 
     def power(self) -> PowerReading:
         power = self._q("power", pynvml.nvmlDeviceGetPowerUsage)
         limit = self._q("power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit)
-        energy = self._field("energy_millijoules")
+        energy = self._fields.get("energy_millijoules")
         return PowerReading(
             watts=power / 1000.0 if power is not None else None,
             limit_watts=limit / 1000.0 if limit is not None else None,
@@ -669,14 +561,7 @@ class _NvmlReader:
                 if pstate is not None and int(pstate) != pynvml.NVML_PSTATE_UNKNOWN
                 else None
             ),
-            throttle_reasons=(
-                {
-                    reason: bool(int(mask) & (1 << bit))
-                    for bit, reason in enumerate(THROTTLE_REASONS)
-                }
-                if mask is not None
-                else None
-            ),
+            throttle_reasons=_throttle_reasons(int(mask)) if mask is not None else None,
         )
 
     def pcie(self) -> PcieReading:
@@ -711,14 +596,72 @@ class _NvmlReader:
 
     def modes(self) -> ModesReading:
         persistence = self._q("persistence", pynvml.nvmlDeviceGetPersistenceMode)
-        mig = self._q("mig", pynvml.nvmlDeviceGetMigMode)
+        mig_mode = self._q("mig", pynvml.nvmlDeviceGetMigMode)
         return ModesReading(
             persistence=(
                 persistence == pynvml.NVML_FEATURE_ENABLED if persistence is not None else None
             ),
-            mig=mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE if mig is not None else None,
+            mig=mig_mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE if mig_mode is not None else None,
             ecc=self._flag_field("ecc_mode"),
         )
+
+    def gpm(self) -> GpmReading | None:
+        stream = self._backend.gpm_stream(self._state)
+        return stream.read() if stream is not None else None
+
+    def nvlink(self) -> NvLinkReading | None:
+        links = self._state.nvlink_links
+        if not links:
+            return None
+        states: dict[int, NvLinkState] = {}
+        totals = {"tx": 0.0, "rx": 0.0}
+        complete = {"tx": True, "rx": True}
+        for link in range(links):
+            state = self._fields.get(fields.nvlink_key(link, "state"))
+            errors = {
+                name: int(value)
+                for name in NVLINK_ERRORS
+                if (value := self._fields.get(fields.nvlink_key(link, name))) is not None
+            }
+            states[link] = NvLinkState(
+                up=state == pynvml.NVML_FEATURE_ENABLED if state is not None else None,
+                errors=errors,
+            )
+            for direction in totals:
+                kib = self._fields.get(fields.nvlink_key(link, f"data_{direction}_kib"))
+                if kib is None:
+                    complete[direction] = False  # a partial sum would understate
+                else:
+                    totals[direction] += kib * KIB
+        return NvLinkReading(
+            links=states, data_bytes={d: v for d, v in totals.items() if complete[d]}
+        )
+
+    def mig(self) -> MigReading | None:
+        slots = self._backend.mig_slots(self._state)
+        if not slots:
+            return None
+        instances: dict[int, MigInstanceReading] = {}
+        for slot in slots:
+            gi = slot.info.gpu_instance
+            if gi in instances:
+                continue  # compute instances of one GPU instance share its memory
+            info = self._backend.calls.query(slot.device, "memory", pynvml.nvmlDeviceGetMemoryInfo)
+            activity = None
+            if "gpm" in self._collectors:
+                stream = self._backend.gpm_stream(self._state, gi)
+                activity = stream.read() if stream is not None else None
+            instances[gi] = MigInstanceReading(
+                memory_total_bytes=int(info.total) if info is not None else None,
+                memory_used_bytes=int(info.used) if info is not None else None,
+                gpm=activity,
+            )
+        return MigReading(devices=tuple(s.info for s in slots), instances=instances)
+
+
+def _memory(process: Any) -> int | None:
+    used = getattr(process, "usedGpuMemory", None)
+    return int(used) if isinstance(used, int) else None
 
 
 def _throttle_reasons(mask: int) -> dict[str, bool]:
@@ -728,10 +671,6 @@ def _throttle_reasons(mask: int) -> dict[str, bool]:
 def nvml_device_get_memory_info_v2(handle: Any) -> Any:
     """`nvmlDeviceGetMemoryInfo` v2, which also reports the driver's reservation."""
     return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-
-
-def _sample_value(sample: Any) -> float:
-    return float(sample.sampleValue.uiVal)
 
 
 def _register_events(handle: Any, mask: int, event_set: Any) -> bool:

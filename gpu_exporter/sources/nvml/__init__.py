@@ -1,0 +1,12 @@
+"""The real NVIDIA driver through pynvml: the only package of the exporter that imports it.
+
+- `calls`: the choke point that classifies every NVML return code;
+- `fields`: the one `nvmlDeviceGetFieldValues` batch per device and interval;
+- `gpm`: GPM activity streams (two reused samples per device or GPU instance);
+- `mig`: MIG device enumeration;
+- `backend`: `PynvmlBackend`, tying them together behind `sources.backend.Backend`.
+"""
+
+from gpu_exporter.sources.nvml.backend import PynvmlBackend, PynvmlEventSet
+
+__all__ = ["PynvmlBackend", "PynvmlEventSet"]

@@ -1,0 +1,172 @@
+"""The choke point: every NVML call of the exporter goes through `NvmlCalls.call`.
+
+`classify` decides what an NVML return code means; `NvmlCalls` acts on it:
+
+- NOT_SUPPORTED / FUNCTION_NOT_FOUND / ARGUMENT_VERSION_MISMATCH: the value is None, and
+  the call is remembered per device so it is not repeated every interval. pynvml's
+  unversioned wrappers raise `NVMLLibraryMismatchError` (not an `NVMLError`) when the
+  driver lacks the versioned symbol; that is the same "this driver cannot answer".
+- GPU_IS_LOST / UNKNOWN / TIMEOUT: `DeviceLost`.
+- UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND:
+  `NvmlUnavailable`.
+- Anything else: counted in `errors` (function, error) and the value is None.
+
+A call may name codes that are an expected answer rather than an error (`quiet`): the
+sample buffers answer NOT_FOUND when nothing is newer, an event wait TIMEOUT, an empty
+MIG slot NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pynvml
+
+from gpu_exporter.sources.backend import DeviceLost, ErrorCounts, NvmlUnavailable
+
+T = TypeVar("T")
+
+
+class Outcome(enum.Enum):
+    """What an NVML error code means for the exporter."""
+
+    UNSUPPORTED = "unsupported"  # this device or driver cannot answer: leave the value out
+    DEVICE_LOST = "device_lost"  # the device is gone: gpu_up 0
+    NVML_DOWN = "nvml_down"  # the library is unusable: nvml_up 0, re-initialise
+    ERROR = "error"  # anything else: count it, leave the value out
+
+
+_UNSUPPORTED = frozenset(
+    {
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,  # a versioned API this driver lacks
+    }
+)
+_DEVICE_LOST = frozenset(
+    {pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_TIMEOUT}
+)
+_NVML_DOWN = frozenset(
+    {
+        pynvml.NVML_ERROR_UNINITIALIZED,
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+    }
+)
+NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND})  # nothing newer, or an empty slot
+NO_QUIET: frozenset[int] = frozenset()
+
+
+def classify(code: int | None) -> Outcome:
+    """The one decision of what an NVML return code means."""
+    if code in _UNSUPPORTED:
+        return Outcome.UNSUPPORTED
+    if code in _DEVICE_LOST:
+        return Outcome.DEVICE_LOST
+    if code in _NVML_DOWN:
+        return Outcome.NVML_DOWN
+    return Outcome.ERROR
+
+
+_ERROR_NAMES: dict[int, str] = {
+    value: name[len("NVML_ERROR_") :].lower()
+    for name, value in vars(pynvml).items()
+    if name.startswith("NVML_ERROR_") and isinstance(value, int)
+}
+
+
+def code_name(code: int | None) -> str:
+    """Short snake_case name of an NVML return code, e.g. `gpu_is_lost`."""
+    if isinstance(code, int):
+        return _ERROR_NAMES.get(code, f"code_{code}")
+    return "unknown"
+
+
+def error_name(error: pynvml.NVMLError) -> str:
+    """Short snake_case name of an NVML error, e.g. `gpu_is_lost`."""
+    return code_name(getattr(error, "value", None))
+
+
+def text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class Device:
+    """One device (or MIG device) handle plus the calls and fields it answered as
+    unsupported, so they are not asked again."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.unsupported: set[str] = set()
+        self.unsupported_fields: set[str] = set()
+
+
+class NvmlCalls:
+    """Calls NVML and classifies every failure; counts unexpected errors in `errors`."""
+
+    def __init__(self, errors: ErrorCounts) -> None:
+        self.errors = errors
+
+    def call(
+        self,
+        function: str,
+        fn: Callable[..., T],
+        *args: Any,
+        device: Device | None = None,
+        key: str | None = None,
+        quiet: frozenset[int] = NO_QUIET,
+        on_error: type[NvmlUnavailable | DeviceLost] | None = None,
+    ) -> T | None:
+        """Call `fn(*args)`; every NVML error is classified here and nowhere else.
+
+        Returns None when the call is unsupported (remembered under `key` for `device`),
+        answered with a `quiet` code, or failed with an unexpected error (counted; raised
+        as `on_error` when the caller cannot go on without the value).
+        """
+        if device is not None and key is not None and key in device.unsupported:
+            return None
+        try:
+            return fn(*args)
+        except pynvml.NVMLLibraryMismatchError:  # the wrapper's versioned symbol is missing
+            if device is not None and key is not None:
+                device.unsupported.add(key)
+            return None
+        except pynvml.NVMLError as error:
+            code = getattr(error, "value", None)
+            if code in quiet:
+                return None
+            self.failed(function, code, str(error), device, key, on_error, cause=error)
+            return None
+
+    def query(self, d: Device, key: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """A per-device call, cached as unsupported under `key`."""
+        return self.call(fn.__name__, fn, d.handle, *args, device=d, key=key)
+
+    def failed(
+        self,
+        function: str,
+        code: int | None,
+        message: str,
+        device: Device | None,
+        key: str | None,
+        on_error: type[NvmlUnavailable | DeviceLost] | None = None,
+        *,
+        cause: BaseException | None = None,
+    ) -> None:
+        """Act on one failed call, or one failed entry of a batch (fields, GPM metrics)."""
+        outcome = classify(code)
+        name = code_name(code)
+        if outcome is Outcome.NVML_DOWN:
+            raise NvmlUnavailable(name, f"{function}: {message}") from cause
+        if outcome is Outcome.DEVICE_LOST:
+            raise DeviceLost(name, f"{function}: {message}") from cause
+        if outcome is Outcome.UNSUPPORTED:
+            if device is not None and key is not None:
+                device.unsupported.add(key)
+            return
+        self.errors.add(function, name)
+        if on_error is not None:
+            raise on_error(name, f"{function}: {message}") from cause

@@ -1,0 +1,172 @@
+"""GPM (GPU Performance Monitoring, Hopper and newer): activity between two samples.
+
+Per device, or per MIG GPU instance, a `GpmStream` keeps two GPM samples allocated once
+and reused: each interval it takes a new sample into the older one and asks
+`nvmlGpmMetricsGet` for the metrics between the two. That is two NVML calls per interval.
+The samples are freed when the stream is closed (on NVML re-initialisation and at exit).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from gpu_exporter.model import GpmReading
+from gpu_exporter.sources.backend import DeviceLost, NvmlUnavailable
+from gpu_exporter.sources.nvml.calls import Device, NvmlCalls, Outcome, classify
+
+MIB = 2**20
+
+# GPM metric -> (what it measures, its scale to base units)
+_RATIOS: dict[int, str] = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: "graphics_engine",
+    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm",
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy",
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram",
+}
+_PIPES: dict[int, str] = {
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor",
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: "fp64",
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: "fp32",
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: "fp16",
+    pynvml.NVML_GPM_METRIC_INTEGER_UTIL: "integer",
+}
+_PCIE: dict[int, str] = {
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: "tx",
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: "rx",
+}
+_NVLINK: dict[int, str] = {
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: "tx",
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: "rx",
+}
+DEVICE_METRICS: tuple[int, ...] = (*_RATIOS, *_PIPES, *_PCIE, *_NVLINK)
+INSTANCE_METRICS: tuple[int, ...] = (*_RATIOS, *_PIPES)  # bus traffic is per GPU
+
+
+def supported(calls: NvmlCalls, d: Device) -> bool:
+    """`nvmlGpmQueryDeviceSupport` (remembered by the caller: it does not change)."""
+    answer = calls.query(d, "gpm_support", pynvml.nvmlGpmQueryDeviceSupport)
+    return answer is not None and bool(answer.isSupportedDevice)
+
+
+@dataclass
+class GpmStream:
+    """Two reused GPM samples of one device or GPU instance, and the metrics between."""
+
+    calls: NvmlCalls
+    device: Device  # whose unsupported cache the stream's calls use
+    key: str  # e.g. "gpm", "gpm/mig/1"
+    take: Callable[[Any], Any]  # fills a sample: nvmlGpmSampleGet or nvmlGpmMigSampleGet
+    metric_ids: tuple[int, ...]
+    monotonic: Callable[[], float] = time.monotonic
+    _samples: list[Any] = field(default_factory=list)
+    _next: int = 0  # which sample the next take fills
+    _taken_at: float | None = None  # when the other sample was taken
+    _request: Any = None
+    _unsupported: set[int] = field(default_factory=set)
+
+    def read(self) -> GpmReading | None:
+        """Take a sample; the metrics since the previous one, or None (first, or failed)."""
+        if not self._samples and not self._allocate():
+            return None
+        sample = self._samples[self._next]
+        taken = self.calls.call(
+            "nvmlGpmSampleGet", self.take, sample, device=self.device, key=self.key
+        )
+        if taken is None:
+            self._taken_at = None  # a gap: the next sample starts afresh
+            return None
+        now = self.monotonic()
+        previous, previous_at = self._samples[1 - self._next], self._taken_at
+        self._next, self._taken_at = 1 - self._next, now
+        if previous_at is None or now <= previous_at:
+            return None
+        values = self._metrics(previous, sample)
+        return None if values is None else _reading(values, now - previous_at)
+
+    def close(self) -> None:
+        """Free the samples; never raises."""
+        samples, self._samples = self._samples, []
+        for sample in samples:
+            try:
+                self.calls.call("nvmlGpmSampleFree", pynvml.nvmlGpmSampleFree, sample)
+            except (NvmlUnavailable, DeviceLost):
+                pass  # the library is gone, and the samples with it
+
+    def _allocate(self) -> bool:
+        while len(self._samples) < 2:
+            sample = self.calls.call(
+                "nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc, device=self.device, key=self.key
+            )
+            if sample is None:
+                self.close()
+                return False
+            self._samples.append(sample)
+        self._request = pynvml.c_nvmlGpmMetricsGet_t()
+        return True
+
+    def _metrics(self, sample1: Any, sample2: Any) -> dict[int, float] | None:
+        wanted = [m for m in self.metric_ids if m not in self._unsupported]
+        if not wanted:
+            return None
+        request = self._request
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(wanted)
+        request.sample1, request.sample2 = sample1, sample2
+        for i, metric in enumerate(wanted):
+            request.metrics[i].metricId = metric
+        answer = self.calls.call(
+            "nvmlGpmMetricsGet",
+            pynvml.nvmlGpmMetricsGet,
+            request,
+            device=self.device,
+            key=f"{self.key}/metrics",
+        )
+        if answer is None:
+            return None
+        out: dict[int, float] = {}
+        for i, metric in enumerate(wanted):
+            entry = answer.metrics[i]
+            code = int(entry.nvmlReturn)
+            if code == pynvml.NVML_SUCCESS:
+                out[metric] = float(entry.value)
+            elif classify(code) is Outcome.UNSUPPORTED:
+                self._unsupported.add(metric)
+            else:
+                error = pynvml.NVMLError(code)
+                self.calls.failed(
+                    "nvmlGpmMetricsGet", code, f"metric {metric}: {error}", self.device, None
+                )
+        return out
+
+
+def _ratio(percent: float) -> float:
+    return min(1.0, max(0.0, percent / 100.0))
+
+
+def _reading(values: dict[int, float], elapsed: float) -> GpmReading:
+    ratios = {name: _ratio(values[m]) for m, name in _RATIOS.items() if m in values}
+    return GpmReading(
+        elapsed_seconds=elapsed,
+        graphics_engine_ratio=ratios.get("graphics_engine"),
+        sm_ratio=ratios.get("sm"),
+        sm_occupancy_ratio=ratios.get("sm_occupancy"),
+        dram_ratio=ratios.get("dram"),
+        pipe_ratios={name: _ratio(values[m]) for m, name in _PIPES.items() if m in values},
+        pcie_bytes_per_second={
+            d: max(0.0, values[m]) * MIB for m, d in _PCIE.items() if m in values
+        },
+        nvlink_bytes_per_second={
+            d: max(0.0, values[m]) * MIB for m, d in _NVLINK.items() if m in values
+        },
+    )
+
+
+def sample_address(sample: Any) -> int:
+    """A GPM sample's identity (an opaque pointer)."""
+    return int(ctypes.cast(sample, ctypes.c_void_p).value or 0)

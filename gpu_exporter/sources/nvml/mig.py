@@ -1,0 +1,67 @@
+"""MIG: the MIG devices of a GPU with MIG enabled, enumerated through NVML.
+
+Slots are sparse: `nvmlDeviceGetMigDeviceHandleByIndex` answers NOT_FOUND for an empty
+one, which is normal. The enumeration changes only when an administrator repartitions
+the GPU, so it is re-read every REFRESH_SECONDS (and after NVML re-initialises).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pynvml
+
+from gpu_exporter.model import MigDevice
+from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, text
+
+REFRESH_SECONDS = 60.0
+_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")  # "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+
+
+@dataclass(frozen=True)
+class MigSlot:
+    """One MIG device: its handle (with its own unsupported cache) and identity."""
+
+    device: Device
+    info: MigDevice
+
+
+def profile_of(name: str | None) -> str:
+    """The MIG profile in a MIG device's name ("3g.40gb"), or "" when it has none."""
+    match = _PROFILE.search(name or "")
+    return match.group(1) if match else ""
+
+
+def enumerate_mig(calls: NvmlCalls, parent: Device) -> tuple[MigSlot, ...]:
+    """The MIG devices of `parent`; empty while MIG is off or unsupported."""
+    mode = calls.query(parent, "mig", pynvml.nvmlDeviceGetMigMode)
+    if mode is None or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    count = calls.query(parent, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount)
+    slots: list[MigSlot] = []
+    for index in range(int(count or 0)):
+        handle = calls.call(
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
+            parent.handle,
+            index,
+            quiet=NOT_FOUND,
+        )
+        if handle is None:
+            continue  # an empty slot
+        d = Device(handle)
+        gpu_instance = calls.query(d, "gpu_instance", pynvml.nvmlDeviceGetGpuInstanceId)
+        compute_instance = calls.query(d, "compute_instance", pynvml.nvmlDeviceGetComputeInstanceId)
+        uuid = calls.query(d, "uuid", pynvml.nvmlDeviceGetUUID)
+        if gpu_instance is None or compute_instance is None or uuid is None:
+            continue  # cannot be named: left out rather than guessed
+        name = calls.query(d, "name", pynvml.nvmlDeviceGetName)
+        info = MigDevice(
+            uuid=text(uuid),
+            gpu_instance=int(gpu_instance),
+            compute_instance=int(compute_instance),
+            profile=profile_of(text(name) if name is not None else None),
+        )
+        slots.append(MigSlot(d, info))
+    return tuple(slots)

@@ -15,8 +15,17 @@ import pytest
 
 from gpu_exporter.metrics.catalogue import METRICS
 from gpu_exporter.sources.simulated import MEMORY_TOTAL_BYTES
+from gpu_exporter.sources.simulated_activity import (
+    INFERENCE,
+    INFERENCE_SHARE_OF_GPU,
+    INPUT_STARVED,
+    INPUT_STARVED_DUTY,
+    INPUT_STARVED_PERIOD,
+    square_mean,
+)
 from tests.support.exporter import (
     Exporter,
+    Samples,
     command,
     free_port,
     http_get,
@@ -68,6 +77,36 @@ def test_busy_counter_rate_is_the_true_average_of_a_flickering_gpu(exporter: Exp
     assert 0.35 < busy / elapsed < 0.60, busy / elapsed
     idle = values(second, "gpu_busy_seconds_total", gpu="1")[0]
     assert idle == 0.0
+
+
+def test_gpm_counters_rate_is_the_known_activity_within_two_points(exporter: Exporter) -> None:
+    """A square wave (the input-starved GPU's bursts) and constants, over 10 seconds."""
+
+    def at(s: Samples) -> tuple[float, dict[tuple[str, str], float]]:
+        when = values(s, "gpu_exporter_last_sample_timestamp_seconds")[0]
+        counters = {
+            ("sm", gpu): values(s, "gpu_sm_active_seconds_total", gpu=gpu)[0] for gpu in "0123"
+        }
+        counters[("tensor", "0")] = values(
+            s, "gpu_pipe_active_seconds_total", gpu="0", pipe="tensor"
+        )[0]
+        counters[("mig-sm", "2")] = values(
+            s, "gpu_mig_sm_active_seconds_total", gpu="3", gpu_instance="2"
+        )[0]
+        return when, counters
+
+    ready = exporter.wait_for(lambda s: values(s, "gpu_mig_sm_active_seconds_total"))
+    t0, first = at(ready)  # GPM needs two samples before it has anything to say
+    time.sleep(10.0)
+    t1, second = at(exporter.scrape())
+    rate = {key: (second[key] - first[key]) / (t1 - t0) for key in first}
+    bursts = square_mean(t0, t1, INPUT_STARVED_PERIOD, INPUT_STARVED_DUTY)  # ~0.5
+    assert abs(rate[("sm", "0")] - INPUT_STARVED.sm * bursts) < 0.02, rate
+    assert abs(rate[("tensor", "0")] - INPUT_STARVED.pipes["tensor"] * bursts) < 0.02, rate
+    assert rate[("sm", "1")] == 0.0  # idle
+    assert rate[("sm", "2")] < 0.2  # launch-bound: busy, yet few SMs have work
+    assert abs(rate[("mig-sm", "2")] - INFERENCE.sm) < 0.02, rate  # a constant
+    assert abs(rate[("sm", "3")] - INFERENCE.sm * INFERENCE_SHARE_OF_GPU) < 0.02, rate
 
 
 def test_counters_never_go_backwards(exporter: Exporter) -> None:

@@ -19,6 +19,14 @@ faked too: `FakeGpu.supported_events` is what nvmlDeviceGetSupportedEventTypes r
 queues driver events with `FakeNvmlLib.push_event`; nvmlEventSetWait_v2 delivers the first
 one the set registered for (blocking up to its timeout, as the driver does) or answers
 NVML_ERROR_TIMEOUT.
+
+GPM is faked as the driver does it: `FakeGpu.gpm` gives each metric's percent (or rate)
+per interval, as a number or a function of the interval's index; nvmlGpmMetricsGet
+answers for the pair of samples it is given, with per-metric return codes from
+`FakeGpu.gpm_errors`. Samples are tracked from alloc to free (`live_gpm_samples`).
+MIG devices (`FakeGpu.mig_devices`, in sparse slots) have handles of their own, answered
+by the identity, memory and process calls; their calls count towards the parent GPU.
+Field values honour `scopeId`: `FakeGpu.fields` may be keyed by `(field id, scope)`.
 """
 
 # The fake's methods are named after the C symbols they stand in for (c_ + symbol).
@@ -78,8 +86,8 @@ class FakeGpu:
     mig: tuple[int, int] | None = None  # (current, pending)
     # nvmlDeviceGetFieldValues: field id -> value (int: unsigned long long, float: double),
     # or a per-field return code in field_errors; a field in neither is NOT_SUPPORTED.
-    fields: dict[int, int | float] = field(default_factory=dict)
-    field_errors: dict[int, int] = field(default_factory=dict)
+    fields: dict[int | tuple[int, int], int | float] = field(default_factory=dict)
+    field_errors: dict[int | tuple[int, int], int] = field(default_factory=dict)
     # nvmlDeviceGetSamples: sampling type -> ring buffer of (timestamp us, percent), kept
     # in ring order (not necessarily sorted); a type absent here is NOT_SUPPORTED.
     samples: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
@@ -88,7 +96,39 @@ class FakeGpu:
     process_samples: list[tuple[int, int, int, int]] | None = None  # (pid, ts us, sm %, mem %)
     # nvmlDeviceGetSupportedEventTypes: nvmlEventType* bits (0: the device supports none).
     supported_events: int = 0
+    # GPM: metric id -> percent (or MiB/s), fixed or a function of the interval's index
+    gpm_supported: bool = False
+    gpm: dict[int, float | Callable[[int], float]] = field(default_factory=dict)
+    gpm_errors: dict[int, int] = field(default_factory=dict)  # metric id -> return code
+    mig_devices: list[FakeMigDevice] = field(default_factory=list)  # MIG on: mig=(1, 1)
+    mig_slots: int = 7  # nvmlDeviceGetMaxMigDeviceCount
     fail: dict[str, int] = field(default_factory=dict)  # C function name -> return code
+
+
+@dataclass
+class FakeMigDevice:
+    """One MIG device (a compute instance of a GPU instance) in slot `slot` of its GPU."""
+
+    slot: int
+    gpu_instance: int
+    compute_instance: int
+    uuid: str
+    name: str  # e.g. "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    memory_bytes: tuple[int, int]  # (total, used)
+    processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes)
+    gpm: dict[int, float | Callable[[int], float]] = field(default_factory=dict)
+    struct: Any = field(default_factory=lambda: pynvml.struct_c_nvmlDevice_t())
+
+
+@dataclass
+class FakeGpmSample:
+    """One allocated GPM sample: which device (and GPU instance) filled it, and when."""
+
+    struct: Any
+    gpu: int | None = None
+    gpu_instance: int | None = None
+    interval: int = -1  # the index of the take for that device (or instance)
+    freed: bool = False
 
 
 @dataclass
@@ -232,6 +272,10 @@ class FakeNvmlLib:
         self.wait_timeouts_ms: list[int] = []  # the timeout of every EventSetWait_v2 call
         self.pending_events: list[FakeEvent] = []
         self._events_changed = threading.Condition()
+        self.field_scopes: list[list[tuple[int, int]]] = []  # (field id, scope) per call
+        self.gpm_samples: list[FakeGpmSample] = []
+        self.gpm_requests: list[list[int]] = []  # metric ids of each nvmlGpmMetricsGet
+        self._gpm_takes: Counter[tuple[int, int | None]] = Counter()
 
     # Lookup ------------------------------------------------------------------------
 
@@ -261,12 +305,26 @@ class FakeNvmlLib:
         return self.calls[(name, gpu)]
 
     def _index_of(self, handle: Any) -> int | None:
+        """The GPU of a device handle; a MIG device's calls count towards its parent."""
         if not isinstance(handle, pynvml.c_nvmlDevice_t) or not handle:
             return None
         address = ctypes.addressof(handle.contents)
         for index, struct in enumerate(self._structs):
             if ctypes.addressof(struct) == address:
                 return index
+        for index, gpu in enumerate(self.gpus):
+            if any(ctypes.addressof(m.struct) == address for m in gpu.mig_devices):
+                return index
+        return None
+
+    def _mig_of(self, handle: Any) -> FakeMigDevice | None:
+        if not isinstance(handle, pynvml.c_nvmlDevice_t) or not handle:
+            return None
+        address = ctypes.addressof(handle.contents)
+        for gpu in self.gpus:
+            for mig in gpu.mig_devices:
+                if ctypes.addressof(mig.struct) == address:
+                    return mig
         return None
 
     def _gpu(self, handle: Any) -> FakeGpu:
@@ -313,10 +371,12 @@ class FakeNvmlLib:
         return SUCCESS
 
     def c_nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:
-        return self._string(buf, self._gpu(handle).uuid)
+        mig = self._mig_of(handle)
+        return self._string(buf, mig.uuid if mig else self._gpu(handle).uuid)
 
     def c_nvmlDeviceGetName(self, handle: Any, buf: Any, size: Any) -> int:
-        return self._string(buf, self._gpu(handle).name)
+        mig = self._mig_of(handle)
+        return self._string(buf, mig.name if mig else self._gpu(handle).name)
 
     def c_nvmlDeviceGetSerial(self, handle: Any, buf: Any, size: Any) -> int:
         return self._string(buf, self._gpu(handle).serial)
@@ -416,6 +476,11 @@ class FakeNvmlLib:
         return self._put(util, self._gpu(handle).decoder_percent)
 
     def c_nvmlDeviceGetMemoryInfo(self, handle: Any, ptr: Any) -> int:
+        mig = self._mig_of(handle)
+        if mig is not None:
+            total, used = mig.memory_bytes
+            ptr._obj.total, ptr._obj.used, ptr._obj.free = total, used, total - used
+            return SUCCESS
         memory = self._gpu(handle).memory_bytes
         if memory is None:
             return NOT_SUPPORTED
@@ -439,12 +504,14 @@ class FakeNvmlLib:
         values = ptr._obj
         assert len(values) == count.value
         self.field_requests.append([int(v.fieldId) for v in values])
+        self.field_scopes.append([(int(v.fieldId), int(v.scopeId)) for v in values])
         for entry in values:
             field_id = int(entry.fieldId)
-            if field_id in gpu.field_errors:
-                entry.nvmlReturn = gpu.field_errors[field_id]
-            elif field_id in gpu.fields:
-                value = gpu.fields[field_id]
+            scoped = (field_id, int(entry.scopeId))
+            if scoped in gpu.field_errors or field_id in gpu.field_errors:
+                entry.nvmlReturn = gpu.field_errors.get(scoped, gpu.field_errors.get(field_id))
+            elif scoped in gpu.fields or field_id in gpu.fields:
+                value = gpu.fields[scoped] if scoped in gpu.fields else gpu.fields[field_id]
                 entry.nvmlReturn = SUCCESS
                 if isinstance(value, float):
                     entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
@@ -494,6 +561,9 @@ class FakeNvmlLib:
         return SUCCESS
 
     def c_nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, buf: Any) -> int:
+        mig = self._mig_of(handle)
+        if mig is not None:
+            return self._process_list(mig.processes, count, buf)
         return self._process_list(self._gpu(handle).compute_processes, count, buf)
 
     def c_nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any, count: Any, buf: Any) -> int:
@@ -519,6 +589,104 @@ class FakeNvmlLib:
             slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = pid, ts, sm, mem
         count._obj.value = min(len(newer), len(buf))
         return SUCCESS
+
+    # MIG ----------------------------------------------------------------------------
+
+    def c_nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, ptr: Any) -> int:
+        gpu = self._gpu(handle)
+        if gpu.mig is None or gpu.mig[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return NOT_SUPPORTED
+        return self._put(ptr, gpu.mig_slots)
+
+    def c_nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, ptr: Any) -> int:
+        for mig in self._gpu(handle).mig_devices:
+            if mig.slot == index.value:
+                ptr._obj.contents = mig.struct
+                return SUCCESS
+        return NOT_FOUND  # an empty slot
+
+    def c_nvmlDeviceGetGpuInstanceId(self, handle: Any, ptr: Any) -> int:
+        mig = self._mig_of(handle)
+        return self._put(ptr, mig.gpu_instance) if mig else pynvml.NVML_ERROR_INVALID_ARGUMENT
+
+    def c_nvmlDeviceGetComputeInstanceId(self, handle: Any, ptr: Any) -> int:
+        mig = self._mig_of(handle)
+        return self._put(ptr, mig.compute_instance) if mig else pynvml.NVML_ERROR_INVALID_ARGUMENT
+
+    # GPM ----------------------------------------------------------------------------
+
+    def c_nvmlGpmQueryDeviceSupport(self, handle: Any, ptr: Any) -> int:
+        ptr._obj.isSupportedDevice = int(self._gpu(handle).gpm_supported)
+        return SUCCESS
+
+    def c_nvmlGpmSampleAlloc(self, ptr: Any) -> int:
+        sample = FakeGpmSample(pynvml.struct_c_nvmlGpmSample_t())
+        self.gpm_samples.append(sample)
+        ptr._obj.contents = sample.struct
+        return SUCCESS
+
+    def _gpm_sample(self, pointer: Any) -> FakeGpmSample | None:
+        if not pointer:
+            return None
+        address = ctypes.addressof(pointer.contents)
+        for sample in self.gpm_samples:
+            if ctypes.addressof(sample.struct) == address and not sample.freed:
+                return sample
+        return None
+
+    def c_nvmlGpmSampleFree(self, pointer: Any) -> int:
+        sample = self._gpm_sample(pointer)
+        if sample is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        sample.freed = True
+        return SUCCESS
+
+    def _take(self, handle: Any, gpu_instance: int | None, pointer: Any) -> int:
+        index = self._index_of(handle)
+        sample = self._gpm_sample(pointer)
+        if index is None or sample is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        if not self.gpus[index].gpm_supported:
+            return NOT_SUPPORTED
+        key = (index, gpu_instance)
+        sample.gpu, sample.gpu_instance, sample.interval = index, gpu_instance, self._gpm_takes[key]
+        self._gpm_takes[key] += 1
+        return SUCCESS
+
+    def c_nvmlGpmSampleGet(self, handle: Any, pointer: Any) -> int:
+        return self._take(handle, None, pointer)
+
+    def c_nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: Any, pointer: Any) -> int:
+        # pynvml passes a plain int here (ctypes would convert it for the real C function)
+        return self._take(handle, int(getattr(gpu_instance, "value", gpu_instance)), pointer)
+
+    def c_nvmlGpmMetricsGet(self, ptr: Any) -> int:
+        request = ptr._obj
+        first, second = self._gpm_sample(request.sample1), self._gpm_sample(request.sample2)
+        if first is None or second is None or first.gpu is None or first.gpu != second.gpu:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        gpu = self.gpus[first.gpu]
+        values = gpu.gpm
+        if second.gpu_instance is not None:
+            mig = next(m for m in gpu.mig_devices if m.gpu_instance == second.gpu_instance)
+            values = mig.gpm
+        ids = [int(request.metrics[i].metricId) for i in range(request.numMetrics)]
+        self.gpm_requests.append(ids)
+        for i, metric in enumerate(ids):
+            entry = request.metrics[i]
+            if metric in gpu.gpm_errors:
+                entry.nvmlReturn = gpu.gpm_errors[metric]
+            elif metric in values:
+                value = values[metric]
+                entry.nvmlReturn = SUCCESS
+                entry.value = value(second.interval) if callable(value) else value
+            else:
+                entry.nvmlReturn = NOT_SUPPORTED
+        return SUCCESS
+
+    def live_gpm_samples(self) -> int:
+        """GPM samples allocated and not freed."""
+        return sum(not s.freed for s in self.gpm_samples)
 
     # Events -------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ class Settings:
     collectors: frozenset[str] = frozenset(c.name for c in COLLECTORS if c.default_enabled)
     process_limit: int = 32
     process_cmdline: bool = False
+    compat_dcgm: bool = False
     log_level: str = "info"
     log_format: str = "logfmt"
     simulate: int | None = None
@@ -223,6 +224,13 @@ OPTIONS: tuple[Option, ...] = (
         "export each process's command line (truncated to 256 characters; may hold secrets)",
     ),
     Option(
+        "compat.dcgm",
+        "compat_dcgm",
+        _bool,
+        "also serve dcgm-exporter's default metrics under its names, units and labels "
+        "(DCGM_FI_*), beside the gpu_ ones; see docs/migrating-from-dcgm-exporter.md",
+    ),
+    Option(
         "log.level",
         "log_level",
         _choice("debug", "info", "warn", "error"),
@@ -275,7 +283,7 @@ OPTIONS: tuple[Option, ...] = (
         flag_only=True,
     ),
 )
-_BOOL_FIELDS = frozenset({"process_cmdline", "once"})
+_BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "once"})
 _BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 _COLLECTOR_KEYS: dict[str, str] = {f"collector.{c.name}": c.name for c in COLLECTORS}
 

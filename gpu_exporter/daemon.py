@@ -5,6 +5,7 @@ them until a signal says stop. SIGHUP re-reads the config file and the web confi
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -96,8 +97,17 @@ def make_sampler(
     )
 
 
+def node_name() -> str:
+    """The DCGM `Hostname` label: NODE_NAME (Kubernetes' downward API), else the host name."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
 def render_options(settings: Settings) -> RenderOptions:
-    return RenderOptions(cmdline=settings.process_cmdline)
+    return RenderOptions(
+        cmdline=settings.process_cmdline,
+        dcgm=settings.compat_dcgm,
+        hostname=node_name() if settings.compat_dcgm else "",
+    )
 
 
 def render(snapshot: Snapshot, settings: Settings, *, self_metrics: bool = True) -> Exposition:
@@ -117,6 +127,7 @@ LIVE_SETTINGS: frozenset[str] = frozenset(
         "log_format",
         "telemetry_path",
         "web_config_file",
+        "compat_dcgm",
     }
 )
 

@@ -77,6 +77,7 @@ class DeviceStatic:
     pcie_max_generation: int | None
     pcie_max_width: int | None  # lanes
     nvlink_links: int | None = None  # NVLink links of the board; None without NVLink
+    minor_number: int | None = None  # N of /dev/nvidiaN
 
 
 # Readings: one record per collector, read every interval ------------------------------
@@ -375,6 +376,7 @@ class XidState:
 
     counts: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
     last_timestamp_seconds: float | None = None  # Unix time
+    last_xid: int | None = None  # the code of the last one
 
 
 @dataclass(frozen=True)

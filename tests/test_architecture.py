@@ -15,6 +15,8 @@ from gpu_exporter.metrics.catalogue import METRICS
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "gpu_exporter"
 CATALOGUE = PACKAGE / "metrics" / "catalogue.py"
+# the dcgm-exporter table names each DCGM field's gpu_ equivalent for the migration guide
+CATALOGUE_MODULES = {CATALOGUE, PACKAGE / "metrics" / "dcgm.py"}
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -77,7 +79,7 @@ def test_metric_names_are_written_only_in_the_catalogue() -> None:
     found = {
         str(path.relative_to(REPO)): sorted(literals & names)
         for path in PACKAGE.rglob("*.py")
-        if path != CATALOGUE and (literals := string_literals(path)) & names
+        if path not in CATALOGUE_MODULES and (literals := string_literals(path)) & names
     }
     assert found == {}
 

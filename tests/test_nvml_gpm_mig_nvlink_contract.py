@@ -13,7 +13,7 @@ import pynvml
 import pytest
 
 from gpu_exporter.metrics.exposition import Exposition
-from gpu_exporter.model import DeviceReading, Snapshot
+from gpu_exporter.model import DeviceReading
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.nvml import PynvmlBackend
 from gpu_exporter.sources.nvml.mig import REFRESH_SECONDS, profile_of
@@ -28,6 +28,7 @@ from tests.support.fake_nvml import (
     h100,
     old_fanless,
 )
+from tests.support.fake_sampling import sample_fake
 
 M = pynvml
 GPM_ON = frozenset({"gpm"})
@@ -313,27 +314,9 @@ def test_mig_gpm_per_gpu_instance(install: Install) -> None:
     assert lib.live_gpm_samples() == 0
 
 
-def samples(collectors: set[str], n: int = 3) -> Snapshot:
-    """The `n`th one-second sample of the installed fake library, on a fake clock."""
-    clock = FakeClock()
-    sampler = Sampler(
-        PynvmlBackend(monotonic=clock.monotonic),
-        interval_seconds=1.0,
-        timeout_seconds=5.0,
-        collectors=frozenset(collectors),
-        clock=clock.wall,
-        monotonic=clock.monotonic,
-    )
-    for _ in range(n):
-        snapshot = sampler.sample_once()
-        clock.now += 1
-    sampler.stop(0)
-    return snapshot
-
-
 def test_the_mig_parent_stays_up_without_utilization(install: Install) -> None:
     lib = install(FakeNvmlLib([mig_h100()]))
-    snapshot = samples({"utilization", "memory", "mig", "process"})
+    snapshot = sample_fake({"utilization", "memory", "mig", "process"})
     (device,) = snapshot.devices
     assert device.up
     assert device.reading is not None and device.reading.utilization is not None
@@ -452,7 +435,7 @@ def test_an_empty_mig_slot_answers_not_found(install: Install) -> None:
 
 def test_gpm_series_are_absent_on_gpus_without_gpm_never_zero(install: Install) -> None:
     install(FakeNvmlLib([old_fanless(0), hopper(1)]))
-    snapshot = samples({"gpm", "nvlink", "mig", "memory"})
+    snapshot = sample_fake({"gpm", "nvlink", "mig", "memory"})
     text = Exposition(snapshot).body(openmetrics=False, compressed=False).decode()
     assert 'gpu_sm_active_seconds_total{gpu="1"' in text
     assert 'gpu_sm_active_seconds_total{gpu="0"' not in text

@@ -1,4 +1,5 @@
-"""Snapshot -> metric families: one loop over the catalogue. Pure: no NVML, no I/O.
+"""Snapshot -> metric families: one loop over the catalogue (and, with `--compat.dcgm`,
+its dcgm-exporter name table). Pure: no NVML, no I/O.
 
 Families are built fresh from each Snapshot, so a process that exited or a GPU that
 disappeared simply stops being exported. A spec whose collector was off for the sample
@@ -8,6 +9,7 @@ is skipped; a value the device did not report is left out, never written as 0 or
 from __future__ import annotations
 
 from gpu_exporter.metrics.catalogue import METRICS
+from gpu_exporter.metrics.dcgm import DCGM_METRICS
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions
 from gpu_exporter.metrics.text import Family, write_text
 from gpu_exporter.model import Snapshot
@@ -16,7 +18,7 @@ from gpu_exporter.model import Snapshot
 def families(snapshot: Snapshot, options: RenderOptions = DEFAULT_OPTIONS) -> list[Family]:
     """Every family with at least one series, in catalogue order."""
     out: list[Family] = []
-    for spec in METRICS:
+    for spec in METRICS + (DCGM_METRICS if options.dcgm else ()):
         if spec.collector is not None and spec.collector not in snapshot.collectors:
             continue
         rows = [(labels, float(value)) for labels, value in spec.rows(snapshot, options)]

@@ -64,6 +64,8 @@ class RenderOptions:
     """How a Snapshot is turned into series (from the command line)."""
 
     cmdline: bool = False  # --collector.process.cmdline: processes carry `cmdline`
+    dcgm: bool = False  # --compat.dcgm: also dcgm-exporter's names (`metrics.dcgm`)
+    hostname: str = ""  # the `Hostname` label of the DCGM series
 
 
 DEFAULT_OPTIONS = RenderOptions()

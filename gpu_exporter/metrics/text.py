@@ -13,7 +13,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
 from prometheus_client.utils import floatToGoString
 
 from gpu_exporter.metrics.specs import LabelValues, MetricType
@@ -88,10 +93,17 @@ def write_text(families: Iterable[Family]) -> str:
 
 
 def to_client(family: Family) -> Metric:
-    """prometheus_client's family of the same series (for the OpenMetrics format)."""
+    """prometheus_client's family of the same series (for the OpenMetrics format).
+
+    A counter whose name does not end in `_total` (dcgm-exporter's names) is typed
+    `unknown`: an OpenMetrics counter's samples must end in `_total`, and renaming them
+    would break the queries the names are kept for.
+    """
     labels = list(family.label_names)
-    out: GaugeMetricFamily | CounterMetricFamily
-    if family.type == "counter":
+    out: GaugeMetricFamily | CounterMetricFamily | UnknownMetricFamily
+    if family.type == "counter" and not family.name.endswith("_total"):
+        out = UnknownMetricFamily(family.name, family.help, labels=labels)
+    elif family.type == "counter":
         out = CounterMetricFamily(family.family_name, family.help, labels=labels)
     else:
         out = GaugeMetricFamily(family.family_name, family.help, labels=labels)

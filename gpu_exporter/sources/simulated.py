@@ -265,6 +265,7 @@ class SimulatedBackend:
             pcie_max_generation=5,
             pcie_max_width=16,
             nvlink_links=NVLINK_LINKS,
+            minor_number=index,
         )
 
     def utilization_at(self, index: int, t: float) -> tuple[float, float]:

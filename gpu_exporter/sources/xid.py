@@ -161,7 +161,9 @@ class XidListener:
             old = self._state.get(event.uuid, XidState())
             counts = dict(old.counts)
             counts[event.xid] = counts.get(event.xid, 0) + 1
-            self._state[event.uuid] = XidState(counts=counts, last_timestamp_seconds=now)
+            self._state[event.uuid] = XidState(
+                counts=counts, last_timestamp_seconds=now, last_xid=event.xid
+            )
         log.error(
             "Xid error",
             extra={"uuid": event.uuid, "xid": event.xid, "meaning": xid_meaning(event.xid)},

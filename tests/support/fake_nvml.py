@@ -388,6 +388,9 @@ class FakeNvmlLib:
         ptr._obj.busId = self._gpu(handle).pci_bus_id.encode()
         return SUCCESS
 
+    def c_nvmlDeviceGetMinorNumber(self, handle: Any, ptr: Any) -> int:
+        return self._put(ptr, self._index_of(handle))
+
     def c_nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
         major._obj.value, minor._obj.value = self._gpu(handle).compute_capability
         return SUCCESS

@@ -196,6 +196,7 @@ class PynvmlBackend:
         )
         max_gen = q(d, "pcie_max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
         max_width = q(d, "pcie_max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
+        minor = q(d, "minor_number", pynvml.nvmlDeviceGetMinorNumber)
         links = fields.read_fields(
             self.calls, d, [fields.FieldRequest("nvlink_links", fields.NVLINK_LINK_COUNT)]
         ).get("nvlink_links")
@@ -215,6 +216,7 @@ class PynvmlBackend:
             pcie_max_generation=int(max_gen) if max_gen is not None else None,
             pcie_max_width=int(max_width) if max_width is not None else None,
             nvlink_links=state.nvlink_links or None,
+            minor_number=int(minor) if minor is not None else None,
         )
 
     # Dynamic values ----------------------------------------------------------------

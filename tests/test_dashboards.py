@@ -227,6 +227,18 @@ def test_every_metric_name_a_query_references_is_in_the_catalogue() -> None:
         "gpu_host_cpu_busy_seconds_total",
         "gpu_host_memory_available_bytes",
         "gpu_info",
+        "gpu_graphics_engine_active_seconds_total",
+        "gpu_sm_active_seconds_total",
+        "gpu_pipe_active_seconds_total",
+        "gpu_dram_active_seconds_total",
+        "gpu_mig_info",
+        "gpu_mig_memory_used_bytes",
+        "gpu_mig_memory_total_bytes",
+        "gpu_mig_graphics_engine_active_seconds_total",
+        "gpu_mig_sm_active_seconds_total",
+        "gpu_nvlink_link_up",
+        "gpu_nvlink_bytes_total",
+        "gpu_nvlink_errors_total",
     } <= referenced
 
 
@@ -278,6 +290,8 @@ def test_panels_answer_the_operators_questions() -> None:
         "Uncorrected ECC errors in range",
         "Throttled GPU-hours by reason",
         "GPU models",
+        "Fleet SM activity vs busy ratio",
+        "MIG instances by state",
     } <= fleet
     assert {
         "Busy ratio (rate) vs instantaneous utilization",
@@ -295,6 +309,15 @@ def test_panels_answer_the_operators_questions() -> None:
         "Input-bound? Busy ratio vs process-tree CPU and workers",
         "Host CPU",
         "Host memory",
+        "SM activity vs busy ratio",
+        "Tensor core and math pipe activity",
+        "DRAM bandwidth activity",
+        "MIG instances",
+        "MIG instance activity: busy and SM active",
+        "MIG instance memory used vs total",
+        "NVLink links up",
+        "NVLink throughput",
+        "NVLink errors",
     } <= node
     panels = {p["title"]: p for p in data_panels(load("gpu-node.json"))}
     assert panels["Throttle reasons"]["type"] == "state-timeline"
@@ -315,6 +338,25 @@ def test_panels_answer_the_operators_questions() -> None:
         "gpu_process_workers",
     ):
         assert metric in process_columns
+
+
+BUSY_WITH_MIG_FALLBACK = re.compile(
+    r"\(rate\(gpu_busy_seconds_total\{(?P<a>[^}]*)\}\[\$__rate_interval\]\) or "
+    r"rate\(gpu_graphics_engine_active_seconds_total\{(?P<b>[^}]*)\}\[\$__rate_interval\]\)\)"
+)
+
+
+def test_every_busy_ratio_counts_mig_gpus_by_their_graphics_engine() -> None:
+    """A MIG GPU has no busy counter: wherever a panel reads one, the GPU's GPM
+    graphics-engine activity stands in, with the same filters."""
+    checked = 0
+    for query in all_queries():
+        uses = query.expr.count("rate(gpu_busy_seconds_total{")
+        fallbacks = BUSY_WITH_MIG_FALLBACK.findall(query.expr)
+        assert uses == len(fallbacks), query.name
+        assert all(a == b for a, b in fallbacks), query.name
+        checked += uses
+    assert checked >= 15
 
 
 def test_node_dashboard_selects_one_node() -> None:

@@ -1,8 +1,11 @@
 """Every dashboard query against a real Prometheus scraping three simulated exporters.
 
 Exporters A and B serve 4 simulated GPUs each; C serves 4 with GPU 1 lost. Profiles by
-index: 0 input-starved (busy ~47%), 1 idle but allocated, 2 near OOM, 3 busy and hot.
-A's GPUs 0 and 1 also carry processes with real PIDs (a parent with two workers on GPU 0).
+index: 0 input-starved (busy ~47%), 1 idle but allocated, 2 near OOM and launch-bound
+(busy ~87% on ~13% of its SMs), 3 busy, hot and MIG-partitioned (instance 2, a 3g.40gb,
+serves inference; instances 3 and 9 are empty). Every GPU has GPM and 18 NVLink links.
+A's GPUs 0 and 1 carry processes with real PIDs (a parent with two workers on GPU 0)
+instead of the built-in ones; B's and C's built-in inference server sits on instance 2.
 Grafana's variables are substituted as in `LIVE_VALUES`: the node dashboard is pointed at
 A, the fleet dashboard at everything; `$__range` is 1h, longer than this Prometheus has
 been alive, to show that range queries work on a young server too.
@@ -139,6 +142,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         # which reports no utilization)
         prometheus.wait_for("count(gpu_up) == 12", timeout=30)
         prometheus.wait_for("count(count_over_time(gpu_busy_seconds_total[1m]) >= 15) == 8", 40)
+        # and the GPM counters (every GPU that answers, and the 3 instances of each MIG GPU)
+        gpm = "count(count_over_time({}[1m]) >= 15) == {}"
+        prometheus.wait_for(gpm.format("gpu_sm_active_seconds_total", 11), 40)
+        prometheus.wait_for(gpm.format("gpu_mig_sm_active_seconds_total", 9), 40)
         yield Fleet(prometheus, exporters, [t.pid for t in trees])
     finally:
         if prometheus is not None:
@@ -197,15 +204,18 @@ def test_gpus_by_state_counts_every_gpu_once(fleet: Fleet) -> None:
     counts = {
         ref: _value(fleet.run(_panel("gpu-fleet.json", "GPUs by state", ref))[0]) for ref in "ABCD"
     }
-    # busy: GPUs 0, 2, 3 of all three nodes; idle but allocated: GPU 1 of A and B; lost: C's 1
+    # busy: GPUs 0, 2, 3 of all three nodes (the MIG GPU 3s by their graphics-engine
+    # activity); idle but allocated: GPU 1 of A and B; lost: C's 1
     assert counts == {"A": 9, "B": 2, "C": 0, "D": 1}
 
 
 def test_memory_headroom_distribution(fleet: Fleet) -> None:
     panel = "Memory headroom distribution"
     counts = [_value(fleet.run(_panel("gpu-fleet.json", panel, ref))[0]) for ref in "ABCDE"]
-    # < 5%: the near-OOM GPU 2s; 10-25%: busy-hot 3s; 25-50%: input-starved 0s; >= 50%: idle 1s
-    assert counts == [3, 0, 3, 3, 2]
+    # < 5%: the near-OOM GPU 2s; 25-50%: input-starved 0s; >= 50%: idle 1s and the busy-hot
+    # 3s. The busy-hot GPU is MIG-partitioned now: its instances hold 35 GiB of its 80,
+    # where it held 85% before, so it moved from the 10-25% bucket to >= 50%.
+    assert counts == [3, 0, 0, 3, 5]
 
 
 def test_gpus_close_to_oom_are_the_near_oom_ones_with_their_model(fleet: Fleet) -> None:
@@ -249,9 +259,12 @@ def test_busy_ratio_shows_the_truth_behind_the_flicker(fleet: Fleet) -> None:
     assert set(busy) == {(a, g) for g in "0123"}  # the node dashboard shows one node
     assert 0.25 < busy[(a, "0")] < 0.70, busy  # input-starved: ~47%
     assert busy[(a, "1")] == 0
-    assert busy[(a, "3")] > 0.9
+    # busy-hot is MIG-partitioned now: no busy counter; its graphics-engine activity is
+    # its busy 3g.40gb instance's 97% over 3 of the GPU's 7 slices
+    assert 0.35 < busy[(a, "3")] < 0.5, busy
     instant = _by(fleet.run(_panel("gpu-node.json", title, "B")), "gpu")
     assert instant[("0",)] in (0.0, 0.95)  # the flicker
+    assert ("3",) not in instant  # no utilization under MIG
 
 
 def test_throttle_timeline_shows_only_reasons_seen_in_the_range(fleet: Fleet) -> None:
@@ -293,3 +306,101 @@ def test_idle_gpu_hours_are_charged_to_the_owner(fleet: Fleet) -> None:
     result = fleet.run(_panel("gpu-fleet.json", title), **STEADY_RANGE)
     # the lone process sits on A's idle-allocated GPU 1
     assert _by(result, "user")[(getpass.getuser(),)] > 0
+
+
+def test_fleet_sm_activity_sits_below_the_busy_ratio(fleet: Fleet) -> None:
+    title = "Fleet SM activity vs busy ratio"
+    sm, busy, tensor = (_value(fleet.run(_panel("gpu-fleet.json", title, ref))[0]) for ref in "ABC")
+    # 11 GPUs: busy ~48% (the launch-bound GPU 2s at ~87%), SMs ~24%
+    assert 0.15 < sm < 0.35, sm
+    assert 0.35 < busy < 0.6, busy
+    assert busy - sm > 0.15  # the work GPU-Util hides
+    assert 0 < tensor < sm
+
+
+def test_mig_instances_by_state(fleet: Fleet) -> None:
+    counts = {
+        ref: _value(fleet.run(_panel("gpu-fleet.json", "MIG instances by state", ref))[0])
+        for ref in "ABC"
+    }
+    # three MIG GPUs (each node's GPU 3): the 3g.40gb serves, the 2g.20gb and 1g.10gb are
+    # empty (their 13 MiB is the instance's own)
+    assert counts == {"A": 3, "B": 0, "C": 6}
+
+
+def test_gpm_activity_beside_the_busy_ratio(fleet: Fleet) -> None:
+    a = fleet.instances[0]
+    title = "SM activity vs busy ratio"
+    sm = _by(fleet.run(_panel("gpu-node.json", title, "A")), "gpu")
+    busy = _by(fleet.run(_panel("gpu-node.json", title, "B")), "gpu")
+    occupancy = _by(fleet.run(_panel("gpu-node.json", title, "C")), "gpu")
+    assert set(sm) == set(busy) == set(occupancy) == {(g,) for g in "0123"}
+    assert busy[("2",)] > 0.8 and sm[("2",)] < 0.2  # launch-bound: GPUBusyButSMsIdle
+    assert 0.3 < sm[("0",)] < 0.5  # the input-starved GPU's SMs follow its bursts
+    assert sm[("1",)] == busy[("1",)] == 0
+    assert 0.3 < sm[("3",)] < 0.45  # 85% of the busy instance's 3 of 7 slices
+    assert all(occupancy[g] <= sm[g] for g in sm)
+    tensor = _by(fleet.run(_panel("gpu-node.json", "Tensor core and math pipe activity")), "gpu")
+    assert tensor[("1",)] == 0 and tensor[("3",)] > tensor[("2",)] > 0
+    pipes = fleet.run(_panel("gpu-node.json", "Tensor core and math pipe activity", "B"))
+    assert {r["metric"]["pipe"] for r in pipes} == {"fp64", "fp32", "fp16", "integer"}
+    dram = _by(fleet.run(_panel("gpu-node.json", "DRAM bandwidth activity")), "instance", "gpu")
+    assert dram[(a, "1")] == 0 and all(dram[(a, g)] > 0.1 for g in "023")
+
+
+def test_mig_row_shows_the_three_instances_with_their_profiles(fleet: Fleet) -> None:
+    title = "MIG instances"
+
+    def column(ref: str, **overrides: str) -> dict[tuple[str, ...], float]:
+        return _by(
+            fleet.run(_panel("gpu-node.json", title, ref), **overrides), "gpu", "gpu_instance"
+        )
+
+    info = fleet.run(_panel("gpu-node.json", title, "A"))
+    assert {
+        (r["metric"]["gpu"], r["metric"]["gpu_instance"], r["metric"]["profile"]) for r in info
+    } == {("3", "2", "3g.40gb"), ("3", "3", "2g.20gb"), ("3", "9", "1g.10gb")}
+    assert all(r["metric"]["mig_uuid"].startswith("MIG-") for r in info)
+    mib = 1024**2
+    assert column("B") == {("3", "2"): 35 * GIB, ("3", "3"): 13 * mib, ("3", "9"): 13 * mib}
+    assert column("C") == {("3", "2"): 40448 * mib, ("3", "3"): 20096 * mib, ("3", "9"): 9984 * mib}
+    busy, sm = column("D"), column("E")
+    assert busy[("3", "2")] > 0.9 and sm[("3", "2")] > 0.7
+    assert busy[("3", "3")] == busy[("3", "9")] == sm[("3", "3")] == sm[("3", "9")] == 0
+    # A's scenario replaces the built-in processes (none on an instance): every count is 0
+    assert column("F") == {("3", "2"): 0, ("3", "3"): 0, ("3", "9"): 0}
+    # on B, the built-in inference server holds instance 2, and the process table says so
+    b = fleet.instances[1]
+    assert column("F", instance=b) == {("3", "2"): 1, ("3", "3"): 0, ("3", "9"): 0}
+    processes = fleet.run(_panel("gpu-node.json", "Processes", "A"), instance=b)
+    on_mig = {
+        (r["metric"]["process"], r["metric"]["gpu_instance"], r["metric"]["compute_instance"])
+        for r in processes
+        if r["metric"]["gpu"] == "3"
+    }
+    assert on_mig == {("tritonserver", "2", "0")}
+    activity = "MIG instance activity: busy and SM active"
+    assert len(fleet.run(_panel("gpu-node.json", activity, "A"))) == 3
+    memory = "MIG instance memory used vs total"
+    assert len(fleet.run(_panel("gpu-node.json", memory, "B"))) == 3
+
+
+def test_nvlink_row_shows_18_links_up_per_gpu(fleet: Fleet) -> None:
+    title = "NVLink links up"
+    up, links, down = (_by(fleet.run(_panel("gpu-node.json", title, ref)), "gpu") for ref in "ABC")
+    assert up == links == {(g,): 18 for g in "0123"}
+    assert down == {(g,): 0 for g in "0123"}
+    throughput = _by(fleet.run(_panel("gpu-node.json", "NVLink throughput")), "gpu", "direction")
+    # the launch-bound GPU 2 all-reduces with its peers at ~45 GB/s each way, times its
+    # 82-92% busy wave; the others use no NVLink
+    for direction in ("tx", "rx"):
+        assert 30e9 < throughput[("2", direction)] < 46e9, throughput
+        assert all(throughput[(g, direction)] == 0 for g in "013")
+    errors = fleet.run(_panel("gpu-node.json", "NVLink errors"))
+    assert {r["metric"]["error_type"] for r in errors} == {
+        "replay",
+        "recovery",
+        "crc_flit",
+        "crc_data",
+    }
+    assert all(_value(r) == 0 for r in errors)

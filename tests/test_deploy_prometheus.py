@@ -71,7 +71,9 @@ def test_federation_pulls_only_recording_rules_with_their_labels() -> None:
     (job,) = config["scrape_configs"]
     assert job["metrics_path"] == "/federate"
     assert job["honor_labels"] is True
-    assert job["params"]["match[]"] == ['{__name__=~"(instance_gpu|name):gpu_.+"}']
+    assert job["params"]["match[]"] == [
+        '{__name__=~"(instance_gpu|instance_gpu_instance|name):gpu_.+"}'
+    ]
 
 
 def test_the_fleet_test_configs_stay_valid_and_on_loopback(tmp_path: Path) -> None:
@@ -135,5 +137,8 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     names = [r["record"] for g in rules["groups"] for r in g["rules"]]
     per_gpu = [n for n in names if n.startswith("instance_gpu:")]
     per_model = [n for n in names if n.startswith("name:")]
+    per_mig_instance = [n for n in names if n.startswith("instance_gpu_instance:")]
+    assert len(per_gpu) + len(per_model) + len(per_mig_instance) == len(names)
     assert len(per_gpu) == doc_figure(text, "recording rules, per GPU")
+    assert len(per_mig_instance) == doc_figure(text, "recording rules, per MIG GPU instance")
     assert len(per_model) == doc_figure(text, "recording rules, per GPU model")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,12 +27,19 @@ from tests.support.prometheus import Prometheus, start_prometheus
 pytestmark = pytest.mark.e2e
 
 IDLE_RULE = "instance_gpu:gpu_idle_while_allocated:ratio_rate30m"
+MIG_IDLE_RULE = "instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m"
+# Recording rules the simulated fleet cannot give data: no simulated process sits on an
+# idle MIG instance (a scenario's processes carry no MIG instance; the built-in ones sit
+# on the busy instance). promtool's unit tests cover them (a test below checks that each
+# has a case with samples); here they must evaluate and stay empty.
+NO_DATA_IN_THE_SIMULATED_FLEET = {MIG_IDLE_RULE}
 GIB = 1024**3
 
 
 def scenarios() -> dict[str, dict[str, Any]]:
     """node name -> (GPU count, scenario). GPU index modulo 4 picks the profile:
-    0 input-starved, 1 idle (memory held, no kernels), 2 near-OOM, 3 busy-hot."""
+    0 input-starved, 1 idle (memory held, no kernels), 2 near-OOM and launch-bound,
+    3 busy-hot and MIG-partitioned (instance 2 busy, 3 and 9 empty)."""
     me = os.getpid()  # a real process, so attribution has something to read
     return {
         # a process holds the idle GPU 1: idle while allocated
@@ -46,8 +54,9 @@ def scenarios() -> dict[str, dict[str, Any]]:
                 ]
             },
         },
-        # built-in tenants: GPU 1's memory is pinned by no process; GPU 3 is lost
-        "node-b": {"gpus": 4, "scenario": {"faults": {"lost": [3]}}},
+        # built-in tenants: GPU 1's memory is pinned by no process, GPU 3's inference
+        # server holds its busy MIG instance; GPU 0 is lost
+        "node-b": {"gpus": 4, "scenario": {"faults": {"lost": [0]}}},
         # a smaller node whose boards have no fan reading
         "node-c": {
             "gpus": 2,
@@ -131,7 +140,19 @@ def test_the_rules_load_and_evaluate_without_errors(fleet: Fleet) -> None:
             assert rule["health"] != "err", (rule["name"], rule.get("lastError"))
 
 
-@pytest.mark.parametrize("record", sorted(recording_rules()))
+def test_rules_without_data_here_have_promtool_cases_with_samples() -> None:
+    tests = yaml.safe_load((EXAMPLES / "tests" / "gpu-recording.test.yml").read_text())
+    with_samples = {
+        case["expr"].split("{")[0].strip()
+        for test in tests["tests"]
+        for case in test.get("promql_expr_test", [])
+        if case.get("exp_samples")
+    }
+    assert with_samples >= NO_DATA_IN_THE_SIMULATED_FLEET
+    assert set(recording_rules()) >= NO_DATA_IN_THE_SIMULATED_FLEET
+
+
+@pytest.mark.parametrize("record", sorted(set(recording_rules()) - NO_DATA_IN_THE_SIMULATED_FLEET))
 def test_every_recording_rule_returns_data(fleet: Fleet, record: str) -> None:
     result = fleet.prometheus.wait_for(record)
     for series in result:
@@ -140,7 +161,7 @@ def test_every_recording_rule_returns_data(fleet: Fleet, record: str) -> None:
 
 def test_fleet_totals_count_every_gpu_by_model(fleet: Fleet) -> None:
     fleet.prometheus.wait_for('up{job="gpu-exporter"} == 1', minimum=3)
-    # node-b's GPU 3 was lost before the exporter could read its identity: it has no
+    # node-b's GPU 0 was lost before the exporter could read its identity: it has no
     # gpu_info (nothing is made up), so it is counted by GPULost, not by model
     identified = sum(spec["gpus"] for spec in scenarios().values()) - 1
     result = fleet.prometheus.wait_for(f"name:gpu_count:sum == {identified}")
@@ -160,7 +181,11 @@ def test_the_idle_rule_picks_out_the_idle_but_allocated_gpu(fleet: Fleet) -> Non
     # and the recorded series that dashboards and GPUIdleWhileAllocated read
     fleet.prometheus.wait_for(IDLE_RULE)
     assert picked(fleet.prometheus.query(IDLE_RULE), fleet) == {("node-a", "1")}
-    assert alert_exprs()["GPUIdleWhileAllocated"].strip() == IDLE_RULE
+    # GPUIdleWhileAllocated reads it, and the MIG instances' rule beside it
+    assert set(re.split(r"\s+or\s+", alert_exprs()["GPUIdleWhileAllocated"].strip())) == {
+        IDLE_RULE,
+        MIG_IDLE_RULE,
+    }
     counts = fleet.prometheus.query("name:gpu_idle_while_allocated:count")
     assert [float(r["value"][1]) for r in counts] == [1.0]
 
@@ -168,8 +193,8 @@ def test_the_idle_rule_picks_out_the_idle_but_allocated_gpu(fleet: Fleet) -> Non
 def test_alert_expressions_pick_out_the_injected_faults(fleet: Fleet) -> None:
     """The instant alert conditions (before their `for:`) see the simulated faults."""
     alerts = alert_exprs()
-    fleet.prometheus.wait_for('gpu_up{gpu="3"} == 0')
-    assert picked(fleet.prometheus.query(alerts["GPULost"]), fleet) == {("node-b", "3")}
+    fleet.prometheus.wait_for('gpu_up{gpu="0"} == 0')
+    assert picked(fleet.prometheus.query(alerts["GPULost"]), fleet) == {("node-b", "0")}
     # GPU 2 of every node runs near OOM; node-c has GPUs 0 and 1 only
     near_full = picked(fleet.prometheus.query(alerts["GPUMemoryNearFull"]), fleet)
     assert near_full == {("node-a", "2"), ("node-b", "2")}
@@ -181,6 +206,99 @@ def test_alert_expressions_pick_out_the_injected_faults(fleet: Fleet) -> None:
     assert all(gpu == "1" for _, gpu in leaked), leaked
     assert fleet.prometheus.query(alerts["GPUNVMLDown"]) == []
     assert fleet.prometheus.query(alerts["GPUExporterDown"]) == []
+    # every simulated NVLink is up and error-free
+    assert fleet.prometheus.query(alerts["GPUNVLinkDown"]) == []
+    assert fleet.prometheus.query(alerts["GPUNVLinkErrors"]) == []
+    links = fleet.prometheus.wait_for("count(gpu_nvlink_link_up == 1)")
+    assert float(links[0]["value"][1]) == 18 * 9  # node-a's 4 GPUs, node-b's 3, node-c's 2
+
+
+def test_busy_but_sms_idle_picks_out_the_launch_bound_gpus(fleet: Fleet) -> None:
+    """GPU 2 of every node keeps a kernel running 82-92% of the time on ~13% of its SMs.
+
+    The alert's 10-minute rates read low on series a minute old, so the same expression
+    runs over 30 seconds (half the simulated busy wave's period: never below 80%).
+    """
+    expr = alert_exprs()["GPUBusyButSMsIdle"]
+    assert expr.count("[10m]") == 2
+    short = expr.replace("[10m]", "[30s]")
+    # every GPU's counters older than the window (9 answer: node-b's GPU 0 is lost)
+    fleet.prometheus.wait_for("count(gpu_sm_active_seconds_total offset 35s) == 9", timeout=90)
+    result = fleet.prometheus.wait_for(short, minimum=2)
+    # node-c has GPUs 0 and 1 only
+    assert picked(result, fleet) == {("node-a", "2"), ("node-b", "2")}
+    assert all(float(r["value"][1]) < 0.2 for r in result)  # the SM activity
+
+
+def test_gpm_rules_show_sm_activity_below_the_busy_ratio(fleet: Fleet) -> None:
+    busy = "instance_gpu:gpu_busy:ratio_rate5m"
+    sm = "instance_gpu:gpu_sm_active:ratio_rate5m"
+    fleet.prometheus.wait_for(sm, minimum=9)
+    # young series read low in both; their quotient does not
+    share = {
+        (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"]): float(r["value"][1])
+        for r in fleet.prometheus.query(f"{sm} / {busy}")
+    }
+    assert share[("node-a", "2")] < 0.3 and share[("node-b", "2")] < 0.3  # launch-bound
+    assert share[("node-a", "0")] > 0.6  # input-starved: few but full bursts
+    # the MIG GPU has no busy counter: its graphics-engine activity stands in
+    mig = fleet.prometheus.query(f'{busy}{{gpu="3"}}')
+    assert picked(mig, fleet) == {("node-a", "3"), ("node-b", "3")}
+    assert fleet.prometheus.query('gpu_busy_seconds_total{gpu="3"}') == []
+    for record in (
+        "instance_gpu:gpu_tensor_active:ratio_rate5m",
+        "instance_gpu:gpu_dram_active:ratio_rate5m",
+    ):
+        result = fleet.prometheus.wait_for(record, minimum=9)
+        working = {
+            (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"])
+            for r in result
+            if float(r["value"][1]) > 0
+        }
+        # all but the idle GPU 1s
+        assert working == {
+            ("node-a", "0"),
+            ("node-a", "2"),
+            ("node-a", "3"),
+            ("node-b", "2"),
+            ("node-b", "3"),
+            ("node-c", "0"),
+        }, record
+    names = fleet.prometheus.wait_for("name:gpu_sm_active:avg_ratio_rate5m")
+    fleet_busy = fleet.prometheus.query("name:gpu_busy:avg_ratio_rate5m")
+    assert float(names[0]["value"][1]) < float(fleet_busy[0]["value"][1])
+
+
+def test_mig_rules_see_each_instance_and_its_processes(fleet: Fleet) -> None:
+    def by_instance(expr: str) -> dict[tuple[str, str], float]:
+        result = fleet.prometheus.wait_for(expr, minimum=6)
+        assert {r["metric"]["gpu"] for r in result} == {"3"}
+        return {
+            (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu_instance"]): float(
+                r["value"][1]
+            )
+            for r in result
+        }
+
+    keys = {(node, gi) for node in ("node-a", "node-b") for gi in ("2", "3", "9")}
+    for record in (
+        "instance_gpu_instance:gpu_mig_graphics_engine_active:ratio_rate5m",
+        "instance_gpu_instance:gpu_mig_sm_active:ratio_rate5m",
+        "instance_gpu_instance:gpu_mig_tensor_active:ratio_rate5m",
+        "instance_gpu_instance:gpu_mig_dram_active:ratio_rate5m",
+    ):
+        activity = by_instance(record)
+        assert set(activity) == keys, record
+        assert all((v > 0) == (gi == "2") for (_node, gi), v in activity.items()), record
+    # the built-in inference server holds node-b's instance 2; node-a's scenario puts
+    # its process on the MIG GPU without an instance, which no instance counts
+    processes = by_instance("instance_gpu_instance:gpu_mig_processes:count")
+    assert processes == {key: float(key == ("node-b", "2")) for key in keys}
+    # held but busy, even while its 30-minute rate reads low on a young series
+    assert fleet.prometheus.query(recording_rules()[MIG_IDLE_RULE]) == []
+    assert fleet.prometheus.query(MIG_IDLE_RULE) == []
+    counts = fleet.prometheus.wait_for("name:gpu_mig_idle_while_allocated:count")
+    assert [float(r["value"][1]) for r in counts] == [0.0]
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +315,7 @@ def global_prometheus(fleet: Fleet) -> Iterator[Prometheus]:
 def test_a_global_prometheus_federates_the_recording_rules(
     fleet: Fleet, global_prometheus: Prometheus
 ) -> None:
-    expected = set(recording_rules())
+    expected = set(recording_rules()) - NO_DATA_IN_THE_SIMULATED_FLEET
     for record in expected:
         fleet.prometheus.wait_for(record)
     names: set[str] = set()

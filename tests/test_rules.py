@@ -90,7 +90,10 @@ def test_promtool_test_rules_fails_when_an_alert_changes(tmp_path: Path) -> None
     rules.mkdir()
     shutil.copy(RULES / "gpu-recording.yml", rules)
     text = (RULES / "gpu-alerts.yml").read_text()
-    (rules / "gpu-alerts.yml").write_text(text.replace("/ gpu_memory_total_bytes > 0.95", "> 0"))
+    # GPUMemoryNearFull's one threshold, for GPUs and MIG instances alike
+    changed = text.replace(") > 0.95\n        for: 5m", ") > 0\n        for: 5m")
+    assert changed != text
+    (rules / "gpu-alerts.yml").write_text(changed)
     tests = tmp_path / "tests"
     tests.mkdir()
     shutil.copy(ALERT_TESTS, tests)
@@ -146,6 +149,9 @@ REQUIRED_ALERTS = {
     "GPUIdleWhileAllocated",
     "GPUInputBound",
     "GPUMemoryLeaked",
+    "GPUBusyButSMsIdle",
+    "GPUNVLinkDown",
+    "GPUNVLinkErrors",
 }
 
 
@@ -195,6 +201,59 @@ def test_input_bound_runbook_names_the_dataloader_fixes() -> None:
     section = ALERTS_DOC.read_text().split("## GPUInputBound", 1)[1].split("\n## ", 1)[0]
     for term in ("num_workers", "pin_memory", "augmentation"):
         assert term in section
+
+
+def thresholds(expr: str) -> list[float]:
+    """The numbers an expression compares with (`< 0.05`, `> 0.95`)."""
+    return [float(n) for n in re.findall(r"(?:<|>|<=|>=|==|!=)\s*(\d+(?:\.\d+)?)\b", expr)]
+
+
+def test_thresholds_example() -> None:
+    assert thresholds("(a / b or c / d) > 0.95 and e < 0.05 and f == 1") == [0.95, 0.05, 1.0]
+
+
+def test_mig_instances_share_the_gpu_thresholds() -> None:
+    """One threshold per question: MIG instances are judged by the GPUs' numbers."""
+    rules = recordings()
+    gpu_idle = rules["instance_gpu:gpu_idle_while_allocated:ratio_rate30m"]["expr"]
+    mig_idle = rules["instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m"]["expr"]
+    assert set(thresholds(gpu_idle)) == set(thresholds(mig_idle)) == {0.05, 0.0}
+    idle = alerts()["GPUIdleWhileAllocated"]["expr"]
+    assert set(re.split(r"\s+or\s+", idle.strip())) == {
+        "instance_gpu:gpu_idle_while_allocated:ratio_rate30m",
+        "instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m",
+    }
+    # memory: one comparison for GPUs and instances, and GPUMemoryFillingUp leaves
+    # to GPUMemoryNearFull exactly what that one fires on
+    near_full = alerts()["GPUMemoryNearFull"]["expr"]
+    assert thresholds(near_full) == [0.95]
+    assert "gpu_mig_memory_used_bytes / gpu_mig_memory_total_bytes" in near_full
+    filling = alerts()["GPUMemoryFillingUp"]["expr"]
+    unless = filling.split("unless", 1)[1]
+    assert thresholds(unless) == [0.95]
+    assert " ".join(near_full.split()) in " ".join(unless.split())
+
+
+def test_busy_but_sms_idle_reads_the_busy_and_sm_counters() -> None:
+    expr = alerts()["GPUBusyButSMsIdle"]["expr"]
+    assert re.search(r"rate\(gpu_busy_seconds_total\[\w+\]\) > 0\.8\b", expr)
+    assert re.search(r"rate\(gpu_sm_active_seconds_total\[\w+\]\) < 0\.2\b", expr)
+    assert alerts()["GPUBusyButSMsIdle"]["for"] == "30m"
+
+
+def test_nvlink_alerts_leave_out_replays_and_links_never_up() -> None:
+    down = alerts()["GPUNVLinkDown"]["expr"]
+    assert "gpu_nvlink_link_up == 0" in down
+    assert re.search(r"max_over_time\(gpu_nvlink_link_up\[\w+\]\) == 1", down)
+    errors = alerts()["GPUNVLinkErrors"]["expr"]
+    (types,) = re.findall(r'error_type=~"([^"]+)"', errors)
+    assert set(types.split("|")) == {"recovery", "crc_flit", "crc_data"}
+
+
+def test_busy_but_sms_idle_runbook_says_how_to_confirm_and_fix() -> None:
+    section = ALERTS_DOC.read_text().split("## GPUBusyButSMsIdle", 1)[1].split("\n## ", 1)[0]
+    for term in ("nsys", "ncu", "CUDA graph", "batch", "stream"):
+        assert term in section, term
 
 
 def test_xid_alert_covers_fallen_off_the_bus() -> None:
@@ -258,6 +317,19 @@ def references(expr: str) -> tuple[list[tuple[str, list[str]]], list[str]]:
     return selectors, grouping
 
 
+def recorded_labels(record: str, seen: frozenset[str] = frozenset()) -> set[str]:
+    """Labels a recorded series may carry: those of the metrics its rule reads."""
+    rules = recordings()
+    selectors, _ = references(rules[record]["expr"])
+    labels = set(TARGET_LABELS)
+    for name, _ in selectors:
+        if name in rules and name not in seen:
+            labels |= recorded_labels(name, seen | {record})
+        elif name in METRICS_BY_NAME:
+            labels |= set(METRICS_BY_NAME[name].label_names(DEFAULT_OPTIONS))
+    return labels
+
+
 def check_names(expr: str, recorded: set[str]) -> list[str]:
     """Problems with the metric names and labels `expr` uses; empty when all is well."""
     problems = []
@@ -265,6 +337,7 @@ def check_names(expr: str, recorded: set[str]) -> list[str]:
     known_labels = set(TARGET_LABELS)
     for name, labels in selectors:
         if name in recorded:
+            known_labels |= recorded_labels(name)
             continue
         if name in BUILTIN_METRICS:
             allowed = set(BUILTIN_METRICS[name])
@@ -283,6 +356,16 @@ def check_names(expr: str, recorded: set[str]) -> list[str]:
 
 def test_reference_checker_finds_bad_names_and_labels() -> None:
     """The checker below is not vacuous."""
+    recorded = set(recordings())
+    assert (
+        check_names(
+            "sum by (gpu_instance) (instance_gpu_instance:gpu_mig_sm_active:ratio_rate5m)", recorded
+        )
+        == []
+    )
+    assert check_names("sum by (gpu_instance) (instance_gpu:gpu_busy:ratio_rate5m)", recorded) == [
+        "unknown label gpu_instance"
+    ]
     assert check_names("rate(gpu_busy_second_total[5m])", set()) == [
         "unknown metric gpu_busy_second_total"
     ]

@@ -7,134 +7,38 @@ clients, the request cap, the web config re-read while running, and bad files at
 
 from __future__ import annotations
 
-import base64
 import http.client
 import os
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import bcrypt
 import pytest
 
-from tests.support.certs import KeyPair, Pki, make_pki
-from tests.support.exporter import Exporter, HttpResult, run_exporter, start_exporter
+from tests.support.certs import Pki
+from tests.support.exporter import Exporter, run_exporter, start_exporter
+from tests.support.web import (
+    PASSWORD,
+    basic,
+    call,
+    eventually,
+    raw_request,
+    tls_client,
+    tls_config,
+    wait_serving,
+    write,
+)
 
 pytestmark = pytest.mark.e2e
-
-PASSWORD = "correct horse battery staple"
-SIMULATE = ["--simulate", "2", "--collect.interval", "200ms"]
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
 def password_hash() -> str:
     return bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
-
-
-def write(path: Path, text: str) -> None:
-    """Replace the file atomically, as config management tools do."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def tls_client(ca: Path, client: KeyPair | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(ca))
-    if client is not None:
-        context.load_cert_chain(str(client.cert), str(client.key))
-    return context
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
-
-
-def call(
-    port: int,
-    path: str = "/metrics",
-    *,
-    context: ssl.SSLContext | None = None,
-    headers: dict[str, str] | None = None,
-    method: str = "GET",
-    timeout: float = 5.0,
-) -> HttpResult:
-    """One request on a fresh connection, over TLS when `context` is given."""
-    conn: http.client.HTTPConnection
-    if context is not None:
-        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
-    else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, headers=headers or {})
-        response = conn.getresponse()
-        return HttpResult(response.status, dict(response.getheaders()), response.read())
-    finally:
-        conn.close()
-
-
-def wait_serving(exporter: Exporter, probe: Callable[[], HttpResult], timeout: float = 15) -> None:
-    """Until `probe` gets 200 from /metrics (the first sample is done)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        if exporter.process.poll() is not None:
-            raise AssertionError(
-                f"exporter exited {exporter.process.returncode}:\n{exporter.log()}"
-            )
-        try:
-            result = probe()
-            if result.status == 200:
-                return
-            last = result.status
-        except (OSError, http.client.HTTPException) as error:
-            last = error
-        time.sleep(0.05)
-    raise AssertionError(f"not serving within {timeout}s ({last!r}); log:\n{exporter.log()}")
-
-
-def eventually(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s: {what}")
-
-
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[Callable[..., Exporter]]:
-    """start(config_text, *args): the exporter with that web config, stopped afterwards."""
-    running: list[Exporter] = []
-
-    def start(*args: str, config: Path | None = None) -> Exporter:
-        extra = ["--web.config.file", str(config)] if config is not None else []
-        exporter = start_exporter([*SIMULATE, *extra, *args], tmp_path, ready=False)
-        running.append(exporter)
-        return exporter
-
-    yield start
-    for exporter in running:
-        exporter.stop()
-
-
-def tls_config(pki: Pki, tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "web.yml"
-    write(
-        path,
-        "tls_server_config:\n"
-        f"  cert_file: {pki.server.cert}\n"
-        f"  key_file: {pki.server.key}\n" + extra,
-    )
-    return path
 
 
 # --- TLS -------------------------------------------------------------------------------
@@ -276,15 +180,6 @@ def test_configured_headers_are_on_every_response(
         assert str(result.status) == status
         assert result.headers.get("X-Frame-Options") == "deny", status
         assert result.headers.get("Strict-Transport-Security") == "max-age=31536000", status
-
-
-def raw_request(port: int, data: bytes, timeout: float = 5.0) -> HttpResult:
-    """Send bytes as they are and parse whatever comes back as an HTTP response."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(data)
-        response = http.client.HTTPResponse(sock)
-        response.begin()
-        return HttpResult(response.status, dict(response.getheaders()), response.read())
 
 
 def test_only_get_and_head_are_served_and_malformed_requests_get_400(

@@ -1,8 +1,9 @@
 """Web security and hostile clients, against the real program over real loopback sockets.
 
 TLS with certificates made at test time by `openssl`, mutual TLS, basic auth with bcrypt
-hashes made at test time, configured headers, method and syntax errors, idle and trickling
-clients, the request cap, the web config re-read while running, and bad files at start.
+hashes made at test time, configured headers, method and syntax errors, request framing
+and targets (RFC 9112), idle and trickling clients, the request cap, the web config
+re-read while running, and bad files at start.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.support.web import (
     basic,
     call,
     eventually,
+    exchange,
     raw_request,
     tls_client,
     tls_config,
@@ -218,6 +220,102 @@ def test_only_get_and_head_are_served_and_malformed_requests_get_400(
     assert smuggled.status == 405
     assert smuggled.headers["Connection"] == "close"
     assert call(exporter.port).status == 200
+
+
+SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 0\r\nContent-Length: %d\r\n" % len(SMUGGLED),
+        b"Content-Length: %d\r\nContent-Length: 0\r\n" % len(SMUGGLED),
+        b"Content-Length: 0, %d\r\n" % len(SMUGGLED),
+        b"Transfer-Encoding:\r\nContent-Length: %d\r\n" % len(SMUGGLED),
+        b"Content-Length: %d\r\nTransfer-Encoding:\r\n" % len(SMUGGLED),
+        b"Transfer-Encoding: chunked\r\nContent-Length: %d\r\n" % len(SMUGGLED),
+        b"Transfer-Encoding: gzip\r\n",
+        b"Content-Length: +%d\r\n" % len(SMUGGLED),
+        b"Content-Length: -1\r\n",
+    ],
+    ids=[
+        "two-lengths-0-first",
+        "two-lengths-0-last",
+        "length-list",
+        "empty-te-then-length",
+        "length-then-empty-te",
+        "chunked-and-length",
+        "te-not-chunked",
+        "signed-length",
+        "negative-length",
+    ],
+)
+def test_framing_that_could_smuggle_a_body_in_as_a_request_gets_400_and_close(
+    framing: bytes, started: Callable[..., Exporter]
+) -> None:
+    """RFC 9112 section 6.3: the body's end is unknown, so the server must answer 400 and
+    close; the body must never be served as a second request."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + SMUGGLED
+    responses, closed = exchange(exporter.port, request)
+    assert [r.status for r in responses] == [400], [r.text for r in responses]
+    assert responses[0].headers["Connection"] == "close"
+    assert closed
+    assert call(exporter.port).status == 200
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: %d\r\n" % len(SMUGGLED),
+        b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(SMUGGLED), len(SMUGGLED)),
+        b"Transfer-Encoding: chunked\r\n",
+    ],
+    ids=["length", "same-length-twice", "chunked"],
+)
+def test_a_well_framed_body_is_never_read_as_a_request(
+    framing: bytes, started: Callable[..., Exporter]
+) -> None:
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + SMUGGLED
+    responses, closed = exchange(exporter.port, request)
+    assert [r.status for r in responses] == [200]
+    assert closed  # after the response, instead of reading the body as the next request
+
+
+def test_absolute_form_request_targets_are_served(started: Callable[..., Exporter]) -> None:
+    """RFC 9112 section 3.2.2: a server must accept the absolute-form."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    origin = f"http://127.0.0.1:{exporter.port}"
+    for target, status, text in (
+        (f"{origin}/metrics", 200, "gpu_up{"),
+        (f"HTTP://localhost:{exporter.port}/healthz?verbose", 200, ""),
+        ("http://another.example/livez", 200, ""),
+        ("http://example.com", 200, "GPU Exporter"),
+        (f"{origin}/nowhere", 404, ""),
+        ("ftp://example.com/metrics", 400, ""),
+        ("metrics", 400, ""),
+        ("*", 400, ""),
+    ):
+        request = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        result = raw_request(exporter.port, request.encode())
+        assert result.status == status, target
+        assert text in result.text, target
+
+
+def test_an_http09_request_line_is_answered_at_once(started: Callable[..., Exporter]) -> None:
+    """HTTP/0.9 sends no headers after the request line: waiting for them (until the read
+    timeout, 10 s) left the client without an answer."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    for line in (b"GET /metrics\r\n", b"GET /metrics\n", b"GET /\r\n"):
+        responses, closed = exchange(exporter.port, line, timeout=5.0)  # half the read timeout
+        assert [r.status for r in responses] == [400], line
+        assert b"HTTP/0.9" in responses[0].body
+        assert closed
 
 
 # --- hostile clients -------------------------------------------------------------------

@@ -12,7 +12,9 @@ Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request g
 - at most `--web.max-requests` requests in flight (503 beyond), counted from the moment a
   request's headers have arrived until its response is written, so idle connections do not
   take a slot;
-- only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, and the
+- only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, request
+  lines without a version (HTTP/0.9) and framing that could smuggle a body in as a
+  request (`serving.request_framing`), absolute-form targets accepted, and the
   configured headers on every response, errors included.
 """
 
@@ -33,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_exporter import __version__
+from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
 from gpu_exporter.serving.routes import Response, Routes, plain
 from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
 
@@ -160,6 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     _config: WebConfig
     _reader: _DeadlineReader
+    raw_requestline: bytes
 
     def setup(self) -> None:
         self._config = self.server.web.current()
@@ -199,6 +203,14 @@ class _Handler(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def parse_request(self) -> bool:
+        self.command = ""
+        self.request_version = "HTTP/0.9"
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(self.requestline.split()) == 2:
+            # HTTP/0.9 sends no headers: answer now rather than wait for them
+            self.close_connection = True
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+            return False
         if not super().parse_request():
             return False
         if self.request_version == "HTTP/0.9":
@@ -207,10 +219,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.defects:  # e.g. a header line without a colon
             self.send_error(HTTPStatus.BAD_REQUEST, "Malformed request header")
             return False
-        if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length", "0") != "0":
+        problem = framing_error(self.headers, self.request_version)
+        if problem is not None:  # the body's end is unknown: it could pass as a request
+            self.send_error(HTTPStatus.BAD_REQUEST, problem)
+            return False
+        if has_body(self.headers):
             self.close_connection = True  # a body we do not read must not pass as a request
         if self.command not in ALLOWED_METHODS:
-            self.close_connection = True  # a body we will not read may follow
+            self.close_connection = True
             self._send(
                 Response(
                     HTTPStatus.METHOD_NOT_ALLOWED,
@@ -220,6 +236,11 @@ class _Handler(BaseHTTPRequestHandler):
                 head=False,
             )
             return False
+        path = origin_form(self.path)
+        if path is None:
+            self.send_error(HTTPStatus.BAD_REQUEST, "Request target is not a path or URL")
+            return False
+        self.path = path
         return True
 
     def do_GET(self) -> None:

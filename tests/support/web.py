@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import os
 import socket
 import ssl
@@ -107,3 +108,40 @@ def tls_config(pki: Pki, tmp_path: Path, extra: str = "") -> Path:
         f"  key_file: {pki.server.key}\n" + extra,
     )
     return path
+
+
+class _Unclosable(io.BytesIO):
+    def close(self) -> None:  # http.client closes its file after each body
+        pass
+
+
+class _Replay:
+    def __init__(self, data: bytes) -> None:
+        self.file = _Unclosable(data)
+
+    def makefile(self, mode: str) -> io.BytesIO:
+        return self.file
+
+
+def exchange(port: int, data: bytes, timeout: float = 5.0) -> tuple[list[HttpResult], bool]:
+    """Send bytes as they are; every response that comes back, and whether the server
+    closed the connection (False: still open after `timeout` seconds of silence)."""
+    received = b""
+    closed = False
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+            closed = True
+        except TimeoutError:
+            pass
+        except ConnectionResetError:
+            closed = True
+    replay = _Replay(received)
+    results: list[HttpResult] = []
+    while replay.file.tell() < len(received):
+        response = http.client.HTTPResponse(replay)  # type: ignore[arg-type]
+        response.begin()
+        results.append(HttpResult(response.status, dict(response.getheaders()), response.read()))
+    return results, closed

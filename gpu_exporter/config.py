@@ -150,7 +150,7 @@ OPTIONS: tuple[Option, ...] = (
         "web.max-requests",
         "max_requests",
         _int,
-        "concurrent requests served; more get 503 (default 40)",
+        "concurrent requests served, probes not counted; more get 503 (default 40)",
         "N",
     ),
     Option(

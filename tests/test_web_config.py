@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import ssl
@@ -11,23 +10,12 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpu_exporter.serving import web_config
 from gpu_exporter.serving.http import LiveWebConfig
-from gpu_exporter.serving.web_config import (
-    BasicAuth,
-    WebConfig,
-    WebConfigError,
-    load_web_config,
-    parse_basic,
-)
-from tests.support.certs import Pki, make_pki
+from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
+from tests.support.certs import Pki
+from tests.support.clock import FakeClock
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def config(tmp_path: Path, text: str) -> str:
@@ -238,80 +226,7 @@ def test_an_encrypted_key_is_refused_without_prompting(pki: Pki, tmp_path: Path)
     )
 
 
-# --- basic auth ------------------------------------------------------------------------
-
-
-def header(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
-def test_parse_basic() -> None:
-    assert parse_basic(header("alice", "pa:ss")) == (b"alice", b"pa:ss")
-    assert parse_basic("basic " + base64.b64encode(b"a:").decode()) == (b"a", b"")
-    for bad in (
-        None,
-        "",
-        "Basic",
-        "Bearer abc",
-        "Basic !!!",
-        "Basic " + base64.b64encode(b"x").decode(),
-    ):
-        assert parse_basic(bad) is None, bad
-
-
-def test_basic_auth_checks_bcrypt_and_caches_only_successes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def counting(password: bytes, hashed: bytes) -> bool:
-        calls.append(password)
-        return real(password, hashed)
-
-    monkeypatch.setattr(web_config.bcrypt, "checkpw", counting)
-    auth = BasicAuth({"alice": HASH.encode()})
-    assert auth.check(header("alice", "secret"))
-    assert auth.check(header("alice", "secret"))
-    assert calls == [b"secret"]  # the second check came from the cache
-    assert not auth.check(header("alice", "wrong"))
-    assert not auth.check(header("alice", "wrong"))
-    assert calls.count(b"wrong") == 2  # failures are never cached
-    # an unknown user costs a bcrypt round too (against a decoy), and fails even with a
-    # password that is right for someone else
-    assert not auth.check(header("bob", "secret"))
-    assert calls.count(b"secret") == 2
-    assert not auth.check(None)
-    assert not auth.check(header("alice", "x" * 100))  # bcrypt refuses over 72 bytes
-
-
-def test_basic_auth_cache_is_bounded() -> None:
-    users = {f"user{n}": bcrypt.hashpw(b"pw", bcrypt.gensalt(4)) for n in range(150)}
-    auth = BasicAuth(users)
-    for user in users:
-        assert auth.check(header(user, "pw"))
-    assert len(auth._cache) == 100
-    assert auth.check(header("user0", "pw"))  # evicted, so checked again, and still right
-
-
-def test_a_changed_hash_does_not_reuse_a_cached_success() -> None:
-    other = bcrypt.hashpw(b"other", bcrypt.gensalt(4))
-    first = BasicAuth({"alice": HASH.encode()})
-    assert first.check(header("alice", "secret"))
-    second = BasicAuth({"alice": other})
-    assert not second.check(header("alice", "secret"))
-    assert second.check(header("alice", "other"))
-
-
 # --- re-reading ------------------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_live_config_rereads_a_changed_file_at_most_once_a_second(
@@ -319,7 +234,7 @@ def test_live_config_rereads_a_changed_file_at_most_once_a_second(
 ) -> None:
     path = config(tmp_path, "http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
     clock = FakeClock()
-    live = LiveWebConfig(load_web_config(path), clock=clock)
+    live = LiveWebConfig(load_web_config(path), clock=clock.monotonic)
     assert live.current().headers == {"X-Frame-Options": "deny"}
 
     config(tmp_path, "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n")

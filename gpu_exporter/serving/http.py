@@ -9,9 +9,13 @@ Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request g
 - a deadline of READ_TIMEOUT_SECONDS for each request's line and headers (counted from the
   end of the previous response, so it is also the keep-alive idle timeout), so clients that
   trickle bytes or sit idle are dropped; writes time out the same way;
+- the credentials, checked before a request counts against the cap: a remembered login
+  is a lookup, a bcrypt check waits in its own small queue (`serving.basic_auth`; 503
+  when that is full), so guesses hold no request slot;
 - at most `--web.max-requests` requests in flight (503 beyond), counted from the moment a
-  request's headers have arrived until its response is written, so idle connections do not
-  take a slot;
+  request is let in until its response is written, so idle connections do not take a
+  slot. The probes (/livez, /healthz) are answered outside that cap: they cost no I/O,
+  and an orchestrator must hear them while scrapes pile up;
 - only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, request
   lines without a version (HTTP/0.9) and framing that could smuggle a body in as a
   request (`serving.request_framing`), absolute-form targets accepted, and the
@@ -35,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_exporter import __version__
+from gpu_exporter.serving.basic_auth import Login
 from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
 from gpu_exporter.serving.routes import Response, Routes, plain
 from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
@@ -53,6 +58,7 @@ class LiveWebConfig:
     WEB_CONFIG_CHECK_SECONDS, from whichever request thread gets there first (the others
     go on with the config they have). `reload()` re-reads at once (SIGHUP). A file that no
     longer loads keeps the previous config in force and logs one error until it changes.
+    A new config takes over the old one's remembered logins (`BasicAuth.adopt`).
     """
 
     def __init__(
@@ -103,6 +109,8 @@ class LiveWebConfig:
                 extra={"file": path, "error": str(error)},
             )
             return False
+        if new.auth is not None and old.auth is not None:
+            new.auth.adopt(old.auth)
         self._config = new
         self._signature = self._stat(new.watched_files)
         log.info("web config reloaded", extra=_describe(new))
@@ -250,6 +258,35 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(head=True)
 
     def _serve(self, *, head: bool) -> None:
+        # a long keep-alive connection follows changes to the file too
+        config = self._config = self.server.web.current()
+        routes = self.server.routes
+        probe = routes.is_probe(self.path)
+        if config.auth is not None:
+            login = config.auth.login(self.headers.get("Authorization"))
+            if login is Login.BUSY:
+                self._send(
+                    Response(
+                        HTTPStatus.SERVICE_UNAVAILABLE,
+                        b"too many password checks at once\n",
+                        plain(),
+                    ),
+                    head,
+                )
+                return
+            if login is Login.DENIED:
+                self._send(
+                    Response(
+                        HTTPStatus.UNAUTHORIZED,
+                        b"401 unauthorized\n",
+                        {**plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
+                    ),
+                    head,
+                )
+                return
+        if probe:
+            self._send(routes.get(self.path, self.headers), head)
+            return
         if not self.server.slots.acquire(blocking=False):
             self._send(
                 Response(
@@ -259,18 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         try:
-            # a long keep-alive connection follows changes to the file too
-            self._config = self.server.web.current()
-            auth = self._config.auth
-            if auth is not None and not auth.check(self.headers.get("Authorization")):
-                response = Response(
-                    HTTPStatus.UNAUTHORIZED,
-                    b"401 unauthorized\n",
-                    {**plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
-                )
-            else:
-                response = self.server.routes.get(self.path, self.headers)
-            self._send(response, head)
+            self._send(routes.get(self.path, self.headers), head)
         finally:
             self.server.slots.release()
 

@@ -31,19 +31,16 @@ that names the file and the problem.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import os
 import re
 import ssl
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import bcrypt
 import yaml
+
+from gpu_exporter.serving.basic_auth import BasicAuth
 
 
 class WebConfigError(Exception):
@@ -91,7 +88,6 @@ _UNSUPPORTED = {
     "client_allowed_sans": "client_allowed_sans",
 }
 _BCRYPT_HASH = re.compile(rb"^\$2[aby]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
-_CACHE_SIZE = 100
 
 
 @dataclass(frozen=True)
@@ -126,84 +122,6 @@ class WebConfig:
             if self.tls.client_ca_file:
                 files.append(self.tls.client_ca_file)
         return tuple(files)
-
-
-class BasicAuth:
-    """Checks `Authorization: Basic ...` against bcrypt hashes.
-
-    bcrypt is slow on purpose (tens of milliseconds at cost 10), so a successful check is
-    remembered under a SHA-256 digest of user, password and hash (never the password
-    itself), as exporter-toolkit does, and a scrape every few seconds does not cost a bcrypt
-    round each time. Unknown users are checked against a decoy hash of the same cost, so the
-    answer takes as long as for a known user. Only one bcrypt check runs at a time, so a
-    flood of wrong passwords costs at most one CPU core.
-    """
-
-    def __init__(self, users: Mapping[str, bytes]) -> None:
-        self._users = dict(users)
-        self._cache: dict[bytes, None] = {}
-        self._cache_lock = threading.Lock()
-        self._bcrypt_lock = threading.Lock()
-        self._decoy: bytes | None = None
-        self._decoy_cost = max((_cost(h) for h in self._users.values()), default=4)
-
-    def check(self, authorization: str | None) -> bool:
-        """True when the header carries the right user and password."""
-        credentials = parse_basic(authorization)
-        if credentials is None:
-            return False
-        user, password = credentials
-        hashed = self._users.get(user.decode("utf-8", "surrogateescape"))
-        known = hashed is not None
-        if hashed is None:
-            hashed = self._decoy_hash()
-        key = hashlib.sha256(
-            b"%d:%s\0%d:%s\0%s" % (len(user), user, len(password), password, hashed)
-        ).digest()
-        if known:
-            with self._cache_lock:
-                if key in self._cache:
-                    return True
-        with self._bcrypt_lock:
-            try:
-                ok = bcrypt.checkpw(password, hashed)
-            except ValueError:  # longer than 72 bytes, or a hash bcrypt rejects
-                ok = False
-        if ok and known:
-            with self._cache_lock:
-                if len(self._cache) >= _CACHE_SIZE:
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = None
-        return ok and known
-
-    def _decoy_hash(self) -> bytes:
-        if self._decoy is None:
-            with self._bcrypt_lock:
-                if self._decoy is None:
-                    self._decoy = bcrypt.hashpw(os.urandom(16), bcrypt.gensalt(self._decoy_cost))
-        return self._decoy
-
-
-def parse_basic(authorization: str | None) -> tuple[bytes, bytes] | None:
-    """(user, password) from an `Authorization: Basic` header value, or None."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() != "basic" or not token.strip():
-        return None
-    try:
-        decoded = base64.b64decode(token.strip().encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-    user, sep, password = decoded.partition(b":")
-    if not sep:
-        return None
-    return user, password
-
-
-def _cost(hashed: bytes) -> int:
-    match = _BCRYPT_HASH.match(hashed)
-    return int(match.group(1)) if match else 4
 
 
 def load_web_config(path: str | None) -> WebConfig:

@@ -561,8 +561,21 @@ def test_rotated_certificate_is_used_without_a_restart(
         ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "nope.crt"),
         ("mismatch", "does not match cert_file"),
         ("http_server_config:\n  headers:\n    Content-Length: '0'\n", "can not be configured"),
+        (
+            'http_server_config:\n  headers:\n    Content-Security-Policy: "default-src \u4e2d"\n',
+            "Content-Security-Policy: '\u4e2d' (U+4E2D) can not be sent in an HTTP header",
+        ),
     ],
-    ids=["missing", "yaml", "unknown-key", "bad-hash", "no-cert", "key-mismatch", "header"],
+    ids=[
+        "missing",
+        "yaml",
+        "unknown-key",
+        "bad-hash",
+        "no-cert",
+        "key-mismatch",
+        "header",
+        "header-not-latin-1",
+    ],
 )
 def test_invalid_web_config_at_start_exits_2_with_one_line(
     content: str | None, expected: str, pki: Pki, tmp_path: Path

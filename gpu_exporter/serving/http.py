@@ -9,13 +9,14 @@ Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request g
 - a deadline of READ_TIMEOUT_SECONDS for each request's line and headers (counted from the
   end of the previous response, so it is also the keep-alive idle timeout), so clients that
   trickle bytes or sit idle are dropped; writes time out the same way;
-- the credentials, checked before a request counts against the cap: a remembered login
-  is a lookup, a bcrypt check waits in its own small queue (`serving.basic_auth`; 503
-  when that is full), so guesses hold no request slot;
+- the rate limit of the web config (429 beyond), then the credentials, checked before a
+  request counts against the cap: a remembered login is a lookup, a bcrypt check waits
+  in its own small queue (`serving.basic_auth`; 503 when that is full), so guesses hold
+  no request slot;
 - at most `--web.max-requests` requests in flight (503 beyond), counted from the moment a
   request is let in until its response is written, so idle connections do not take a
-  slot. The probes (/livez, /healthz) are answered outside that cap: they cost no I/O,
-  and an orchestrator must hear them while scrapes pile up;
+  slot. The probes (/livez, /healthz) are answered outside that cap and the rate limit:
+  they cost no I/O, and an orchestrator must hear them while scrapes pile up;
 - only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, request
   lines without a version (HTTP/0.9) and framing that could smuggle a body in as a
   request (`serving.request_framing`), absolute-form targets accepted, and the
@@ -42,6 +43,7 @@ from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
 from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
 from gpu_exporter.serving.routes import Response, Routes, plain
+from gpu_exporter.serving.tls_context import client_allowed
 from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ class LiveWebConfig:
     WEB_CONFIG_CHECK_SECONDS, from whichever request thread gets there first (the others
     go on with the config they have). `reload()` re-reads at once (SIGHUP). A file that no
     longer loads keeps the previous config in force and logs one error until it changes.
-    A new config takes over the old one's remembered logins (`BasicAuth.adopt`).
+    A new config takes over the old one's remembered logins (`WebConfig.carry_over`).
     """
 
     def __init__(
@@ -109,11 +111,11 @@ class LiveWebConfig:
                 extra={"file": path, "error": str(error)},
             )
             return False
-        if new.auth is not None and old.auth is not None:
-            new.auth.adopt(old.auth)
+        new = new.carry_over(old)
         self._config = new
         self._signature = self._stat(new.watched_files)
         log.info("web config reloaded", extra=_describe(new))
+        log_notes(new)
         return True
 
     @staticmethod
@@ -129,13 +131,21 @@ class LiveWebConfig:
 
 
 def _describe(config: WebConfig) -> dict[str, Any]:
+    limit = config.rate_limit
     return {
         "file": config.path,
         "tls": config.tls is not None,
         "client_auth": config.tls.client_auth_type if config.tls else "NoClientCert",
         "basic_auth_users": len(config.users),
         "headers": ",".join(config.headers),
+        "rate_limit": f"{limit.burst}/{limit.interval_seconds:g}s" if limit else "none",
     }
+
+
+def log_notes(config: WebConfig) -> None:
+    """One warning for each of the config's notes (settings honoured differently)."""
+    for note in config.notes:
+        log.warning("web config: " + note, extra={"file": config.path})
 
 
 _PLAIN_TO_TLS = (
@@ -186,6 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.request = tls
             try:
                 tls.do_handshake()  # bounded by the timeout above, in this connection's thread
+                sans = self._config.tls.client_allowed_sans if self._config.tls else None
+                if sans is not None and not client_allowed(tls.getpeercert(), sans):
+                    raise ConnectionAbortedError("client certificate without an allowed SAN")
             except BaseException:
                 tls.close()
                 raise
@@ -262,6 +275,11 @@ class _Handler(BaseHTTPRequestHandler):
         config = self._config = self.server.web.current()
         routes = self.server.routes
         probe = routes.is_probe(self.path)
+        if not probe and config.limiter is not None and not config.limiter.allow():
+            self._send(
+                Response(HTTPStatus.TOO_MANY_REQUESTS, b"429 too many requests\n", plain()), head
+            )
+            return
         if config.auth is not None:
             login = config.auth.login(self.headers.get("Authorization"))
             if login is Login.BUSY:
@@ -412,6 +430,7 @@ def bind(
         ) from None
     if web_config.path is not None:
         log.info("web config loaded", extra=_describe(web_config))
+        log_notes(web_config)
     return server
 
 

@@ -191,7 +191,7 @@ OPTIONS: tuple[Option, ...] = (
         "web.max-requests",
         "max_requests",
         integer(1, 10_000),
-        "concurrent requests served, 1 to 10000; more get 503 (default 40)",
+        "concurrent requests served, 1 to 10000, probes not counted; more get 503 (default 40)",
         "N",
     ),
     Option(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pynvml
@@ -10,7 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.support.certs import Pki, make_pki
+from tests.support.exporter import Exporter, start_exporter
 from tests.support.fake_nvml import FakeNvmlLib, Install
+from tests.support.web import SIMULATE
 
 
 @pytest.fixture
@@ -25,3 +29,25 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Install:
         return lib
 
     return _install
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """Certificates made once per run by `openssl` (see tests/support/certs.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Callable[..., Exporter]]:
+    """start(*args, config=web_config): a simulated exporter, not waited for, stopped after."""
+    running: list[Exporter] = []
+
+    def start(*args: str, config: Path | None = None) -> Exporter:
+        extra = ["--web.config.file", str(config)] if config is not None else []
+        exporter = start_exporter([*SIMULATE, *extra, *args], tmp_path, ready=False)
+        running.append(exporter)
+        return exporter
+
+    yield start
+    for exporter in running:
+        exporter.stop()

@@ -55,7 +55,7 @@ def test_bad_flag_exits_2_with_one_line(args: list[str], expected: str) -> None:
     [
         (
             "collect.interval: 5s\nweb.listen-address: [oops\n",
-            "invalid YAML: line 3 column 1: expected ',' or ']'",
+            "invalid YAML: line 3 column 1: while parsing a flow sequence, expected ',' or ']'",
         ),
         (
             "collect.interval: 5s\n  bad indent: 1\n",
@@ -79,7 +79,7 @@ def test_bad_flag_exits_2_with_one_line(args: list[str], expected: str) -> None:
         ("? [a, b]\n: 1\n", "found unhashable key"),
         ("1: 2\n", "config keys must be text"),
         ("collect.interval: !!python/object:os.system echo\n", "invalid YAML"),
-        ("[" * 200 + "]" * 200 + "\n", "nested deeper than 64 levels"),
+        ("[" * 200 + "]" * 200 + "\n", "nested more than 32 levels"),
         ("log.level: \t\x07\n", "invalid YAML"),
     ],
 )

@@ -21,14 +21,14 @@ def billion_laughs(levels: int = 9, width: int = 9) -> bytes:
 
 
 CORPUS: dict[str, tuple[bytes, str]] = {
-    "latin-1 byte": (b"log.level: \xe9\n", "not UTF-8 text (byte 0xe9 at offset 11)"),
-    "utf-16 with bom": ("log.level: info\n".encode("utf-16"), "not UTF-8 text (byte 0xff"),
-    "binary garbage": (bytes(range(256)) * 4, "not UTF-8 text"),
+    "latin-1 byte": (b"log.level: \xe9\n", "not utf-8 text: byte 0xe9 at offset 11"),
+    "utf-16 without bom": ("log.level: x\n".encode("utf-16-le"), "character 0x0000 at offset"),
+    "binary garbage": (bytes(range(256)) * 4, "not utf-8 text"),
     "nul bytes": (b"log.level: info\x00\x00\n", "invalid YAML"),
     "self-referencing alias": (b"a: &a\n  b: *a\n", "aliases (*name) are not allowed"),
     "billion laughs": (billion_laughs(), "aliases (*name) are not allowed"),
-    "deep nesting": (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested deeper than 64"),
-    "huge file": (b"# " + b"x" * (2 * 1024 * 1024) + b"\n", "larger than 1024 KiB"),
+    "deep nesting": (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested more than 32 levels"),
+    "huge file": (b"# " + b"x" * (2 * 1024 * 1024) + b"\n", "larger than 1048576 bytes"),
     "infinite interval": (b"collect.interval: .inf\n", "not a finite duration: inf"),
     "overflowing interval": (b"collect.interval: 1.0e+999\n", "not a finite duration: inf"),
     "huge interval": (b"collect.interval: 99999999999999999999999999h\n", "must be between"),
@@ -38,6 +38,7 @@ CORPUS: dict[str, tuple[bytes, str]] = {
     "python object tag": (b"collect.interval: !!python/object/apply:os.getpid []\n", "YAML"),
     "a list of settings": (b"- collect.interval: 1s\n", "expected a mapping of settings"),
     "number as key": (b"5: 1s\n", "config keys must be text"),
+    "key given twice": (b"collect.interval: 1s\ncollect.interval: 2s\n", "given twice"),
 }
 
 
@@ -129,3 +130,17 @@ def test_a_bad_scenario_rewrite_keeps_the_old_scenario_with_one_error_line(
         exporter.wait_for(lambda s: values(s, "gpu_up", gpu="1") == [1.0])
     finally:
         exporter.stop()
+
+
+def test_every_operator_file_is_read_by_one_loader_with_one_set_of_limits() -> None:
+    """Config, scenario and web config files share the reader, so they share its limits."""
+    from gpu_exporter.yamlfile import Scalar, parse_yaml
+
+    assert parse_yaml("collect.interval: 1s\n".encode("utf-16")) == {"collect.interval": "1s"}
+    plain, as_written = parse_yaml(b"a: 1\n"), parse_yaml(b"a: 1\n", keep_text=True)
+    assert plain == {"a": 1} and type(plain["a"]) is int
+    assert isinstance(as_written["a"], Scalar) and as_written["a"] == "1"
+    assert as_written["a"].value == 1
+    for module in ("config", "sources/scenario", "serving/web_config"):
+        source = (Path(__file__).parent.parent / "gpu_exporter" / f"{module}.py").read_text()
+        assert "read_yaml(" in source and "yaml.load" not in source and "safe_load" not in source

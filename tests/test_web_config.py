@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import ssl
@@ -11,23 +10,14 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpu_exporter.serving import web_config
 from gpu_exporter.serving.http import LiveWebConfig
-from gpu_exporter.serving.web_config import (
-    BasicAuth,
-    WebConfig,
-    WebConfigError,
-    load_web_config,
-    parse_basic,
-)
-from tests.support.certs import Pki, make_pki
+from gpu_exporter.serving.rate_limit import RateLimit
+from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
+from tests.support.certs import Pki
+from tests.support.clock import FakeClock
+from tests.support.hostile_web_configs import CORPUS, Hostile
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def config(tmp_path: Path, text: str) -> str:
@@ -125,14 +115,18 @@ def test_client_auth_types(auth: str, mode: ssl.VerifyMode, pki: Pki, tmp_path: 
         ("tls_server_confg: {}\n", "unknown key 'tls_server_confg'"),
         ("tls_server_config:\n  certfile: x\n", "tls_server_config: unknown key 'certfile'"),
         ("http_server_config:\n  header: {}\n", "http_server_config: unknown key 'header'"),
-        ("rate_limit:\n  burst: 1\n", "rate_limit is not supported"),
-        ("tls_server_config:\n  cipher_suites: [x]\n", "cipher_suites is not supported"),
+        ("rate_limit:\n  burst: 1\n  period: 1s\n", "rate_limit: unknown key 'period'"),
+        (
+            "tls_server_config:\n  cipher_suites: [x]\n",
+            "tls_server_config: cipher_suites set without a certificate",
+        ),
         ("tls_server_config:\n  key_file: k\n", "tls_server_config: cert_file is missing"),
         ("tls_server_config:\n  cert_file: c\n", "tls_server_config: key_file is missing"),
-        ("tls_server_config:\n  cert_file: 5\n", "cert_file must be a string, not a number"),
+        ("tls_server_config:\n  cert_file: [5]\n", "cert_file must be a string, not a list"),
         ("basic_auth_users: [alice]\n", "basic_auth_users must be a mapping"),
         ("basic_auth_users:\n  alice: secret\n", "basic_auth_users.alice: not a bcrypt hash"),
-        ("basic_auth_users:\n  alice: 42\n", "basic_auth_users.alice: must be a bcrypt hash"),
+        ("basic_auth_users:\n  alice: [42]\n", "basic_auth_users.alice: must be a bcrypt hash"),
+        ("basic_auth_users:\n  alice: 42\n", "basic_auth_users.alice: not a bcrypt hash"),
         (f"basic_auth_users:\n  'a:b': '{HASH}'\n", "must not contain ':'"),
         (
             "basic_auth_users:\n  alice: '$2b$99$" + "a" * 53 + "'\n",
@@ -238,80 +232,7 @@ def test_an_encrypted_key_is_refused_without_prompting(pki: Pki, tmp_path: Path)
     )
 
 
-# --- basic auth ------------------------------------------------------------------------
-
-
-def header(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
-def test_parse_basic() -> None:
-    assert parse_basic(header("alice", "pa:ss")) == (b"alice", b"pa:ss")
-    assert parse_basic("basic " + base64.b64encode(b"a:").decode()) == (b"a", b"")
-    for bad in (
-        None,
-        "",
-        "Basic",
-        "Bearer abc",
-        "Basic !!!",
-        "Basic " + base64.b64encode(b"x").decode(),
-    ):
-        assert parse_basic(bad) is None, bad
-
-
-def test_basic_auth_checks_bcrypt_and_caches_only_successes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def counting(password: bytes, hashed: bytes) -> bool:
-        calls.append(password)
-        return real(password, hashed)
-
-    monkeypatch.setattr(web_config.bcrypt, "checkpw", counting)
-    auth = BasicAuth({"alice": HASH.encode()})
-    assert auth.check(header("alice", "secret"))
-    assert auth.check(header("alice", "secret"))
-    assert calls == [b"secret"]  # the second check came from the cache
-    assert not auth.check(header("alice", "wrong"))
-    assert not auth.check(header("alice", "wrong"))
-    assert calls.count(b"wrong") == 2  # failures are never cached
-    # an unknown user costs a bcrypt round too (against a decoy), and fails even with a
-    # password that is right for someone else
-    assert not auth.check(header("bob", "secret"))
-    assert calls.count(b"secret") == 2
-    assert not auth.check(None)
-    assert not auth.check(header("alice", "x" * 100))  # bcrypt refuses over 72 bytes
-
-
-def test_basic_auth_cache_is_bounded() -> None:
-    users = {f"user{n}": bcrypt.hashpw(b"pw", bcrypt.gensalt(4)) for n in range(150)}
-    auth = BasicAuth(users)
-    for user in users:
-        assert auth.check(header(user, "pw"))
-    assert len(auth._cache) == 100
-    assert auth.check(header("user0", "pw"))  # evicted, so checked again, and still right
-
-
-def test_a_changed_hash_does_not_reuse_a_cached_success() -> None:
-    other = bcrypt.hashpw(b"other", bcrypt.gensalt(4))
-    first = BasicAuth({"alice": HASH.encode()})
-    assert first.check(header("alice", "secret"))
-    second = BasicAuth({"alice": other})
-    assert not second.check(header("alice", "secret"))
-    assert second.check(header("alice", "other"))
-
-
 # --- re-reading ------------------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_live_config_rereads_a_changed_file_at_most_once_a_second(
@@ -319,7 +240,7 @@ def test_live_config_rereads_a_changed_file_at_most_once_a_second(
 ) -> None:
     path = config(tmp_path, "http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
     clock = FakeClock()
-    live = LiveWebConfig(load_web_config(path), clock=clock)
+    live = LiveWebConfig(load_web_config(path), clock=clock.monotonic)
     assert live.current().headers == {"X-Frame-Options": "deny"}
 
     config(tmp_path, "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n")
@@ -349,3 +270,216 @@ def test_live_config_switches_to_another_file(tmp_path: Path) -> None:
     other = config(tmp_path, f"basic_auth_users:\n  alice: '{HASH}'\n")
     assert live.reload(other) is True
     assert live.current().auth is not None
+
+
+# --- hostile files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hostile", CORPUS, ids=[h.name for h in CORPUS])
+def test_hostile_files_end_in_one_clear_line(hostile: Hostile, pki: Pki, tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_bytes(hostile.render(pki))
+    message = error_of(str(path))
+    assert hostile.expected in message
+    assert len(message) <= 400
+
+
+def test_a_utf16_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    text = "\ufeffhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n"
+    path.write_bytes(text.encode("utf-16-be"))
+    assert load_web_config(str(path)).headers == {"X-Frame-Options": "deny"}
+
+
+def test_anchors_without_aliases_and_inline_merges_are_fine(tmp_path: Path) -> None:
+    path = config(
+        tmp_path,
+        "http_server_config: &http\n  <<: {http2: false}\n  headers:\n    X-Frame-Options: deny\n",
+    )
+    assert load_web_config(path).headers == {"X-Frame-Options": "deny"}
+
+
+# --- scalars as Go reads them ----------------------------------------------------------
+
+
+def test_header_values_are_the_text_as_written_as_go_reads_them(tmp_path: Path) -> None:
+    """exporter-toolkit's web_config_headers.good.yml has `X-XSS-Protection: 1`, a YAML
+    integer; Go decodes it into a string field as "1"."""
+    path = config(
+        tmp_path,
+        "http_server_config:\n  headers:\n"
+        "    X-XSS-Protection: 1\n"
+        "    Strict-Transport-Security: 0x10\n"
+        "    Content-Security-Policy: yes\n",
+    )
+    assert load_web_config(path).headers == {
+        "X-XSS-Protection": "1",
+        "Strict-Transport-Security": "0x10",
+        "Content-Security-Policy": "yes",
+    }
+
+
+def test_a_numeric_user_name_or_path_is_its_text(pki: Pki, tmp_path: Path) -> None:
+    (tmp_path / "2024").write_bytes(pki.server.cert.read_bytes())
+    path = config(
+        tmp_path,
+        f"tls_server_config:\n  cert_file: 2024\n  key_file: {pki.server.key}\n"
+        f"basic_auth_users:\n  1234: '{HASH}'\n",
+    )
+    loaded = load_web_config(path)
+    assert loaded.tls is not None and loaded.tls.cert_file == str(tmp_path / "2024")
+    assert set(loaded.users) == {"1234"}
+
+
+@pytest.mark.parametrize("text", ["yes", "off", "true", "False"])
+def test_booleans_take_yaml_booleans(text: str, tmp_path: Path) -> None:
+    load_web_config(config(tmp_path, f"http_server_config:\n  http2: {text}\n"))
+    quoted = config(tmp_path, f"http_server_config:\n  http2: '{text}'\n")
+    assert "http2 must be true or false, not a string" in error_of(quoted)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["default-src \u4e2d", "caf\u00e9", "a\u0007b", "a\u007fb", "\u2028x"],
+    ids=["cjk", "latin-1", "bell", "delete", "line-separator"],
+)
+def test_header_values_that_cannot_be_sent_are_refused_at_load(value: str, tmp_path: Path) -> None:
+    """Such a value used to load, and then every response failed as it was written."""
+    path = config(
+        tmp_path,
+        f"http_server_config:\n  headers:\n    Content-Security-Policy: {value!r}\n".replace(
+            "'", '"'
+        ),
+    )
+    assert "Content-Security-Policy: " in error_of(path)
+    assert "can not be sent in an HTTP header; use printable ASCII only" in error_of(path)
+
+
+# --- TLS features ----------------------------------------------------------------------
+
+
+def test_inline_certificate_key_and_client_ca(pki: Pki, tmp_path: Path) -> None:
+    def block(pem: Path) -> str:
+        return "|\n" + "".join(f"    {line}\n" for line in pem.read_text().splitlines())
+
+    path = config(
+        tmp_path,
+        f"tls_server_config:\n  cert: {block(pki.server.cert)}  key: {block(pki.server.key)}"
+        "  client_auth_type: RequireAndVerifyClientCert\n"
+        f"  client_ca: {block(pki.client_ca.cert)}",
+    )
+    loaded = load_web_config(path)
+    assert loaded.tls is not None and loaded.ssl_context is not None
+    assert loaded.tls.cert_file is None and loaded.tls.key_file is None
+    assert loaded.watched_files == (path,)  # inline PEM is no file to watch
+    assert loaded.ssl_context.verify_mode == ssl.CERT_REQUIRED
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("  cert: x\n", "give cert_file or cert, not both"),
+        ("  key: x\n", "give key_file or key, not both"),
+        (
+            "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {ca}\n"
+            "  client_ca: x\n",
+            "give client_ca_file or client_ca, not both",
+        ),
+        ("  client_auth_type: RequireClientCert\n", "RequireAnyClientCert is not supported"),
+        ("  client_allowed_sans: [a]\n", "client_allowed_sans needs client_auth_type"),
+        ("  client_auth_type: RequestClientCert\n  client_allowed_sans: [a]\n", "not Request"),
+        ("  client_auth_type: RequestClientCert\n  client_ca_file: {ca}\n", "never verifies"),
+        ("  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA2048]\n", "unknown cipher"),
+        ("  cipher_suites: [TLS_AES_128_GCM_SHA256]\n", "only TLS 1.3 suites"),
+        ("  curve_preferences: [CurveP257]\n", "unknown curve 'CurveP257'"),
+        ("  min_version: TLS111\n", "'TLS111' is not TLS12 or TLS13"),
+    ],
+)
+def test_tls_feature_errors(extra: str, expected: str, pki: Pki, tmp_path: Path) -> None:
+    text = tls_text(pki.server.cert, pki.server.key, extra.format(ca=pki.client_ca.cert))
+    assert expected in error_of(config(tmp_path, text))
+
+
+def test_ciphers_curves_and_sans_are_kept(pki: Pki, tmp_path: Path) -> None:
+    path = config(
+        tmp_path,
+        tls_text(
+            pki.server.cert,
+            pki.server.key,
+            "  client_auth_type: RequireAndVerifyClientCert\n"
+            f"  client_ca_file: {pki.client_ca.cert}\n"
+            "  client_allowed_sans: [prometheus, 10.0.0.1]\n"
+            "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_AES_128_GCM_SHA256]\n"
+            "  curve_preferences: [X25519]\n",
+        ),
+    )
+    loaded = load_web_config(path)
+    assert loaded.tls is not None
+    assert loaded.tls.client_allowed_sans == ("prometheus", "10.0.0.1")
+    assert loaded.tls.cipher_suites == (
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        "TLS_AES_128_GCM_SHA256",
+    )
+    assert loaded.tls.curve == "X25519"
+    assert loaded.notes == ()
+
+
+def test_a_list_of_curves_uses_the_first_and_says_so(pki: Pki, tmp_path: Path) -> None:
+    text = tls_text(
+        pki.server.cert, pki.server.key, "  curve_preferences: [CurveP256, CurveP384, X25519]\n"
+    )
+    loaded = load_web_config(config(tmp_path, text))
+    assert loaded.tls is not None and loaded.tls.curve == "CurveP256"
+    assert any("only CurveP256 (the first listed) is used" in note for note in loaded.notes)
+
+
+def test_verify_client_cert_if_given_without_a_ca_uses_the_system_roots(
+    pki: Pki, tmp_path: Path
+) -> None:
+    text = tls_text(
+        pki.server.cert, pki.server.key, "  client_auth_type: VerifyClientCertIfGiven\n"
+    )
+    loaded = load_web_config(config(tmp_path, text))
+    assert loaded.ssl_context is not None
+    assert loaded.ssl_context.verify_mode == ssl.CERT_OPTIONAL
+    assert any("system's CA certificates" in note for note in loaded.notes)
+
+
+# --- rate limit ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        ("rate_limit:\n  interval: 1s\n  burst: 10\n", RateLimit(1.0, 10)),
+        ("rate_limit:\n  interval: 250ms\n  burst: 1\n", RateLimit(0.25, 1)),
+        ("rate_limit:\n  interval: 1m\n", RateLimit(60.0, 0)),
+        ("rate_limit:\n  interval: 0\n  burst: 0\n", None),
+        ("rate_limit:\n  burst: 5\n", None),
+        ("rate_limit: {}\n", None),
+    ],
+)
+def test_rate_limit(text: str, limit: RateLimit | None, tmp_path: Path) -> None:
+    loaded = load_web_config(config(tmp_path, text))
+    assert loaded.rate_limit == limit
+    assert (loaded.limiter is None) == (limit is None)
+
+
+def test_a_burst_of_zero_is_honoured_with_a_warning(tmp_path: Path) -> None:
+    loaded = load_web_config(config(tmp_path, "rate_limit:\n  interval: 1s\n  burst: 0\n"))
+    assert loaded.limiter is not None and not loaded.limiter.allow()
+    assert any("every request but /livez and /healthz gets 429" in n for n in loaded.notes)
+
+
+def test_a_reread_config_keeps_the_bucket_when_the_limit_is_the_same(tmp_path: Path) -> None:
+    path = config(
+        tmp_path, f"rate_limit:\n  interval: 1h\n  burst: 1\nbasic_auth_users:\n  a: '{HASH}'\n"
+    )
+    old = load_web_config(path)
+    assert old.limiter is not None and old.limiter.allow()
+    again = load_web_config(path).carry_over(old)
+    assert again.limiter is old.limiter  # not refilled by a re-read
+    config(tmp_path, "rate_limit:\n  interval: 1h\n  burst: 2\n")
+    changed = load_web_config(path).carry_over(old)
+    assert changed.limiter is not old.limiter and changed.limiter is not None
+    assert changed.limiter.allow()

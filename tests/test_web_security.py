@@ -1,140 +1,46 @@
 """Web security and hostile clients, against the real program over real loopback sockets.
 
 TLS with certificates made at test time by `openssl`, mutual TLS, basic auth with bcrypt
-hashes made at test time, configured headers, method and syntax errors, idle and trickling
-clients, the request cap, the web config re-read while running, and bad files at start.
+hashes made at test time, configured headers, method and syntax errors, request framing
+and targets (RFC 9112), idle and trickling clients, the request cap and the probes beside
+it, the web config re-read while running, and bad files at start.
 """
 
 from __future__ import annotations
 
-import base64
 import http.client
 import os
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import bcrypt
 import pytest
 
-from tests.support.certs import KeyPair, Pki, make_pki
-from tests.support.exporter import Exporter, HttpResult, run_exporter, start_exporter
+from tests.support.certs import Pki
+from tests.support.exporter import Exporter, run_exporter, start_exporter
+from tests.support.web import (
+    PASSWORD,
+    basic,
+    call,
+    eventually,
+    exchange,
+    raw_request,
+    tls_client,
+    tls_config,
+    wait_serving,
+    write,
+)
 
 pytestmark = pytest.mark.e2e
-
-PASSWORD = "correct horse battery staple"
-SIMULATE = ["--simulate", "2", "--collect.interval", "200ms"]
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
 def password_hash() -> str:
     return bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
-
-
-def write(path: Path, text: str) -> None:
-    """Replace the file atomically, as config management tools do."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def tls_client(ca: Path, client: KeyPair | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(ca))
-    if client is not None:
-        context.load_cert_chain(str(client.cert), str(client.key))
-    return context
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
-
-
-def call(
-    port: int,
-    path: str = "/metrics",
-    *,
-    context: ssl.SSLContext | None = None,
-    headers: dict[str, str] | None = None,
-    method: str = "GET",
-    timeout: float = 5.0,
-) -> HttpResult:
-    """One request on a fresh connection, over TLS when `context` is given."""
-    conn: http.client.HTTPConnection
-    if context is not None:
-        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
-    else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, headers=headers or {})
-        response = conn.getresponse()
-        return HttpResult(response.status, dict(response.getheaders()), response.read())
-    finally:
-        conn.close()
-
-
-def wait_serving(exporter: Exporter, probe: Callable[[], HttpResult], timeout: float = 15) -> None:
-    """Until `probe` gets 200 from /metrics (the first sample is done)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        if exporter.process.poll() is not None:
-            raise AssertionError(
-                f"exporter exited {exporter.process.returncode}:\n{exporter.log()}"
-            )
-        try:
-            result = probe()
-            if result.status == 200:
-                return
-            last = result.status
-        except (OSError, http.client.HTTPException) as error:
-            last = error
-        time.sleep(0.05)
-    raise AssertionError(f"not serving within {timeout}s ({last!r}); log:\n{exporter.log()}")
-
-
-def eventually(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s: {what}")
-
-
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[Callable[..., Exporter]]:
-    """start(config_text, *args): the exporter with that web config, stopped afterwards."""
-    running: list[Exporter] = []
-
-    def start(*args: str, config: Path | None = None) -> Exporter:
-        extra = ["--web.config.file", str(config)] if config is not None else []
-        exporter = start_exporter([*SIMULATE, *extra, *args], tmp_path, ready=False)
-        running.append(exporter)
-        return exporter
-
-    yield start
-    for exporter in running:
-        exporter.stop()
-
-
-def tls_config(pki: Pki, tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "web.yml"
-    write(
-        path,
-        "tls_server_config:\n"
-        f"  cert_file: {pki.server.cert}\n"
-        f"  key_file: {pki.server.key}\n" + extra,
-    )
-    return path
 
 
 # --- TLS -------------------------------------------------------------------------------
@@ -278,15 +184,6 @@ def test_configured_headers_are_on_every_response(
         assert result.headers.get("Strict-Transport-Security") == "max-age=31536000", status
 
 
-def raw_request(port: int, data: bytes, timeout: float = 5.0) -> HttpResult:
-    """Send bytes as they are and parse whatever comes back as an HTTP response."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(data)
-        response = http.client.HTTPResponse(sock)
-        response.begin()
-        return HttpResult(response.status, dict(response.getheaders()), response.read())
-
-
 def test_only_get_and_head_are_served_and_malformed_requests_get_400(
     started: Callable[..., Exporter],
 ) -> None:
@@ -323,6 +220,102 @@ def test_only_get_and_head_are_served_and_malformed_requests_get_400(
     assert smuggled.status == 405
     assert smuggled.headers["Connection"] == "close"
     assert call(exporter.port).status == 200
+
+
+SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 0\r\nContent-Length: %d\r\n" % len(SMUGGLED),
+        b"Content-Length: %d\r\nContent-Length: 0\r\n" % len(SMUGGLED),
+        b"Content-Length: 0, %d\r\n" % len(SMUGGLED),
+        b"Transfer-Encoding:\r\nContent-Length: %d\r\n" % len(SMUGGLED),
+        b"Content-Length: %d\r\nTransfer-Encoding:\r\n" % len(SMUGGLED),
+        b"Transfer-Encoding: chunked\r\nContent-Length: %d\r\n" % len(SMUGGLED),
+        b"Transfer-Encoding: gzip\r\n",
+        b"Content-Length: +%d\r\n" % len(SMUGGLED),
+        b"Content-Length: -1\r\n",
+    ],
+    ids=[
+        "two-lengths-0-first",
+        "two-lengths-0-last",
+        "length-list",
+        "empty-te-then-length",
+        "length-then-empty-te",
+        "chunked-and-length",
+        "te-not-chunked",
+        "signed-length",
+        "negative-length",
+    ],
+)
+def test_framing_that_could_smuggle_a_body_in_as_a_request_gets_400_and_close(
+    framing: bytes, started: Callable[..., Exporter]
+) -> None:
+    """RFC 9112 section 6.3: the body's end is unknown, so the server must answer 400 and
+    close; the body must never be served as a second request."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + SMUGGLED
+    responses, closed = exchange(exporter.port, request)
+    assert [r.status for r in responses] == [400], [r.text for r in responses]
+    assert responses[0].headers["Connection"] == "close"
+    assert closed
+    assert call(exporter.port).status == 200
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: %d\r\n" % len(SMUGGLED),
+        b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(SMUGGLED), len(SMUGGLED)),
+        b"Transfer-Encoding: chunked\r\n",
+    ],
+    ids=["length", "same-length-twice", "chunked"],
+)
+def test_a_well_framed_body_is_never_read_as_a_request(
+    framing: bytes, started: Callable[..., Exporter]
+) -> None:
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + SMUGGLED
+    responses, closed = exchange(exporter.port, request)
+    assert [r.status for r in responses] == [200]
+    assert closed  # after the response, instead of reading the body as the next request
+
+
+def test_absolute_form_request_targets_are_served(started: Callable[..., Exporter]) -> None:
+    """RFC 9112 section 3.2.2: a server must accept the absolute-form."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    origin = f"http://127.0.0.1:{exporter.port}"
+    for target, status, text in (
+        (f"{origin}/metrics", 200, "gpu_up{"),
+        (f"HTTP://localhost:{exporter.port}/healthz?verbose", 200, ""),
+        ("http://another.example/livez", 200, ""),
+        ("http://example.com", 200, "GPU Exporter"),
+        (f"{origin}/nowhere", 404, ""),
+        ("ftp://example.com/metrics", 400, ""),
+        ("metrics", 400, ""),
+        ("*", 400, ""),
+    ):
+        request = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        result = raw_request(exporter.port, request.encode())
+        assert result.status == status, target
+        assert text in result.text, target
+
+
+def test_an_http09_request_line_is_answered_at_once(started: Callable[..., Exporter]) -> None:
+    """HTTP/0.9 sends no headers after the request line: waiting for them (until the read
+    timeout, 10 s) left the client without an answer."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    for line in (b"GET /metrics\r\n", b"GET /metrics\n", b"GET /\r\n"):
+        responses, closed = exchange(exporter.port, line, timeout=5.0)  # half the read timeout
+        assert [r.status for r in responses] == [400], line
+        assert b"HTTP/0.9" in responses[0].body
+        assert closed
 
 
 # --- hostile clients -------------------------------------------------------------------
@@ -398,11 +391,13 @@ def _held_by_slow_readers(port: int, count: int) -> list[socket.socket]:
 
 
 @pytest.mark.parametrize(("max_requests", "third"), [(2, 503), (3, 200)])
-def test_request_cap_turns_away_requests_beyond_slow_readers(
+def test_request_cap_turns_away_requests_beyond_slow_readers_but_never_probes(
     max_requests: int, third: int, tmp_path: Path
 ) -> None:
     """Two clients that never read a large response stay in flight until the write
-    timeout; with a cap of 2 the next request gets 503, with a cap of 3 it is served."""
+    timeout; with a cap of 2 the next request gets 503, with a cap of 3 it is served. The
+    probes are answered outside the cap: an orchestrator must hear them while scrapes
+    pile up."""
     exporter = start_exporter(
         ["--simulate", "1024", "--collect.interval", "5s"]
         + ["--web.max-requests", str(max_requests)],
@@ -417,29 +412,33 @@ def test_request_cap_turns_away_requests_beyond_slow_readers(
         try:
             if third == 503:
                 eventually(
-                    lambda: exporter.get("/healthz").status == 503,
+                    lambda: exporter.get("/").status == 503,
                     what="a request beyond the cap gets 503",
                 )
-                result = exporter.get("/healthz")
+                result = exporter.get("/")
                 assert result.status == 503
                 assert "too many concurrent requests" in result.text
+                for probe in ("/livez", "/healthz", "/healthz?verbose"):
+                    answer = exporter.get(probe)
+                    assert answer.status == 200, (probe, answer.text)
             else:
                 time.sleep(1.0)
-                assert exporter.get("/healthz").status == 200
+                assert exporter.get("/").status == 200
         finally:
             for sock in held:
                 sock.close()
         # the slots come back when the slow readers go away
-        eventually(lambda: exporter.get("/healthz").status == 200, what="slots released")
+        eventually(lambda: exporter.get("/").status == 200, what="slots released")
     finally:
         exporter.stop()
 
 
-def test_request_cap_bounds_password_guessing(
+def test_password_guesses_wait_in_their_own_queue_not_in_request_slots(
     tmp_path: Path, started: Callable[..., Exporter]
 ) -> None:
-    """Guesses at an expensive bcrypt hash hold their slots while they are checked (one at a
-    time), so with a cap of 2 a third request is turned away at once with 503."""
+    """Guesses at an expensive bcrypt hash are checked one at a time, and at most a few
+    wait (503 beyond); they hold no request slot, so with a cap of 2 and more guesses in
+    flight than that, the scraper whose login is remembered and the probes are served."""
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(13)).decode()
     config = tmp_path / "web.yml"
     write(config, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
@@ -451,18 +450,22 @@ def test_request_cap_bounds_password_guessing(
 
     def guess(n: int) -> None:
         results.append(
-            call(exporter.port, headers=basic("prometheus", f"guess{n}"), timeout=10).status
+            call(exporter.port, headers=basic("prometheus", f"guess{n}"), timeout=30).status
         )
 
-    guesses = [threading.Thread(target=guess, args=(n,)) for n in range(2)]
+    guesses = [threading.Thread(target=guess, args=(n,)) for n in range(8)]
     for thread in guesses:
         thread.start()
-    time.sleep(0.2)
-    turned_away = call(exporter.port, headers=right)
-    for thread in guesses:
-        thread.join()
-    assert results == [401, 401]
-    assert turned_away.status == 503
+    try:
+        # guesses beyond the queue are turned away at once: the queue is full now
+        eventually(lambda: 503 in results, what="a guess beyond the queue gets 503")
+        for path in ("/metrics", "/healthz", "/livez"):
+            assert call(exporter.port, path, headers=right).status == 200, path
+    finally:
+        for thread in guesses:
+            thread.join()
+    assert set(results) <= {401, 503}
+    assert 401 in results
     # the right password, checked once, is served from the cache without a bcrypt round
     started_at = time.monotonic()
     assert call(exporter.port, headers=right).status == 200
@@ -558,8 +561,21 @@ def test_rotated_certificate_is_used_without_a_restart(
         ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "nope.crt"),
         ("mismatch", "does not match cert_file"),
         ("http_server_config:\n  headers:\n    Content-Length: '0'\n", "can not be configured"),
+        (
+            'http_server_config:\n  headers:\n    Content-Security-Policy: "default-src \u4e2d"\n',
+            "Content-Security-Policy: '\u4e2d' (U+4E2D) can not be sent in an HTTP header",
+        ),
     ],
-    ids=["missing", "yaml", "unknown-key", "bad-hash", "no-cert", "key-mismatch", "header"],
+    ids=[
+        "missing",
+        "yaml",
+        "unknown-key",
+        "bad-hash",
+        "no-cert",
+        "key-mismatch",
+        "header",
+        "header-not-latin-1",
+    ],
 )
 def test_invalid_web_config_at_start_exits_2_with_one_line(
     content: str | None, expected: str, pki: Pki, tmp_path: Path

@@ -9,10 +9,17 @@ Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request g
 - a deadline of READ_TIMEOUT_SECONDS for each request's line and headers (counted from the
   end of the previous response, so it is also the keep-alive idle timeout), so clients that
   trickle bytes or sit idle are dropped; writes time out the same way;
+- the rate limit of the web config (429 beyond), then the credentials, checked before a
+  request counts against the cap: a remembered login is a lookup, a bcrypt check waits
+  in its own small queue (`serving.basic_auth`; 503 when that is full), so guesses hold
+  no request slot;
 - at most `--web.max-requests` requests in flight (503 beyond), counted from the moment a
-  request's headers have arrived until its response is written, so idle connections do not
-  take a slot;
-- only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, and the
+  request is let in until its response is written, so idle connections do not take a
+  slot. The probes (/livez, /healthz) are answered outside that cap and the rate limit:
+  they cost no I/O, and an orchestrator must hear them while scrapes pile up;
+- only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, request
+  lines without a version (HTTP/0.9) and framing that could smuggle a body in as a
+  request (`serving.request_framing`), absolute-form targets accepted, and the
   configured headers on every response, errors included.
 """
 
@@ -33,7 +40,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_exporter import __version__
+from gpu_exporter.serving.basic_auth import Login
+from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
 from gpu_exporter.serving.routes import Response, Routes, plain
+from gpu_exporter.serving.tls_context import client_allowed
 from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
@@ -50,6 +60,7 @@ class LiveWebConfig:
     WEB_CONFIG_CHECK_SECONDS, from whichever request thread gets there first (the others
     go on with the config they have). `reload()` re-reads at once (SIGHUP). A file that no
     longer loads keeps the previous config in force and logs one error until it changes.
+    A new config takes over the old one's remembered logins (`WebConfig.carry_over`).
     """
 
     def __init__(
@@ -100,9 +111,11 @@ class LiveWebConfig:
                 extra={"file": path, "error": str(error)},
             )
             return False
+        new = new.carry_over(old)
         self._config = new
         self._signature = self._stat(new.watched_files)
         log.info("web config reloaded", extra=_describe(new))
+        log_notes(new)
         return True
 
     @staticmethod
@@ -118,13 +131,21 @@ class LiveWebConfig:
 
 
 def _describe(config: WebConfig) -> dict[str, Any]:
+    limit = config.rate_limit
     return {
         "file": config.path,
         "tls": config.tls is not None,
         "client_auth": config.tls.client_auth_type if config.tls else "NoClientCert",
         "basic_auth_users": len(config.users),
         "headers": ",".join(config.headers),
+        "rate_limit": f"{limit.burst}/{limit.interval_seconds:g}s" if limit else "none",
     }
+
+
+def log_notes(config: WebConfig) -> None:
+    """One warning for each of the config's notes (settings honoured differently)."""
+    for note in config.notes:
+        log.warning("web config: " + note, extra={"file": config.path})
 
 
 _PLAIN_TO_TLS = (
@@ -160,6 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     _config: WebConfig
     _reader: _DeadlineReader
+    raw_requestline: bytes
 
     def setup(self) -> None:
         self._config = self.server.web.current()
@@ -174,6 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.request = tls
             try:
                 tls.do_handshake()  # bounded by the timeout above, in this connection's thread
+                sans = self._config.tls.client_allowed_sans if self._config.tls else None
+                if sans is not None and not client_allowed(tls.getpeercert(), sans):
+                    raise ConnectionAbortedError("client certificate without an allowed SAN")
             except BaseException:
                 tls.close()
                 raise
@@ -199,6 +224,14 @@ class _Handler(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def parse_request(self) -> bool:
+        self.command = ""
+        self.request_version = "HTTP/0.9"
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(self.requestline.split()) == 2:
+            # HTTP/0.9 sends no headers: answer now rather than wait for them
+            self.close_connection = True
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+            return False
         if not super().parse_request():
             return False
         if self.request_version == "HTTP/0.9":
@@ -207,10 +240,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.defects:  # e.g. a header line without a colon
             self.send_error(HTTPStatus.BAD_REQUEST, "Malformed request header")
             return False
-        if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length", "0") != "0":
+        problem = framing_error(self.headers, self.request_version)
+        if problem is not None:  # the body's end is unknown: it could pass as a request
+            self.send_error(HTTPStatus.BAD_REQUEST, problem)
+            return False
+        if has_body(self.headers):
             self.close_connection = True  # a body we do not read must not pass as a request
         if self.command not in ALLOWED_METHODS:
-            self.close_connection = True  # a body we will not read may follow
+            self.close_connection = True
             self._send(
                 Response(
                     HTTPStatus.METHOD_NOT_ALLOWED,
@@ -220,6 +257,11 @@ class _Handler(BaseHTTPRequestHandler):
                 head=False,
             )
             return False
+        path = origin_form(self.path)
+        if path is None:
+            self.send_error(HTTPStatus.BAD_REQUEST, "Request target is not a path or URL")
+            return False
+        self.path = path
         return True
 
     def do_GET(self) -> None:
@@ -229,6 +271,40 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(head=True)
 
     def _serve(self, *, head: bool) -> None:
+        # a long keep-alive connection follows changes to the file too
+        config = self._config = self.server.web.current()
+        routes = self.server.routes
+        probe = routes.is_probe(self.path)
+        if not probe and config.limiter is not None and not config.limiter.allow():
+            self._send(
+                Response(HTTPStatus.TOO_MANY_REQUESTS, b"429 too many requests\n", plain()), head
+            )
+            return
+        if config.auth is not None:
+            login = config.auth.login(self.headers.get("Authorization"))
+            if login is Login.BUSY:
+                self._send(
+                    Response(
+                        HTTPStatus.SERVICE_UNAVAILABLE,
+                        b"too many password checks at once\n",
+                        plain(),
+                    ),
+                    head,
+                )
+                return
+            if login is Login.DENIED:
+                self._send(
+                    Response(
+                        HTTPStatus.UNAUTHORIZED,
+                        b"401 unauthorized\n",
+                        {**plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
+                    ),
+                    head,
+                )
+                return
+        if probe:
+            self._send(routes.get(self.path, self.headers), head)
+            return
         if not self.server.slots.acquire(blocking=False):
             self._send(
                 Response(
@@ -238,18 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         try:
-            # a long keep-alive connection follows changes to the file too
-            self._config = self.server.web.current()
-            auth = self._config.auth
-            if auth is not None and not auth.check(self.headers.get("Authorization")):
-                response = Response(
-                    HTTPStatus.UNAUTHORIZED,
-                    b"401 unauthorized\n",
-                    {**plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
-                )
-            else:
-                response = self.server.routes.get(self.path, self.headers)
-            self._send(response, head)
+            self._send(routes.get(self.path, self.headers), head)
         finally:
             self.server.slots.release()
 
@@ -385,6 +450,7 @@ def bind(
         ) from None
     if web_config.path is not None:
         log.info("web config loaded", extra=_describe(web_config))
+        log_notes(web_config)
     return server
 
 

@@ -52,6 +52,12 @@ class Routes:
         self.health = health
         self.telemetry_path = telemetry_path
 
+    def is_probe(self, path: str) -> bool:
+        """Whether `path` is /livez or /healthz: cheap answers, served outside the request
+        cap and the rate limit."""
+        path = path.split("?", 1)[0]
+        return path in PROBE_PATHS and path != self.telemetry_path
+
     def get(self, path: str, headers: Any) -> Response:
         path = path.split("?", 1)[0]
         if path == self.telemetry_path:

@@ -1,49 +1,92 @@
-"""The web config file (`--web.config.file`): TLS, basic auth and response headers.
+"""The web config file (`--web.config.file`): TLS, basic auth, response headers, rate limit.
 
 The format is the exporter-toolkit one that node_exporter reads, so operators can reuse
 one file across exporters::
 
     tls_server_config:
       cert_file: server.crt          # relative paths are relative to this file
-      key_file: server.key
+      key_file: server.key           # or cert: / key: with the PEM text inline
       client_auth_type: RequireAndVerifyClientCert
-      client_ca_file: clients-ca.crt
+      client_ca_file: clients-ca.crt # or client_ca: with the PEM text inline
+      client_allowed_sans: [prometheus.example.com]
       min_version: TLS12             # TLS12 (default) or TLS13
       max_version: TLS13             # optional
+      cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]  # Go names, TLS 1.2
+      curve_preferences: [X25519]    # Go names; only the first is used
     http_server_config:
       headers:
         Strict-Transport-Security: max-age=31536000
     basic_auth_users:
       prometheus: $2b$12$...         # bcrypt hash
+    rate_limit:
+      interval: 1s                   # one request per interval on average ...
+      burst: 10                      # ... after a burst of this many; more get 429
 
-Differences from exporter-toolkit, each one refused with a clear error rather than silently
-ignored: TLS10/TLS11, `cipher_suites`, `curve_preferences`, inline `cert`/`key`/`client_ca`,
-`client_allowed_sans`, `rate_limit` and `RequireAnyClientCert` (Python's ssl module cannot
-accept a client certificate without verifying it) are not supported, and the verifying client
-auth types need `client_ca_file` (Go would fall back to the system roots, which lets any
-publicly signed client certificate in). `RequestClientCert` asks for nothing: Go requests a
-certificate and ignores it, so clients see the same thing. `http_server_config.http2` is
-accepted and ignored (the server speaks HTTP/1.1).
+Scalars are read as Go's yaml.v2 reads them into exporter-toolkit's typed fields: a
+string field takes the text as written (`X-XSS-Protection: 1` is "1"), a boolean field
+takes only YAML booleans. The file is read by `gpu_exporter.yamlfile`, as every file an
+operator gives us: at most 1 MiB, UTF-8 (or UTF-16 with a byte order mark), without YAML
+aliases and without a key given twice.
+
+Differences from exporter-toolkit, each one refused with a clear error rather than
+silently ignored unless said otherwise:
+
+- TLS10/TLS11 and `RequireAnyClientCert` (Python's ssl cannot accept a client
+  certificate without verifying it) are not supported.
+- `RequireAndVerifyClientCert` needs `client_ca_file` (or `client_ca`): Go would fall back
+  to the system roots, which lets any publicly signed client certificate in.
+  `VerifyClientCertIfGiven` without one verifies against the system roots, as in Go.
+- `client_ca_file` with `RequestClientCert` is refused: that type never verifies.
+  `RequestClientCert` asks for nothing: Go requests a certificate and ignores it, so
+  clients see the same thing.
+- `curve_preferences`: only the first curve is offered (Python's ssl sets one); a list of
+  more is accepted with a warning. `cipher_suites` naming only TLS 1.3 suites (which are
+  not configurable) is refused unless `min_version` is TLS13.
+- `client_allowed_sans` needs a verifying `client_auth_type`; a client without a
+  certificate is then refused (in Go its connection fails too).
+- A file and inline PEM for the same thing (`cert_file` and `cert`) is refused; Go
+  silently takes the file.
+- TLS keys other than the certificate, key, CA and client auth type, given without a
+  certificate, are refused; Go serves plain HTTP and ignores them.
+- `rate_limit.interval` needs a unit ("1s"): a bare number other than 0 is refused (Go
+  reads it as nanoseconds). The limit spares the probes, /livez and /healthz, and is
+  re-read with the file (exporter-toolkit fixes it at start).
+- Header names and the enumerated values are matched case-insensitively; header values
+  must be printable ASCII and not empty.
+- YAML aliases are refused.
+- `http_server_config.http2` is accepted and ignored (the server speaks HTTP/1.1), so
+  the HTTP/2 cipher requirement does not apply either.
 
 Nothing here touches the network; `load_web_config` raises `WebConfigError` with one line
-that names the file and the problem.
+that names the file and the problem, whatever the file holds.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
+import dataclasses
+import datetime
 import os
 import re
 import ssl
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import bcrypt
-import yaml
+from gpu_exporter.serving.basic_auth import BasicAuth
+from gpu_exporter.serving.rate_limit import RateLimit, TokenBucket, parse_go_duration
+from gpu_exporter.serving.tls_context import (
+    GO_CIPHERS,
+    GO_CURVES,
+    GO_TLS13_CIPHERS,
+    TLS_VERSIONS,
+    Pem,
+    TlsError,
+    TlsSettings,
+    build_context,
+)
+from gpu_exporter.yamlfile import Scalar, YamlFileError, read_yaml
+
+MAX_MESSAGE_CHARS = 400
 
 
 class WebConfigError(Exception):
@@ -67,43 +110,28 @@ CLIENT_AUTH_TYPES = (
     "VerifyClientCertIfGiven",
     "RequireAndVerifyClientCert",
 )
-TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_VERIFYING = ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
 
-_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users")
+_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
 _TLS_KEYS = (
     "cert_file",
     "key_file",
+    "cert",
+    "key",
     "client_ca_file",
+    "client_ca",
     "client_auth_type",
+    "client_allowed_sans",
     "min_version",
     "max_version",
+    "cipher_suites",
+    "curve_preferences",
     "prefer_server_cipher_suites",
 )
+_TLS_SWITCHES = ("cert_file", "key_file", "cert", "key", "client_ca_file", "client_ca")
 _HTTP_KEYS = ("headers", "http2")
-# exporter-toolkit keys this exporter knows about but does not implement
-_UNSUPPORTED = {
-    "rate_limit": "rate_limit",
-    "cert": "inline cert (use cert_file)",
-    "key": "inline key (use key_file)",
-    "client_ca": "inline client_ca (use client_ca_file)",
-    "cipher_suites": "cipher_suites",
-    "curve_preferences": "curve_preferences",
-    "client_allowed_sans": "client_allowed_sans",
-}
+_RATE_KEYS = ("interval", "burst")
 _BCRYPT_HASH = re.compile(rb"^\$2[aby]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
-_CACHE_SIZE = 100
-
-
-@dataclass(frozen=True)
-class TlsSettings:
-    """The TLS part; paths are absolute (resolved against the config file's directory)."""
-
-    cert_file: str
-    key_file: str
-    client_ca_file: str | None = None
-    client_auth_type: str = "NoClientCert"
-    min_version: str = "TLS12"
-    max_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,129 +144,69 @@ class WebConfig:
     users: Mapping[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: Mapping[str, str] = field(default_factory=dict)
     auth: BasicAuth | None = None
+    rate_limit: RateLimit | None = None  # None: no limit
+    limiter: TokenBucket | None = None
+    notes: tuple[str, ...] = ()  # warnings to log when the config comes into force
 
     @property
     def watched_files(self) -> tuple[str, ...]:
         """Files whose change means the config must be re-read."""
         files: list[str] = [] if self.path is None else [self.path]
         if self.tls is not None:
-            files += [self.tls.cert_file, self.tls.key_file]
-            if self.tls.client_ca_file:
-                files.append(self.tls.client_ca_file)
+            files += self.tls.files
         return tuple(files)
 
-
-class BasicAuth:
-    """Checks `Authorization: Basic ...` against bcrypt hashes.
-
-    bcrypt is slow on purpose (tens of milliseconds at cost 10), so a successful check is
-    remembered under a SHA-256 digest of user, password and hash (never the password
-    itself), as exporter-toolkit does, and a scrape every few seconds does not cost a bcrypt
-    round each time. Unknown users are checked against a decoy hash of the same cost, so the
-    answer takes as long as for a known user. Only one bcrypt check runs at a time, so a
-    flood of wrong passwords costs at most one CPU core.
-    """
-
-    def __init__(self, users: Mapping[str, bytes]) -> None:
-        self._users = dict(users)
-        self._cache: dict[bytes, None] = {}
-        self._cache_lock = threading.Lock()
-        self._bcrypt_lock = threading.Lock()
-        self._decoy: bytes | None = None
-        self._decoy_cost = max((_cost(h) for h in self._users.values()), default=4)
-
-    def check(self, authorization: str | None) -> bool:
-        """True when the header carries the right user and password."""
-        credentials = parse_basic(authorization)
-        if credentials is None:
-            return False
-        user, password = credentials
-        hashed = self._users.get(user.decode("utf-8", "surrogateescape"))
-        known = hashed is not None
-        if hashed is None:
-            hashed = self._decoy_hash()
-        key = hashlib.sha256(
-            b"%d:%s\0%d:%s\0%s" % (len(user), user, len(password), password, hashed)
-        ).digest()
-        if known:
-            with self._cache_lock:
-                if key in self._cache:
-                    return True
-        with self._bcrypt_lock:
-            try:
-                ok = bcrypt.checkpw(password, hashed)
-            except ValueError:  # longer than 72 bytes, or a hash bcrypt rejects
-                ok = False
-        if ok and known:
-            with self._cache_lock:
-                if len(self._cache) >= _CACHE_SIZE:
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = None
-        return ok and known
-
-    def _decoy_hash(self) -> bytes:
-        if self._decoy is None:
-            with self._bcrypt_lock:
-                if self._decoy is None:
-                    self._decoy = bcrypt.hashpw(os.urandom(16), bcrypt.gensalt(self._decoy_cost))
-        return self._decoy
-
-
-def parse_basic(authorization: str | None) -> tuple[bytes, bytes] | None:
-    """(user, password) from an `Authorization: Basic` header value, or None."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() != "basic" or not token.strip():
-        return None
-    try:
-        decoded = base64.b64decode(token.strip().encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-    user, sep, password = decoded.partition(b":")
-    if not sep:
-        return None
-    return user, password
-
-
-def _cost(hashed: bytes) -> int:
-    match = _BCRYPT_HASH.match(hashed)
-    return int(match.group(1)) if match else 4
+    def carry_over(self, old: WebConfig) -> WebConfig:
+        """This config taking over `old`'s remembered logins and bcrypt queue, and its
+        rate-limit bucket when the limit is unchanged (so a re-read does not refill it)."""
+        if self.auth is not None and old.auth is not None:
+            self.auth.adopt(old.auth)
+        if self.rate_limit is not None and self.rate_limit == old.rate_limit:
+            return dataclasses.replace(self, limiter=old.limiter)
+        return self
 
 
 def load_web_config(path: str | None) -> WebConfig:
-    """Read and validate the file; `None` gives the empty config (plain HTTP, no auth)."""
+    """Read and validate the file; `None` gives the empty config (plain HTTP, no auth).
+
+    Raises WebConfigError, and nothing else, whatever the file holds.
+    """
     if path is None:
         return WebConfig()
-    return _Loader(path).load()
+    loader = _Loader(path)
+    try:
+        return loader.load()
+    except WebConfigError:
+        raise
+    except Exception as error:  # a safety net: a bad file must never crash the exporter
+        raise loader.fail(f"cannot be used ({type(error).__name__}: {error})") from None
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` with every run of whitespace made one space, cut to `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Loader:
     def __init__(self, path: str) -> None:
         self.path = path
         self.directory = os.path.dirname(os.path.abspath(path))
+        self.notes: list[str] = []
 
     def fail(self, problem: str) -> WebConfigError:
-        return WebConfigError(f"web config {self.path}: {problem}")
+        return WebConfigError(one_line(f"web config {self.path}: {problem}"))
 
     def load(self) -> WebConfig:
         try:
-            with open(self.path, "rb") as handle:
-                text = handle.read()
-        except OSError as error:
-            raise self.fail(f"cannot read: {error.strerror or error}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.MarkedYAMLError as error:
-            mark = error.problem_mark or error.context_mark
-            where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-            raise self.fail(f"invalid YAML: {where}{error.problem or error.context}") from None
-        except yaml.YAMLError as error:
-            raise self.fail(f"invalid YAML: {error}") from None
+            data = read_yaml(self.path, keep_text=True)
+        except YamlFileError as error:
+            raise self.fail(str(error)) from None
         top = self.mapping(data, "the file", _TOP_KEYS)
         tls, context = self.tls(top.get("tls_server_config"))
         users = self.users(top.get("basic_auth_users"))
         headers = self.headers(top.get("http_server_config"))
+        rate_limit = self.rate_limit(top.get("rate_limit"))
         return WebConfig(
             path=self.path,
             tls=tls,
@@ -246,7 +214,12 @@ class _Loader:
             users=users,
             headers=headers,
             auth=BasicAuth(users) if users else None,
+            rate_limit=rate_limit,
+            limiter=TokenBucket(rate_limit) if rate_limit is not None else None,
+            notes=tuple(self.notes),
         )
+
+    # --- shapes -------------------------------------------------------------------------
 
     def mapping(self, value: Any, where: str, keys: tuple[str, ...]) -> dict[str, Any]:
         if value is None:
@@ -255,56 +228,80 @@ class _Loader:
             raise self.fail(f"{where} must be a mapping, not {_kind(value)}")
         for key in value:
             if not isinstance(key, str):
-                raise self.fail(f"{where}: key {key!r} must be a string")
-            if key in _UNSUPPORTED:
-                raise self.fail(f"{where}: {_UNSUPPORTED[key]} is not supported by gpu-exporter")
+                raise self.fail(f"{where}: key {_show(key)} must be a string")
             if key not in keys:
-                raise self.fail(f"{where}: unknown key {key!r} (known: {', '.join(keys)})")
+                raise self.fail(f"{where}: unknown key {_show(key)} (known: {', '.join(keys)})")
         return value
 
     def string(self, section: dict[str, Any], key: str, where: str) -> str | None:
+        """A string field: any scalar, as written (as Go's yaml.v2 reads it); "" is None."""
         value = section.get(key)
         if value is None or value == "":
             return None
         if not isinstance(value, str):
             raise self.fail(f"{where}.{key} must be a string, not {_kind(value)}")
-        return value
+        return str(value)
 
-    def file(self, section: dict[str, Any], key: str) -> str | None:
-        value = self.string(section, key, "tls_server_config")
-        return None if value is None else os.path.join(self.directory, value)
+    def strings(self, section: dict[str, Any], key: str, where: str) -> tuple[str, ...] | None:
+        """A list of strings; None when the key is absent or null."""
+        value = section.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self.fail(f"{where}.{key} must be a list of strings, not {_kind(value)}")
+        for item in value:
+            if not isinstance(item, str) or not item:
+                raise self.fail(f"{where}.{key}: {_show(item)} must be a non-empty string")
+        return tuple(str(item) for item in value)
+
+    def boolean(self, section: dict[str, Any], key: str, where: str, default: bool) -> bool:
+        value = section.get(key)
+        if value is None:
+            return default
+        if isinstance(value, Scalar) and isinstance(value.value, bool):
+            return value.value
+        raise self.fail(f"{where}.{key} must be true or false, not {_kind(value)}")
+
+    # --- tls_server_config ----------------------------------------------------------------
+
+    def pem(self, section: dict[str, Any], file_key: str, inline_key: str) -> Pem | None:
+        where = "tls_server_config"
+        path = self.string(section, file_key, where)
+        text = self.string(section, inline_key, where)
+        if path is not None and text is not None:
+            raise self.fail(f"{where}: give {file_key} or {inline_key}, not both")
+        if path is not None:
+            return Pem(file_key, path=os.path.join(self.directory, path))
+        if text is not None:
+            return Pem(inline_key, text=text)
+        return None
 
     def tls(self, value: Any) -> tuple[TlsSettings | None, ssl.SSLContext | None]:
-        section = self.mapping(value, "tls_server_config", _TLS_KEYS)
         where = "tls_server_config"
-        cert = self.file(section, "cert_file")
-        key = self.file(section, "key_file")
-        ca = self.file(section, "client_ca_file")
+        section = self.mapping(value, where, _TLS_KEYS)
+        cert = self.pem(section, "cert_file", "cert")
+        key = self.pem(section, "key_file", "key")
+        ca = self.pem(section, "client_ca_file", "client_ca")
         given_auth = self.string(section, "client_auth_type", where)
-        auth = given_auth or "NoClientCert"
         if cert is None and key is None and ca is None and given_auth is None:
-            return None, None  # as exporter-toolkit: no TLS settings means plain HTTP
+            # as exporter-toolkit: no certificate settings means plain HTTP
+            ignored = [k for k in _TLS_KEYS if k not in _TLS_SWITCHES and section.get(k)]
+            if ignored:
+                raise self.fail(
+                    f"{where}: {', '.join(ignored)} set without a certificate; give cert_file "
+                    "and key_file for TLS"
+                )
+            return None, None
         if cert is None:
-            raise self.fail(f"{where}: cert_file is missing")
+            raise self.fail(f"{where}: cert_file is missing (or give the PEM text as cert)")
         if key is None:
-            raise self.fail(f"{where}: key_file is missing")
-        if auth not in CLIENT_AUTH_TYPES:
+            raise self.fail(f"{where}: key_file is missing (or give the PEM text as key)")
+        auth = self.client_auth(given_auth or "NoClientCert", ca)
+        sans = self.strings(section, "client_allowed_sans", where)
+        if sans is not None and auth not in _VERIFYING:
             raise self.fail(
-                f"{where}.client_auth_type: {auth!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
-            )
-        if auth == "RequireAnyClientCert":
-            raise self.fail(
-                f"{where}.client_auth_type: RequireAnyClientCert is not supported (Python's ssl "
-                "cannot accept a client certificate without verifying it); use "
-                "RequireAndVerifyClientCert with client_ca_file"
-            )
-        verifying = auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
-        if verifying and ca is None:
-            raise self.fail(f"{where}: client_auth_type {auth} needs client_ca_file")
-        if ca is not None and not verifying:
-            raise self.fail(
-                f"{where}: client_ca_file is set but client_auth_type {auth} never verifies "
-                "client certificates (use RequireAndVerifyClientCert)"
+                f"{where}: client_allowed_sans needs client_auth_type RequireAndVerifyClientCert "
+                f"(or VerifyClientCertIfGiven), not {auth}"
             )
         min_version = self.version(section, "min_version") or "TLS12"
         max_version = self.version(section, "max_version")
@@ -312,35 +309,56 @@ class _Loader:
             raise self.fail(
                 f"{where}: max_version {max_version} is below min_version {min_version}"
             )
-        prefer = section.get("prefer_server_cipher_suites", True)
-        if not isinstance(prefer, bool):
-            raise self.fail(f"{where}.prefer_server_cipher_suites must be true or false")
+        settings = TlsSettings(
+            cert=cert,
+            key=key,
+            client_ca=ca,
+            client_auth_type=auth,
+            min_version=min_version,
+            max_version=max_version,
+            cipher_suites=self.ciphers(section),
+            curve=self.curve(section),
+            prefer_server_cipher_suites=self.boolean(
+                section, "prefer_server_cipher_suites", where, default=True
+            ),
+            client_allowed_sans=sans,
+        )
+        try:
+            return settings, build_context(settings)
+        except TlsError as error:
+            raise self.fail(str(error)) from None
 
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = TLS_VERSIONS[min_version]
-        if max_version is not None:
-            context.maximum_version = TLS_VERSIONS[max_version]
-        if prefer:
-            context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-        else:
-            context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
-        context.set_alpn_protocols(["http/1.1"])
-        self.load_pair(context, cert, key)
-        if ca is not None:
-            self.readable(ca, "client_ca_file")
-            try:
-                context.load_verify_locations(cafile=ca)
-            except ssl.SSLError as error:
-                raise self.fail(
-                    f"client_ca_file {ca}: no usable PEM CA certificate ({_ssl_reason(error)})"
-                ) from None
-            context.verify_mode = (
-                ssl.CERT_REQUIRED if auth == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
+    def client_auth(self, auth: str, ca: Pem | None) -> str:
+        where = "tls_server_config"
+        if auth == "RequireClientCert":  # exporter-toolkit's old name for it
+            auth = "RequireAnyClientCert"
+        if auth not in CLIENT_AUTH_TYPES:
+            raise self.fail(
+                f"{where}.client_auth_type: {_show(auth)} is not one of "
+                f"{', '.join(CLIENT_AUTH_TYPES)}"
             )
-        else:
-            context.verify_mode = ssl.CERT_NONE
-        settings = TlsSettings(cert, key, ca, auth, min_version, max_version)
-        return settings, context
+        if auth == "RequireAnyClientCert":
+            raise self.fail(
+                f"{where}.client_auth_type: RequireAnyClientCert is not supported (Python's ssl "
+                "cannot accept a client certificate without verifying it); use "
+                "RequireAndVerifyClientCert with client_ca_file"
+            )
+        if auth == "RequireAndVerifyClientCert" and ca is None:
+            raise self.fail(
+                f"{where}: client_auth_type {auth} needs client_ca_file (without it any "
+                "client certificate signed by a public CA would be let in)"
+            )
+        if ca is not None and auth not in _VERIFYING:
+            raise self.fail(
+                f"{where}: {ca.key} is set but client_auth_type {auth} never verifies "
+                "client certificates (use RequireAndVerifyClientCert)"
+            )
+        if auth == "VerifyClientCertIfGiven" and ca is None:
+            self.notes.append(
+                "client_auth_type VerifyClientCertIfGiven without client_ca_file: client "
+                "certificates are verified against the system's CA certificates"
+            )
+        return auth
 
     def version(self, section: dict[str, Any], key: str) -> str | None:
         value = self.string(section, key, "tls_server_config")
@@ -351,38 +369,35 @@ class _Loader:
                 f"tls_server_config.{key}: {value} is not supported; use TLS12 or TLS13"
             )
         if value not in TLS_VERSIONS:
-            raise self.fail(f"tls_server_config.{key}: {value!r} is not TLS12 or TLS13")
+            raise self.fail(f"tls_server_config.{key}: {_show(value)} is not TLS12 or TLS13")
         return value
 
-    def readable(self, path: str, key: str) -> None:
-        try:
-            with open(path, "rb") as handle:
-                handle.read(1)
-        except OSError as error:
-            raise self.fail(f"{key} {path}: {error.strerror or error}") from None
+    def ciphers(self, section: dict[str, Any]) -> tuple[str, ...]:
+        names = self.strings(section, "cipher_suites", "tls_server_config") or ()
+        for name in names:
+            if name not in GO_CIPHERS and name not in GO_TLS13_CIPHERS:
+                raise self.fail(
+                    f"tls_server_config.cipher_suites: unknown cipher {_show(name)} (Go names, "
+                    "such as TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256)"
+                )
+        return names
 
-    def load_pair(self, context: ssl.SSLContext, cert: str, key: str) -> None:
-        self.readable(cert, "cert_file")
-        self.readable(key, "key_file")
-        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        try:
-            probe.load_verify_locations(cafile=cert)
-        except ssl.SSLError as error:
-            raise self.fail(
-                f"cert_file {cert}: not a PEM certificate ({_ssl_reason(error)})"
-            ) from None
+    def curve(self, section: dict[str, Any]) -> str | None:
+        names = self.strings(section, "curve_preferences", "tls_server_config") or ()
+        for name in names:
+            if name not in GO_CURVES:
+                raise self.fail(
+                    f"tls_server_config.curve_preferences: unknown curve {_show(name)} (one of "
+                    f"{', '.join(GO_CURVES)})"
+                )
+        if len(names) > 1:
+            self.notes.append(
+                f"curve_preferences: Python's ssl offers one curve; only {names[0]} (the "
+                f"first listed) is used, not {', '.join(names[1:])}"
+            )
+        return names[0] if names else None
 
-        def encrypted() -> bytes:
-            raise self.fail(f"key_file {key}: the key is encrypted; give an unencrypted key")
-
-        try:
-            context.load_cert_chain(cert, key, password=encrypted)
-        except ssl.SSLError as error:
-            if "KEY_VALUES_MISMATCH" in str(error):
-                raise self.fail(f"key_file {key} does not match cert_file {cert}") from None
-            raise self.fail(
-                f"key_file {key}: not a usable PEM private key ({_ssl_reason(error)})"
-            ) from None
+    # --- basic_auth_users -----------------------------------------------------------------
 
     def users(self, value: Any) -> dict[str, bytes]:
         if value is None:
@@ -392,26 +407,27 @@ class _Loader:
         users: dict[str, bytes] = {}
         for user, hashed in value.items():
             if not isinstance(user, str) or not user:
-                raise self.fail(f"basic_auth_users: user {user!r} must be a non-empty string")
+                raise self.fail(f"basic_auth_users: user {_show(user)} must be a non-empty string")
             if ":" in user:
-                raise self.fail(f"basic_auth_users: user {user!r} must not contain ':'")
+                raise self.fail(f"basic_auth_users: user {_show(user)} must not contain ':'")
+            where = f"basic_auth_users.{one_line(user, 60)}"
             if not isinstance(hashed, str):
-                raise self.fail(f"basic_auth_users.{user}: must be a bcrypt hash string")
+                raise self.fail(f"{where}: must be a bcrypt hash string, not {_kind(hashed)}")
             raw = hashed.strip().encode("ascii", "replace")
             match = _BCRYPT_HASH.match(raw)
             if match is None or not 4 <= int(match.group(1)) <= 31:
                 raise self.fail(
-                    f"basic_auth_users.{user}: not a bcrypt hash (expected $2b$<cost>$ followed "
-                    "by 53 characters, as made by htpasswd -nBC 10)"
+                    f"{where}: not a bcrypt hash (expected $2b$<cost>$ followed by 53 "
+                    "characters, as made by htpasswd -nBC 10)"
                 )
-            users[user] = raw
+            users[str(user)] = raw
         return users
+
+    # --- http_server_config ---------------------------------------------------------------
 
     def headers(self, value: Any) -> dict[str, str]:
         section = self.mapping(value, "http_server_config", _HTTP_KEYS)
-        http2 = section.get("http2")
-        if http2 is not None and not isinstance(http2, bool):
-            raise self.fail("http_server_config.http2 must be true or false")
+        self.boolean(section, "http2", "http_server_config", default=True)  # checked, unused
         raw = section.get("headers")
         if raw is None:
             return {}
@@ -420,31 +436,91 @@ class _Loader:
         canonical = {name.lower(): name for name in ALLOWED_HEADERS}
         headers: dict[str, str] = {}
         for name, header_value in raw.items():
-            proper = canonical.get(str(name).lower())
+            proper = canonical.get(str(name).lower()) if isinstance(name, str) else None
             if proper is None:
                 raise self.fail(
-                    f"http_server_config.headers: {name!r} can not be configured (allowed: "
+                    f"http_server_config.headers: {_show(name)} can not be configured (allowed: "
                     f"{', '.join(ALLOWED_HEADERS)})"
                 )
+            where = f"http_server_config.headers.{proper}"
             if not isinstance(header_value, str) or not header_value.strip():
-                raise self.fail(f"http_server_config.headers.{proper}: must be a non-empty string")
+                raise self.fail(f"{where}: must be a non-empty string, not {_kind(header_value)}")
             if any(c in header_value for c in "\r\n\0"):
-                raise self.fail(f"http_server_config.headers.{proper}: must be a single line")
+                raise self.fail(f"{where}: must be a single line")
+            bad = next((c for c in header_value if not (" " <= c <= "~" or c == "\t")), None)
+            if bad is not None:
+                raise self.fail(
+                    f"{where}: {_show(bad)} (U+{ord(bad):04X}) can not be sent in an HTTP "
+                    "header; use printable ASCII only"
+                )
             allowed = ALLOWED_HEADERS[proper]
             if allowed and header_value.lower() not in allowed:
                 raise self.fail(
-                    f"http_server_config.headers.{proper}: {header_value!r} is not one of "
-                    f"{', '.join(allowed)}"
+                    f"{where}: {_show(str(header_value))} is not one of {', '.join(allowed)}"
                 )
-            headers[proper] = header_value
+            headers[proper] = str(header_value)
         return headers
+
+    # --- rate_limit -----------------------------------------------------------------------
+
+    def rate_limit(self, value: Any) -> RateLimit | None:
+        section = self.mapping(value, "rate_limit", _RATE_KEYS)
+        interval = self.interval(section.get("interval"))
+        burst = section.get("burst")
+        if burst is None:
+            burst = 0
+        elif isinstance(burst, Scalar) and type(burst.value) is int and burst.value >= 0:
+            burst = burst.value
+        else:
+            raise self.fail(
+                f"rate_limit.burst must be a whole number, 0 or more, not {_show(burst)}"
+            )
+        if interval == 0:
+            return None  # as exporter-toolkit: no interval, no limit
+        if burst == 0:
+            self.notes.append(
+                "rate_limit.burst is 0: every request but /livez and /healthz gets 429 (as "
+                "exporter-toolkit does)"
+            )
+        return RateLimit(interval, burst)
+
+    def interval(self, value: Any) -> float:
+        if value is None:
+            return 0.0
+        if isinstance(value, Scalar) and type(value.value) is int:
+            if value.value == 0:
+                return 0.0
+            raise self.fail(
+                f"rate_limit.interval: {_show(value)} has no unit; write it as a Go duration "
+                "such as 1s or 500ms (exporter-toolkit would read a bare number as nanoseconds)"
+            )
+        seconds = parse_go_duration(value) if isinstance(value, str) else None
+        if seconds is None:
+            raise self.fail(
+                f"rate_limit.interval: {_show(value)} is not a duration such as 1s, 500ms or 1m"
+            )
+        return seconds
 
 
 def _kind(value: Any) -> str:
-    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
-        type(value), type(value).__name__
-    )
+    if isinstance(value, Scalar):
+        value = value.value
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return "a date"
+    kinds: dict[type, str] = {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bytes: "binary data",
+    }
+    return kinds.get(type(value), type(value).__name__)
 
 
-def _ssl_reason(error: ssl.SSLError) -> str:
-    return str(error.reason or error.strerror or error).replace("\n", " ")
+def _show(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters, for naming what the operator wrote."""
+    text = repr(str(value) if isinstance(value, str) else value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"

@@ -1,4 +1,5 @@
-"""Certificates made at test time with the `openssl` command (P-256 keys, valid one day)."""
+"""Certificates made at test time with the `openssl` command (P-256 keys, or RSA 2048 where
+asked; valid one day)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def _run(*args: str | Path) -> None:
     subprocess.run([openssl(), *map(str, args)], check=True, capture_output=True, timeout=30)
 
 
-def _key(path: Path) -> None:
-    _run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path)
+def _key(path: Path, *, rsa: bool = False) -> None:
+    if rsa:
+        _run("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", path)
+    else:
+        _run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path)
 
 
 def make_ca(directory: Path, name: str) -> KeyPair:
@@ -50,15 +54,24 @@ def make_ca(directory: Path, name: str) -> KeyPair:
     return pair
 
 
-def issue(ca: KeyPair, directory: Path, name: str, *, server: bool) -> KeyPair:
-    """A leaf certificate signed by `ca`: for 127.0.0.1/localhost, or a client named `name`."""
+def issue(
+    ca: KeyPair,
+    directory: Path,
+    name: str,
+    *,
+    server: bool,
+    rsa: bool = False,
+    san: str | None = None,
+) -> KeyPair:
+    """A leaf certificate signed by `ca`: for 127.0.0.1/localhost, or a client named `name`
+    (subject alternative name DNS:`name` unless `san` gives others, in openssl's syntax)."""
     pair = KeyPair(directory / f"{name}.crt", directory / f"{name}.key")
-    _key(pair.key)
+    _key(pair.key, rsa=rsa)
     csr = directory / f"{name}.csr"
     _run("req", "-new", "-key", pair.key, "-subj", f"/CN={name}", "-out", csr)
     ext = directory / f"{name}.ext"
     usage = "serverAuth" if server else "clientAuth"
-    san = "IP:127.0.0.1, DNS:localhost" if server else f"DNS:{name}"
+    san = san or ("IP:127.0.0.1, DNS:localhost" if server else f"DNS:{name}")
     ext.write_text(
         "basicConstraints = critical, CA:FALSE\n"
         "keyUsage = critical, digitalSignature\n"
@@ -85,6 +98,7 @@ class Pki:
     rogue_ca: KeyPair  # trusted by nobody
     rogue_client: KeyPair  # signed by rogue_ca
     rogue_server: KeyPair  # signed by rogue_ca, for 127.0.0.1
+    rsa_server: KeyPair  # signed by ca, for 127.0.0.1, with an RSA key
 
 
 def make_pki(directory: Path) -> Pki:
@@ -99,4 +113,5 @@ def make_pki(directory: Path) -> Pki:
         rogue_ca=rogue_ca,
         rogue_client=issue(rogue_ca, directory, "intruder", server=False),
         rogue_server=issue(rogue_ca, directory, "rogue-server", server=True),
+        rsa_server=issue(ca, directory, "rsa-server", server=True, rsa=True),
     )

@@ -6,9 +6,12 @@ with 4 children) placed on the GPUs through a scenario file, then measures:
 - scrape latency (p50, p99, max) over 1000 scrapes on loopback, one keep-alive client;
 - sampler CPU at a 1 s interval with no scrapes, as a share of one core and per sample;
 - resident memory after warm-up and after the scrapes;
-- the series count of one exposition.
+- the series count of one exposition;
+- with `--compat.dcgm` (issue 12): the scrape latency p99 and the extra render cost per
+  sample, rendering the same snapshot in-process with and without the DCGM names.
 
-Targets (issue 2): p99 <= 2 ms, sampler CPU <= 1% of a core, RSS <= 40 MiB.
+Targets (issue 2): p99 <= 2 ms, sampler CPU <= 1% of a core, RSS <= 40 MiB; issue 12:
+scrape p99 <= 2 ms in compat mode.
 `make bench` prints the figures and writes them between the markers of README.md.
 """
 
@@ -57,6 +60,10 @@ class Figures:
     rss_mib_after_scrapes: float
     series: int
     exposition_bytes: int
+    compat_scrape_p99_ms: float
+    compat_series: int
+    render_ms: float
+    compat_render_ms: float
 
 
 def free_port() -> int:
@@ -149,6 +156,66 @@ def cpu_without_processes(scenario_path: Path) -> float:
         exporter.wait(10)
 
 
+def scrape_latencies(port: int) -> tuple[list[float], bytes]:
+    """SCRAPES scrapes over one keep-alive connection: sorted latencies in ms, last body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    latencies: list[float] = []
+    body = b""
+    for _ in range(SCRAPES):
+        t0 = time.perf_counter()
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        body = response.read()
+        latencies.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    latencies.sort()
+    return latencies, body
+
+
+def p99(latencies: list[float]) -> float:
+    return latencies[int(len(latencies) * 0.99) - 1]
+
+
+def series_in(body: bytes) -> int:
+    return sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
+
+
+def compat_scrapes(scenario_path: Path) -> tuple[float, int]:
+    """Scrape p99 (ms) and series count of the same host with --compat.dcgm."""
+    port = free_port()
+    exporter = start_exporter(scenario_path, port, "--compat.dcgm")
+    try:
+        wait_ready(port)
+        time.sleep(3.0)
+        latencies, body = scrape_latencies(port)
+        return p99(latencies), series_in(body)
+    finally:
+        exporter.terminate()
+        exporter.wait(10)
+
+
+def render_cost(scenario_path: Path, *extra: str, renders: int = 200) -> float:
+    """Mean ms to render one sample's exposition (text, gzip as a scraper asks for it),
+    in-process, from one snapshot of the same host."""
+    sys.path.insert(0, str(REPO))
+    from gpu_exporter.config import load_settings
+    from gpu_exporter.daemon import make_backend, make_sampler, render
+
+    settings = load_settings(
+        ["--simulate", str(GPUS), "--simulate.scenario", str(scenario_path), *extra]
+    )
+    sampler = make_sampler(settings, make_backend(settings))
+    try:
+        snapshot = sampler.sample_once()
+        render(snapshot, settings).body(openmetrics=False, compressed=True)  # warm
+        t0 = time.perf_counter()
+        for _ in range(renders):
+            render(snapshot, settings).body(openmetrics=False, compressed=True)
+        return (time.perf_counter() - t0) * 1000 / renders
+    finally:
+        sampler.stop(0)
+
+
 def measure() -> Figures:
     jobs = spawn_jobs()
     time.sleep(1.0)  # let the children start, so the trees are complete
@@ -165,20 +232,14 @@ def measure() -> Figures:
 
             share = cpu_share(proc, CPU_WINDOW_SECONDS)
 
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            latencies: list[float] = []
-            body = b""
-            for _ in range(SCRAPES):
-                t0 = time.perf_counter()
-                conn.request("GET", "/metrics")
-                response = conn.getresponse()
-                body = response.read()
-                latencies.append((time.perf_counter() - t0) * 1000)
-            conn.close()
+            latencies, body = scrape_latencies(port)
             rss_after = proc.memory_info().rss / 2**20
             exporter.terminate()
             exporter.wait(10)
             share_without = cpu_without_processes(scenario_path)
+            compat_p99, compat_series = compat_scrapes(scenario_path)
+            render_ms = render_cost(scenario_path)
+            compat_render_ms = render_cost(scenario_path, "--compat.dcgm")
         finally:
             if exporter.poll() is None:
                 exporter.terminate()
@@ -188,20 +249,21 @@ def measure() -> Figures:
                     child.kill()
                 job.kill()
                 job.wait()
-    text = body.decode()
-    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    latencies.sort()
     return Figures(
         scrape_p50_ms=statistics.median(latencies),
-        scrape_p99_ms=latencies[int(len(latencies) * 0.99) - 1],
+        scrape_p99_ms=p99(latencies),
         scrape_max_ms=latencies[-1],
         sampler_cpu_percent=100 * share,
         sampler_cpu_ms_per_sample=1000 * share,  # one sample a second
         sampler_cpu_percent_without_processes=100 * share_without,
         rss_mib_warm=rss_warm,
         rss_mib_after_scrapes=rss_after,
-        series=series,
+        series=series_in(body),
         exposition_bytes=len(body),
+        compat_scrape_p99_ms=compat_p99,
+        compat_series=compat_series,
+        render_ms=render_ms,
+        compat_render_ms=compat_render_ms,
     )
 
 
@@ -235,6 +297,12 @@ def report(f: Figures) -> str:
             f"| <= 40 MiB: {verdict(f.rss_mib_after_scrapes <= 40)} |",
             f"| series in one exposition | {f.series} | |",
             f"| exposition size | {f.exposition_bytes / 1024:.1f} KiB | |",
+            f"| render per sample (text + gzip, in-process) | {f.render_ms:.2f} ms | |",
+            f"| render per sample with `--compat.dcgm` | {f.compat_render_ms:.2f} ms "
+            f"(+{f.compat_render_ms - f.render_ms:.2f} ms) | |",
+            f"| scrape latency p99 with `--compat.dcgm` | {f.compat_scrape_p99_ms:.3f} ms "
+            f"| <= 2 ms: {verdict(f.compat_scrape_p99_ms <= 2)} |",
+            f"| series with `--compat.dcgm` | {f.compat_series} | |",
         ]
     )
 

@@ -1,8 +1,9 @@
-"""Generate the README's metrics and flags reference from the code.
+"""Generate the reference sections of the README and the guides from the code.
 
-`python -m gpu_exporter.docs --write README.md` rewrites the text between the
-`<!-- BEGIN generated:NAME -->` and `<!-- END generated:NAME -->` markers; a test fails
-when the README and the code disagree.
+`python -m gpu_exporter.docs --write README.md docs/migrating-from-dcgm-exporter.md`
+rewrites the text between the `<!-- BEGIN generated:NAME -->` and
+`<!-- END generated:NAME -->` markers of each file; a test fails when a file and the
+code disagree.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gpu_exporter.config import OPTIONS
 from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
+from gpu_exporter.metrics.dcgm import DCGM_METRICS
 from gpu_exporter.metrics.specs import SAMPLED, RenderOptions
 
 
@@ -44,18 +46,64 @@ def flags_reference() -> str:
     return "\n".join(lines)
 
 
-SECTIONS = {"metrics": metrics_reference, "flags": flags_reference}
+DCGM_SUFFIX = " dcgm-exporter compatibility (--compat.dcgm)."
+GPU_NAME = re.compile(r"\bgpu_[a-z0-9_]+")
 
 
-def render(text: str) -> str:
-    """`text` with every generated section replaced by its current content."""
-    for name, make in SECTIONS.items():
+def dcgm_to_gpu() -> str:
+    """The name map from each DCGM field to the PromQL that gives it from the gpu_ names."""
+    lines = [
+        "| DCGM field | type | value | from the gpu_ metrics | same value |",
+        "|---|---|---|---|---|",
+    ]
+    for m in DCGM_METRICS:
+        meaning = m.help.removesuffix(DCGM_SUFFIX).replace("|", "\\|")
+        instance = " Also per MIG instance." if m.instance is not None else ""
+        same = m.difference or (
+            "exactly" if m.exact else "over the rate's window, not the last interval"
+        )
+        equivalent = m.equivalent.replace("|", "\\|")
+        lines.append(f"| `{m.name}` | {m.type} | {meaning}{instance} | `{equivalent}` | {same} |")
+    return "\n".join(lines)
+
+
+def gpu_to_dcgm() -> str:
+    """The name map the other way: every gpu_ metric and the DCGM fields it answers."""
+    answered: dict[str, list[str]] = {}
+    for m in DCGM_METRICS:
+        for name in GPU_NAME.findall(m.equivalent):
+            answered.setdefault(name, []).append(m.name)
+    lines = ["| gpu_ metric | DCGM fields (default set) |", "|---|---|"]
+    for metric in METRICS:
+        fields = ", ".join(f"`{f}`" for f in answered.get(metric.name, [])) or "none"
+        lines.append(f"| `{metric.name}` | {fields} |")
+    return "\n".join(lines)
+
+
+SECTIONS = {
+    "metrics": metrics_reference,
+    "flags": flags_reference,
+    "dcgm-to-gpu": dcgm_to_gpu,
+    "gpu-to-dcgm": gpu_to_dcgm,
+}
+README_SECTIONS = ("metrics", "flags")
+
+
+def sections_in(text: str) -> tuple[str, ...]:
+    """The generated sections whose markers `text` holds."""
+    return tuple(name for name in SECTIONS if f"<!-- BEGIN generated:{name} -->" in text)
+
+
+def render(text: str, sections: Iterable[str] = README_SECTIONS) -> str:
+    """`text` with each of `sections` replaced by its current content."""
+    for name in sections:
+        make = SECTIONS[name]
         pattern = re.compile(
             rf"(<!-- BEGIN generated:{name} -->\n)(?:.*?\n)?(<!-- END generated:{name} -->)",
             re.S,
         )
         if not pattern.search(text):
-            raise ValueError(f"README has no generated:{name} section")
+            raise ValueError(f"the file has no generated:{name} section")
         text = pattern.sub(_replacement(make()), text)
     return text
 
@@ -66,24 +114,30 @@ def _replacement(body: str) -> Callable[[re.Match[str]], str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", metavar="README", help="rewrite the file in place")
-    parser.add_argument("--check", metavar="README", help="exit 1 if the file is out of date")
+    parser.add_argument("--write", metavar="FILE", nargs="+", help="rewrite the files in place")
+    parser.add_argument("--check", metavar="FILE", nargs="+", help="exit 1 if one is out of date")
     args = parser.parse_args()
-    path = args.write or args.check
-    if path is None:
+    paths = args.write or args.check
+    if paths is None:
         print(metrics_reference())
         return 0
-    with open(path, encoding="utf-8") as handle:
-        current = handle.read()
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print(f"{path} is out of date: run `make docs`", file=sys.stderr)
+    stale = 0
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            current = handle.read()
+        sections = sections_in(current)
+        if not sections:
+            print(f"{path} has no generated section", file=sys.stderr)
             return 1
-        return 0
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(wanted)
-    return 0
+        wanted = render(current, sections)
+        if args.check:
+            if wanted != current:
+                print(f"{path} is out of date: run `make docs`", file=sys.stderr)
+                stale += 1
+            continue
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(wanted)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -416,10 +418,7 @@ def test_dcgm_dashboard_queries_return_data(
 
 def single_valued(spec: DcgmMetric) -> bool:
     """Whether `spec.equivalent` is one PromQL expression a query can compare."""
-    return (
-        spec.equivalent.startswith(("gpu_", "floor(", "rate(", "sum "))
-        and " (a " not in spec.equivalent
-    )
+    return spec.difference is None
 
 
 def test_only_the_last_xid_lacks_a_comparable_equivalent() -> None:
@@ -451,3 +450,68 @@ def test_each_dcgm_series_agrees_with_its_gpu_equivalent(
             assert ours[key] == pytest.approx(value), key
         else:  # a rate over a minute against the last interval's mean
             assert ours[key] == pytest.approx(value, rel=0.25, abs=0.05 * max(1.0, value)), key
+
+
+# The migration guide's week side by side ----------------------------------------------------
+
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "migrating-from-dcgm-exporter.md"
+
+
+def side_by_side_queries() -> dict[str, str]:
+    """The guide's comparison queries, by the first DCGM field each one names."""
+    blocks = re.findall(r"```promql\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
+    found: dict[str, str] = {}
+    for block in blocks:
+        if 'job="dcgm-exporter"' in block:
+            names = re.findall(r"DCGM_FI_[A-Z_]*[A-Z]|DCGM_FI_\.\*", block)
+            found[names[0]] = block
+    return found
+
+
+def test_the_guides_side_by_side_queries_find_what_differs(tmp_path: Path) -> None:
+    """A node where "dcgm-exporter" (here: a second gpu-exporter) sees two GPUs and
+    gpu-exporter one: every query of the guide must point at exactly that."""
+    queries = side_by_side_queries()
+    assert set(queries) == {
+        "DCGM_FI_.*",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_GPU_TEMP",
+    }
+    node = {"NODE_NAME": "node-a"}
+    args = ["--collect.interval", "1s", "--compat.dcgm"]
+    theirs = start_exporter(["--simulate", "2", *args], tmp_path, env=node)
+    ours = start_exporter(["--simulate", "1", *args], tmp_path, env=node)
+    config = tmp_path / "prometheus.yml"
+    jobs = [("dcgm-exporter", theirs), ("gpu-exporter", ours)]
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                "scrape_configs": [
+                    {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{e.port}"]}]}
+                    for job, e in jobs
+                ],
+            }
+        )
+    )
+    prometheus = start_prometheus(config, tmp_path)
+    try:
+        prometheus.wait_for(
+            "count(count_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[1m]) >= 3) == 3", 30
+        )
+        missing = prometheus.query(queries["DCGM_FI_.*"])
+        assert missing and {(r["metric"]["Hostname"], r["metric"]["gpu"]) for r in missing} == {
+            ("node-a", "1")
+        }
+        assert "DCGM_FI_DEV_GPU_TEMP" in {r["metric"]["__name__"] for r in missing}
+        for field in ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"):
+            result = prometheus.query(queries[field])
+            assert [r["metric"] for r in result] == [{"Hostname": "node-a", "gpu": "0"}], field
+            assert math.isfinite(float(result[0]["value"][1])), field
+        counts = prometheus.query(queries["DCGM_FI_DEV_GPU_TEMP"])
+        assert [(r["metric"], r["value"][1]) for r in counts] == [({"Hostname": "node-a"}, "2")]
+    finally:
+        prometheus.stop()
+        theirs.stop()
+        ours.stop()

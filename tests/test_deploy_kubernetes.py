@@ -125,6 +125,27 @@ def test_container_arguments_are_accepted_by_the_program() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_dcgm_compat_is_an_overlay_not_the_default() -> None:
+    """deploy/kubernetes-compat-dcgm adds --compat.dcgm to the base's arguments, and the
+    node's name reaches the Hostname label through NODE_NAME."""
+    assert "--compat.dcgm" not in container()["args"]
+    assert "# - --compat.dcgm" in (KUBERNETES / "daemonset.yaml").read_text()
+    overlay = REPO / "deploy" / "kubernetes-compat-dcgm"
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../kubernetes"]
+    (patch,) = kustomization["patches"]
+    assert patch["target"] == {"kind": "DaemonSet", "name": daemonset()["metadata"]["name"]}
+    (operation,) = yaml.safe_load((overlay / patch["path"]).read_text())
+    assert operation["op"] == "add"
+    assert operation["path"] == "/spec/template/spec/containers/0/args/-"
+    args = [*container()["args"], operation["value"]]
+    env = {e["name"]: e for e in container()["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    result = run_exporter([*args, "--simulate", "1", "--once"], env={"NODE_NAME": "gpu-node-7"})
+    assert result.returncode == 0, result.stderr
+    assert "DCGM_FI_DEV_GPU_TEMP{" in result.stdout and 'Hostname="gpu-node-7"' in result.stdout
+
+
 def quantity(value: str) -> float:
     """A Kubernetes quantity in base units (cores, bytes)."""
     units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "": 1}

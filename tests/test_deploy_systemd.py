@@ -150,6 +150,19 @@ def test_example_environment_file_holds_flags_the_program_accepts() -> None:
     assert "gpu_up{" in result.stdout
 
 
+def test_every_commented_example_holds_flags_the_program_accepts() -> None:
+    examples = [
+        shlex.split(shlex.split(line.removeprefix("# "), comments=True)[0].partition("=")[2])
+        for line in ENV_FILE.read_text().splitlines()
+        if line.startswith("# GPU_EXPORTER_ARGS=")
+    ]
+    assert any("--compat.dcgm" in args for args in examples)
+    for args in examples:
+        args = [a for a in args if not a.startswith("--web.config.file")]  # no such file here
+        result = run_exporter([*args, "--simulate", "1", "--once"])
+        assert result.returncode == 0, (args, result.stderr)
+
+
 def test_textfile_service_command_writes_the_file(tmp_path: Path) -> None:
     command = shlex.split(parse_unit(TEXTFILE_SERVICE)["Service"]["ExecStart"][0])
     args = command[1:]

@@ -2,18 +2,54 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from gpu_exporter import docs
 from gpu_exporter.config import OPTIONS, build_parser
 from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
+from gpu_exporter.metrics.dcgm import DCGM_BY_NAME, DCGM_LABELS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DCGM_GUIDE = README.parent / "docs" / "migrating-from-dcgm-exporter.md"
 
 
 def test_readme_reference_sections_match_the_code() -> None:
     text = README.read_text()
     assert docs.render(text) == text, "README is out of date: run `make docs`"
+
+
+def test_dcgm_guide_name_map_matches_the_code() -> None:
+    text = DCGM_GUIDE.read_text()
+    assert docs.sections_in(text) == ("dcgm-to-gpu", "gpu-to-dcgm")
+    assert docs.render(text, docs.sections_in(text)) == text, "run `make docs`"
+
+
+# Fields the guide names as what dcgm-exporter has and gpu-exporter does not.
+DCGM_FIELDS_WE_LACK = {
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+}
+
+
+def test_every_name_the_dcgm_guide_writes_is_served() -> None:
+    text = DCGM_GUIDE.read_text()
+    ours = {m.name for m in METRICS}
+    for name in set(re.findall(r"\bgpu_[a-z0-9_]+", text)) - {"gpu_instance"}:
+        if name.endswith("_"):  # a family written as gpu_mig_*
+            assert any(m.startswith(name) for m in ours), name
+        else:
+            assert name in ours, name
+    # OpenMetrics' name for a counter, as the guide says it would be: the field with _total
+    dcgm = {n.removesuffix("_total") for n in re.findall(r"\bDCGM_FI_[A-Za-z0-9_]+", text)}
+    for prefix in {name for name in dcgm if name.endswith("_")}:  # DCGM_FI_PROF_*
+        assert any(m.startswith(prefix) for m in DCGM_BY_NAME), prefix
+        dcgm.remove(prefix)
+    assert dcgm - set(DCGM_BY_NAME) - set(DCGM_LABELS) == DCGM_FIELDS_WE_LACK
+    assert not DCGM_FIELDS_WE_LACK & set(DCGM_BY_NAME)
 
 
 def test_readme_lists_every_metric_and_flag() -> None:

@@ -329,7 +329,9 @@ def test_listener_counts_an_xid_for_the_right_gpu_and_stops_promptly(
         three_gpus.push_event(1, XID, 79)
         _wait_until(lambda: bool(listener.state()))
         assert listener.state() == {
-            "GPU-h100-1": XidState(counts={79: 1}, last_timestamp_seconds=1_700_000_000.0)
+            "GPU-h100-1": XidState(
+                counts={79: 1}, last_timestamp_seconds=1_700_000_000.0, last_xid=79
+            )
         }
     finally:
         start = time.monotonic()

@@ -65,6 +65,7 @@ class DcgmMetric(MetricSpec):
     instance: InstanceValue | None = None
     equivalent: str  # the same value from the gpu_ metrics, in PromQL (the name map)
     exact: bool  # the equivalent gives the very same value at the same sample
+    difference: str | None = None  # why `equivalent` is not one comparable value, if not
 
     def label_names(self, options: RenderOptions) -> LabelValues:
         return DCGM_LABELS + (MIG_LABELS if self.instance is not None else ())
@@ -142,6 +143,7 @@ def _d(
     *,
     equivalent: str,
     exact: bool = True,
+    difference: str | None = None,
 ) -> DcgmMetric:
     return DcgmMetric(
         name=name,
@@ -152,6 +154,7 @@ def _d(
         instance=instance,
         equivalent=equivalent,
         exact=exact,
+        difference=difference,
     )
 
 
@@ -260,8 +263,9 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "The code of the last Xid error since the exporter started; absent before the first.",
         "xid",
         _last_xid,
-        equivalent="gpu_xid_errors_total (a counter per code)",
+        equivalent="gpu_xid_errors_total",
         exact=False,
+        difference="one counter per Xid code, where DCGM keeps only the last code",
     ),
     # Memory
     _d(

@@ -136,16 +136,22 @@ def command(*args: str) -> list[str]:
 
 
 def start_exporter(
-    args: Sequence[str], tmp_path: Path, *, port: int | None = None, ready: bool = True
+    args: Sequence[str],
+    tmp_path: Path,
+    *,
+    port: int | None = None,
+    ready: bool = True,
+    env: dict[str, str] | None = None,
 ) -> Exporter:
-    """Start the program listening on 127.0.0.1 and wait until /metrics answers."""
+    """Start the program listening on 127.0.0.1, with `env` added to the environment,
+    and wait until /metrics answers."""
     port = port or free_port()
     log_path = tmp_path / f"exporter-{port}.log"
     full = [*args, "--web.listen-address", f"127.0.0.1:{port}"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    environment = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            command(*full), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env
+            command(*full), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=environment
         )
     exporter = Exporter(process, port, log_path, full)
     if ready:
@@ -164,9 +170,19 @@ def start_exporter(
     return exporter
 
 
-def run_exporter(args: Sequence[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    """Run the program to completion (bad flags, --once); returns its output."""
-    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def run_exporter(
+    args: Sequence[str], timeout: float = 20.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the program to completion (bad flags, --once), with `env` added to the
+    environment; returns its output."""
+    return subprocess.run(
+        command(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **env} if env else None,
+    )
 
 
 def one_error_line(stderr: str) -> str:

@@ -15,14 +15,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests use: promtool and prometheus (rule tests, fleet tests),
-# systemd-analyze from systemd (unit verification).
+# systemd-analyze from systemd (unit verification), chromium (the live page in a real
+# browser, driven by Playwright through /usr/bin/chromium; never `playwright install`).
 system-deps:
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null && \
-	  command -v systemd-analyze >/dev/null || { \
+	  command -v systemd-analyze >/dev/null && test -x /usr/bin/chromium || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
-	    prometheus systemd >/dev/null; }
+	    prometheus systemd chromium >/dev/null; }
 
 demo: $(STAMP)
 	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host: http://$(DEMO_ADDRESS)/metrics  (Ctrl-C stops it)"

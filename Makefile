@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo test lint typecheck pytest promtool-check system-deps bench soak docs clean
+.PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-history soak docs screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md
+
+bench-history: $(STAMP)
+	$(BIN)/python benchmarks/history_memory.py --write benchmarks/README.md
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md

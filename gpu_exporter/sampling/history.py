@@ -1,0 +1,377 @@
+"""The recent past of what the live page charts: bounded, in memory, never on disk.
+
+`History.add(snapshot)` is called with every published Snapshot. From consecutive
+snapshots it derives the rates a chart needs (the true busy ratio from the busy-counter
+deltas, SM activity from GPM's totals, host CPU from its busy seconds) and keeps, per GPU
+(by UUID) and for the host, three tiers of fixed size:
+
+- `fine`: 1-second points for the last hour: every sample at intervals of a second or
+  more (full resolution); faster samples are averaged into one point a second;
+- `medium`: 10-second means for the last hour (what the 1-hour chart draws);
+- `coarse`: 1-minute means for the last 12 hours.
+
+Values are float32 in `array('f')` rings, timestamps float64; a missing value is NaN
+inside and `None` outside (a gap in a chart, never 0). The rings are allocated at their
+full size when a GPU is first seen, so the memory is fixed: `benchmarks/history_memory.py`
+measures it (under 2 MiB for 8 GPUs, see benchmarks/README.md).
+
+Process CPU is kept apart and briefly: for each GPU process, a few (time, CPU seconds)
+points over `VERDICT_WINDOW_SECONDS`, enough for its CPU cores and the input-bound verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpu_exporter.model import DeviceSample, HostSample, Snapshot
+from gpu_exporter.sampling.thresholds import VERDICT_WINDOW_SECONDS
+
+GPU_SERIES: tuple[str, ...] = (
+    "busy_ratio",  # share of time a kernel ran (busy-counter deltas; MIG: graphics engine)
+    "utilization_ratio",  # the driver's instantaneous utilization at each sample
+    "sm_ratio",  # GPM SM activity (Hopper and newer)
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_watts",
+    "power_limit_watts",
+    "temperature_celsius",
+    "slowdown_celsius",  # the slowdown temperature threshold
+)
+"""The series kept per GPU, in units their names say (ratios 0..1)."""
+
+HOST_SERIES: tuple[str, ...] = (
+    "cpu_ratio",  # share of all CPUs busy (non-idle), 0..1
+    "memory_used_bytes",  # total minus available
+    "memory_total_bytes",
+)
+"""The series kept for the host."""
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """Points of `step_seconds` (means of the samples within) for `span_seconds`."""
+
+    step_seconds: float
+    span_seconds: float
+
+    @property
+    def capacity(self) -> int:
+        return int(self.span_seconds / self.step_seconds)
+
+
+FINE = TierSpec(1.0, 3600.0)
+MEDIUM = TierSpec(10.0, 3600.0)
+COARSE = TierSpec(60.0, 12 * 3600.0)
+TIERS: tuple[TierSpec, ...] = (FINE, MEDIUM, COARSE)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A span of the past the page and the API offer, and the tier it is read from."""
+
+    name: str  # "5m", "1h", "12h"
+    seconds: float
+    tier: TierSpec
+
+    @property
+    def max_points(self) -> int:
+        """The most points one series of this window holds (its last one still open)."""
+        return math.ceil(self.seconds / self.tier.step_seconds) + 1
+
+
+WINDOWS: Mapping[str, Window] = {
+    w.name: w
+    for w in (
+        Window("5m", 300.0, FINE),
+        Window("1h", 3600.0, MEDIUM),
+        Window("12h", 12 * 3600.0, COARSE),
+    )
+}
+DEFAULT_WINDOW = "5m"
+MAX_GPUS = 64  # GPUs remembered; beyond, the one seen longest ago is forgotten
+PROCESS_POINT_SECONDS = 10.0  # process CPU points are kept at most this often
+
+
+class Ring:
+    """The last `capacity` points of `columns` float32 series at float64 timestamps."""
+
+    def __init__(self, capacity: int, columns: int) -> None:
+        self.capacity = capacity
+        self._t = array("d", bytes(8 * capacity))
+        self._columns = [array("f", [math.nan]) * capacity for _ in range(columns)]
+        self._next = 0  # where the next point goes
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, t: float, values: Sequence[float]) -> None:
+        i = self._next
+        self._t[i] = t
+        for column, value in zip(self._columns, values, strict=True):
+            column[i] = value
+        self._next = (i + 1) % self.capacity
+        self._size = min(self._size + 1, self.capacity)
+
+    def since(self, t0: float) -> tuple[list[float], list[list[float]]]:
+        """Timestamps and columns of the points at or after `t0`, oldest first."""
+        order = [(self._next - self._size + k) % self.capacity for k in range(self._size)]
+        keep = [i for i in order if self._t[i] >= t0]
+        return [self._t[i] for i in keep], [[c[i] for i in keep] for c in self._columns]
+
+
+class Tier:
+    """A ring of means over buckets of `spec.step_seconds`; the open bucket is readable."""
+
+    def __init__(self, spec: TierSpec, columns: int) -> None:
+        self.spec = spec
+        self.ring = Ring(spec.capacity, columns)
+        self._bucket: float | None = None  # start of the open bucket
+        self._t_sum = 0.0
+        self._n = 0
+        self._sums = [0.0] * columns
+        self._counts = [0] * columns
+
+    def add(self, t: float, values: Sequence[float]) -> None:
+        bucket = math.floor(t / self.spec.step_seconds) * self.spec.step_seconds
+        if self._bucket is not None and bucket != self._bucket:
+            self.ring.append(*self._open())
+            self._t_sum, self._n = 0.0, 0
+            self._sums = [0.0] * len(self._sums)
+            self._counts = [0] * len(self._counts)
+        self._bucket = bucket
+        self._t_sum += t
+        self._n += 1
+        for k, value in enumerate(values):
+            if not math.isnan(value):
+                self._sums[k] += value
+                self._counts[k] += 1
+
+    def _open(self) -> tuple[float, list[float]]:
+        means = [s / c if c else math.nan for s, c in zip(self._sums, self._counts, strict=True)]
+        return self._t_sum / self._n, means
+
+    def since(self, t0: float) -> tuple[list[float], list[list[float]]]:
+        times, columns = self.ring.since(t0)
+        if self._n:
+            t, means = self._open()
+            if t >= t0:
+                times.append(t)
+                for column, value in zip(columns, means, strict=True):
+                    column.append(value)
+        return times, columns
+
+
+class SeriesHistory:
+    """One GPU's or the host's series in every tier."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.tiers = {spec: Tier(spec, len(names)) for spec in TIERS}
+        self.last_seen = 0.0
+
+    def add(self, t: float, values: Mapping[str, float | None]) -> None:
+        row = [_nan(values.get(name)) for name in self.names]
+        for tier in self.tiers.values():
+            tier.add(t, row)
+        self.last_seen = t
+
+    def points(self, window: Window, now: float) -> Points:
+        times, columns = self.tiers[window.tier].since(now - window.seconds)
+        return Points(
+            times=times,
+            series={
+                name: [None if math.isnan(v) else v for v in column]
+                for name, column in zip(self.names, columns, strict=True)
+            },
+        )
+
+    def mean(self, name: str, seconds: float, now: float) -> tuple[float | None, int]:
+        """The mean of `name` over the fine points of the last `seconds`, and their count;
+        None when none has a value."""
+        _, columns = self.tiers[FINE].since(now - seconds)
+        values = [v for v in columns[self.names.index(name)] if not math.isnan(v)]
+        return (sum(values) / len(values) if values else None), len(values)
+
+
+@dataclass(frozen=True)
+class Points:
+    """One window of a GPU's or the host's series: `times` (Unix seconds) and, per series,
+    a value or None at each time."""
+
+    times: list[float]
+    series: dict[str, list[float | None]]
+
+
+@dataclass
+class _Previous:
+    """What a rate needs of the sample before: its time and the counters' totals."""
+
+    t: float
+    busy_seconds: float | None
+    graphics_engine_seconds: float | None
+    sm_seconds: float | None
+
+
+class History:
+    """Every GPU's and the host's recent series; thread-safe (one writer, many readers)."""
+
+    def __init__(self, max_gpus: int = MAX_GPUS) -> None:
+        self._lock = threading.Lock()
+        self._max_gpus = max_gpus
+        self._gpus: dict[str, SeriesHistory] = {}  # by UUID
+        self._host = SeriesHistory(HOST_SERIES)
+        self._previous: dict[str, _Previous] = {}  # by UUID
+        self._previous_host: tuple[float, float] | None = None  # (t, cpu busy seconds)
+        self._cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (uuid, pid)
+        self.latest_time: float | None = None
+
+    def add(self, snapshot: Snapshot) -> None:
+        """Record one sample."""
+        t = snapshot.timestamp_seconds
+        with self._lock:
+            seen: set[tuple[str, str]] = set()
+            for device in snapshot.devices:
+                if device.static is None:
+                    continue
+                uuid = device.static.uuid
+                values = self._device_values(uuid, device, t)
+                if uuid not in self._gpus:
+                    self._make_room()
+                    self._gpus[uuid] = SeriesHistory(GPU_SERIES)
+                self._gpus[uuid].add(t, values)
+                seen |= self._add_process_cpu(uuid, device, t)
+            for key in set(self._cpu) - seen:
+                del self._cpu[key]
+            if snapshot.host is not None:
+                self._host.add(t, self._host_values(snapshot.host, t))
+            self.latest_time = t
+
+    def _make_room(self) -> None:
+        while len(self._gpus) >= self._max_gpus:
+            oldest = min(self._gpus, key=lambda u: self._gpus[u].last_seen)
+            del self._gpus[oldest]
+            self._previous.pop(oldest, None)
+
+    def _device_values(self, uuid: str, device: DeviceSample, t: float) -> dict[str, float | None]:
+        reading = device.reading
+        activity = device.activity
+        now = _Previous(
+            t,
+            device.busy_seconds,
+            activity.graphics_engine_seconds if activity else None,
+            activity.sm_seconds if activity else None,
+        )
+        if reading is None:  # down: every series has a gap, and rates start again
+            self._previous.pop(uuid, None)
+            return {}
+        before = self._previous.get(uuid)
+        self._previous[uuid] = now
+        busy = _rate(before, now, "busy_seconds")
+        if busy is None and device.busy_seconds is None:  # MIG: no utilization reported
+            busy = _rate(before, now, "graphics_engine_seconds")
+        static = device.static
+        return {
+            "busy_ratio": busy,
+            "utilization_ratio": reading.utilization.gpu_ratio if reading.utilization else None,
+            "sm_ratio": _rate(before, now, "sm_seconds"),
+            "memory_used_bytes": reading.memory.used_bytes if reading.memory else None,
+            "memory_total_bytes": reading.memory.total_bytes if reading.memory else None,
+            "power_watts": reading.power.watts if reading.power else None,
+            "power_limit_watts": reading.power.limit_watts if reading.power else None,
+            "temperature_celsius": (
+                reading.temperature.gpu_celsius if reading.temperature else None
+            ),
+            "slowdown_celsius": static.slowdown_temperature_celsius if static else None,
+        }
+
+    def _host_values(self, host: HostSample, t: float) -> dict[str, float | None]:
+        before = self._previous_host
+        self._previous_host = (t, host.cpu_busy_seconds)
+        cpu = None
+        if before is not None and t > before[0] and host.cpus > 0:
+            cpu = _clamp((host.cpu_busy_seconds - before[1]) / (t - before[0]) / host.cpus)
+        return {
+            "cpu_ratio": cpu,
+            "memory_used_bytes": host.memory_total_bytes - host.memory_available_bytes,
+            "memory_total_bytes": host.memory_total_bytes,
+        }
+
+    def _add_process_cpu(self, uuid: str, device: DeviceSample, t: float) -> set[tuple[str, str]]:
+        seen: set[tuple[str, str]] = set()
+        if device.attribution is None:
+            return seen
+        for process in device.attribution.processes:
+            if not process.pid or process.cpu_seconds is None:
+                continue
+            key = (uuid, process.pid)
+            seen.add(key)
+            points = self._cpu.setdefault(key, [])
+            point = (t, process.cpu_seconds)
+            if len(points) >= 2 and t - points[-2][0] < PROCESS_POINT_SECONDS:
+                points[-1] = point
+            else:
+                points.append(point)
+            while len(points) > 2 and points[1][0] <= t - VERDICT_WINDOW_SECONDS:
+                del points[0]
+        return seen
+
+    # Reading -----------------------------------------------------------------------
+
+    def gpu(self, uuid: str, window: Window) -> Points | None:
+        """One GPU's points over `window`; None for a GPU never seen."""
+        with self._lock:
+            series = self._gpus.get(uuid)
+            if series is None or self.latest_time is None:
+                return None
+            return series.points(window, self.latest_time)
+
+    def host(self, window: Window) -> Points:
+        with self._lock:
+            return self._host.points(window, self.latest_time or 0.0)
+
+    def mean(self, uuid: str, name: str, seconds: float) -> tuple[float | None, int]:
+        """The mean of one GPU series over the last `seconds` and how many points it has."""
+        with self._lock:
+            series = self._gpus.get(uuid)
+            if series is None or self.latest_time is None:
+                return None, 0
+            return series.mean(name, seconds, self.latest_time)
+
+    def cpu_cores(self, uuid: str, pid: str) -> float | None:
+        """CPU cores a GPU process and its descendants used over the last
+        VERDICT_WINDOW_SECONDS (CPU seconds per second); None until seen twice."""
+        with self._lock:
+            points = self._cpu.get((uuid, pid))
+            if not points or len(points) < 2:
+                return None
+            (t0, c0), (t1, c1) = points[0], points[-1]
+        if t1 <= t0:
+            return None
+        return max(0.0, (c1 - c0) / (t1 - t0))
+
+    def gpus_kept(self) -> int:
+        with self._lock:
+            return len(self._gpus)
+
+
+def _rate(before: _Previous | None, now: _Previous, counter: str) -> float | None:
+    """The counter's increase per second between two samples, as a ratio 0..1."""
+    if before is None or now.t <= before.t:
+        return None
+    a, b = getattr(before, counter), getattr(now, counter)
+    if a is None or b is None:
+        return None
+    return _clamp((b - a) / (now.t - before.t))
+
+
+def _clamp(ratio: float) -> float:
+    return min(1.0, max(0.0, ratio))
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)

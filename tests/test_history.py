@@ -1,0 +1,171 @@
+"""The live page's history: rates from counter deltas, gaps, downsampling, the 12-hour
+bound, and its memory as the benchmark measures it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.history_memory import START, snapshot, static
+from gpu_exporter.model import (
+    ActivityTotals,
+    DeviceReading,
+    MemoryReading,
+    MigReading,
+    Snapshot,
+    UtilizationReading,
+)
+from gpu_exporter.sampling.history import (
+    COARSE,
+    FINE,
+    MEDIUM,
+    WINDOWS,
+    History,
+    Ring,
+    Window,
+)
+from tests.support.exporter import REPO
+
+UUID = static(0).uuid
+
+
+def one_gpu(t: float, **changes: object) -> Snapshot:
+    """The benchmark's synthetic sample of one GPU at `t`, its device changed by `changes`."""
+    base = snapshot(t, [static(0)])
+    device = replace(base.devices[0], **changes)  # type: ignore[arg-type]
+    return replace(base, devices=(device,))
+
+
+def test_busy_ratio_is_the_busy_counter_delta_not_the_flickering_gauge() -> None:
+    history = History()
+    flicker = [0.95, 0.0, 0.95, 0.0]
+    for k, gauge in enumerate(flicker):
+        reading = DeviceReading(utilization=UtilizationReading(gpu_ratio=gauge))
+        history.add(one_gpu(k * 2.0, busy_seconds=k * 2.0 * 0.4, reading=reading))
+    points = history.gpu(UUID, WINDOWS["5m"])
+    assert points is not None
+    assert points.series["busy_ratio"][0] is None  # no delta before the second sample
+    assert points.series["busy_ratio"][1:] == pytest.approx([0.4, 0.4, 0.4])
+    assert points.series["utilization_ratio"] == pytest.approx(flicker)
+
+
+def test_a_mig_gpu_falls_back_to_graphics_engine_activity() -> None:
+    history = History()
+    for k in range(3):
+        history.add(
+            one_gpu(
+                float(k),
+                busy_seconds=None,
+                reading=DeviceReading(mig=MigReading()),
+                activity=ActivityTotals(graphics_engine_seconds=k * 0.42),
+            )
+        )
+    points = history.gpu(UUID, WINDOWS["5m"])
+    assert points is not None
+    assert points.series["busy_ratio"][1:] == pytest.approx([0.42, 0.42])
+    assert points.series["utilization_ratio"] == [None, None, None]
+
+
+def test_missing_values_are_gaps_never_zero() -> None:
+    history = History()
+    history.add(one_gpu(0.0, reading=DeviceReading(memory=MemoryReading(total_bytes=10))))
+    history.add(one_gpu(1.0, reading=None, up=False))  # down: every series has a gap
+    points = history.gpu(UUID, WINDOWS["5m"])
+    assert points is not None
+    assert points.series["memory_total_bytes"] == [10.0, None]
+    assert points.series["memory_used_bytes"] == [None, None]
+    assert points.series["power_watts"] == [None, None]
+    assert points.series["busy_ratio"] == [None, None]
+
+
+def test_fast_samples_average_into_one_point_a_second() -> None:
+    history = History()
+    for k in range(10):  # 200 ms apart: two 1-second buckets
+        mem = MemoryReading(total_bytes=100, used_bytes=k)
+        history.add(one_gpu(k * 0.2, reading=DeviceReading(memory=mem)))
+    points = history.gpu(UUID, WINDOWS["5m"])
+    assert points is not None
+    assert points.series["memory_used_bytes"] == pytest.approx([2.0, 7.0])  # 0..4, 5..9
+    assert points.times == pytest.approx([START + 0.4, START + 1.4])
+
+
+def test_one_hour_and_twelve_hours_are_ten_second_and_one_minute_means() -> None:
+    history = History()
+    for k in range(180):  # 3 minutes, one sample a second, used = seconds since start
+        mem = MemoryReading(total_bytes=1000, used_bytes=k)
+        history.add(one_gpu(float(k), reading=DeviceReading(memory=mem)))
+    hour = history.gpu(UUID, WINDOWS["1h"])
+    day = history.gpu(UUID, WINDOWS["12h"])
+    assert hour is not None and day is not None
+    assert hour.series["memory_used_bytes"][:2] == pytest.approx([4.5, 14.5])
+    assert len(hour.times) == 18
+    # START is 20 s into a minute: the first minute holds seconds 0..39
+    assert day.series["memory_used_bytes"] == pytest.approx([19.5, 69.5, 129.5, 169.5])
+
+
+def test_twelve_hours_are_kept_and_no_more() -> None:
+    history = History()
+    statics = [static(0)]
+    for k in range(13 * 60 + 30):  # 13.5 hours, one sample a minute
+        history.add(snapshot(60.0 * k, statics))
+    now = START + 60.0 * (13 * 60 + 29)
+    for window in WINDOWS.values():
+        points = history.gpu(UUID, window)
+        assert points is not None
+        assert len(points.times) <= window.max_points
+        assert min(points.times) >= now - window.seconds
+    day = history.gpu(UUID, WINDOWS["12h"])
+    assert day is not None and len(day.times) >= 12 * 60 - 1  # the whole 12 hours is there
+
+
+def test_window_caps_follow_their_tiers() -> None:
+    assert WINDOWS["5m"] == Window("5m", 300.0, FINE)
+    assert WINDOWS["1h"].tier is MEDIUM and WINDOWS["12h"].tier is COARSE
+    assert [w.max_points for w in WINDOWS.values()] == [301, 361, 721]
+    assert FINE.capacity == 3600  # full resolution (a point a second) for the last hour
+
+
+def test_a_ring_keeps_the_newest_points_in_order() -> None:
+    ring = Ring(3, 1)
+    for k in range(5):
+        ring.append(float(k), [k * 10.0])
+    assert len(ring) == 3
+    assert ring.since(0.0) == ([2.0, 3.0, 4.0], [[20.0, 30.0, 40.0]])
+    assert ring.since(3.0) == ([3.0, 4.0], [[30.0, 40.0]])
+
+
+def test_process_cpu_cores_are_the_rate_of_cpu_seconds() -> None:
+    history = History()
+    statics = [static(0)]
+    for k in range(30):  # the benchmark's processes burn 1.5 cores
+        history.add(snapshot(float(k), statics))
+    assert history.cpu_cores(UUID, "1000") == pytest.approx(1.5)
+    assert history.cpu_cores(UUID, "999") is None
+
+
+def test_gpus_beyond_the_cap_forget_the_one_seen_longest_ago() -> None:
+    history = History(max_gpus=2)
+    for index in range(3):
+        history.add(snapshot(float(index), [static(index)]))
+    assert history.gpus_kept() == 2
+    assert history.gpu(static(0).uuid, WINDOWS["5m"]) is None
+    assert history.gpu(static(2).uuid, WINDOWS["5m"]) is not None
+
+
+def test_memory_for_eight_gpus_and_twelve_hours_stays_under_8_mib() -> None:
+    """The benchmark's figure (tracemalloc after a full fill), not a timing."""
+    result = subprocess.run(
+        [sys.executable, "benchmarks/history_memory.py", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    figures = json.loads(result.stdout)
+    assert figures["kept_gpus"] == 8
+    assert 0 < figures["mib"] <= 8.0, figures
+    assert result.returncode == 0

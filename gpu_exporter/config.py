@@ -43,6 +43,7 @@ class Settings:
     process_limit: int = 32
     process_cmdline: bool = False
     compat_dcgm: bool = False
+    web_ui: bool = True
     log_level: str = "info"
     log_format: str = "logfmt"
     simulate: int | None = None
@@ -231,6 +232,13 @@ OPTIONS: tuple[Option, ...] = (
         "(DCGM_FI_*), beside the gpu_ ones; see docs/migrating-from-dcgm-exporter.md",
     ),
     Option(
+        "web.ui",
+        "web_ui",
+        _bool,
+        "serve the live page at / (GPU cards, charts, verdicts, processes) and /api/overview, "
+        "keeping their history in memory; --web.ui=false leaves the link page (default true)",
+    ),
+    Option(
         "log.level",
         "log_level",
         _choice("debug", "info", "warn", "error"),
@@ -283,9 +291,43 @@ OPTIONS: tuple[Option, ...] = (
         flag_only=True,
     ),
 )
-_BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "once"})
+_BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "web_ui", "once"})
 _BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 _COLLECTOR_KEYS: dict[str, str] = {f"collector.{c.name}": c.name for c in COLLECTORS}
+
+
+class _BooleanFlag(argparse.Action):
+    """`--NAME`, `--NAME=true|false` and `--no-NAME`, as node_exporter's flags take them."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        default: Any = None,
+        help: str | None = None,
+        **_: Any,
+    ) -> None:
+        names = [n for o in option_strings for n in (o, "--no-" + o.removeprefix("--"))]
+        super().__init__(names, dest, nargs="?", default=default, metavar="true|false", help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        negative = bool(option_string and option_string.startswith("--no-"))
+        if negative and values is not None:
+            parser.error(f"argument {option_string}: takes no value")
+        try:
+            value = not negative if values is None else _bool(values)
+        except ValueError as error:
+            parser.error(f"argument {option_string}: {error}")
+        setattr(namespace, self.dest, value)
+
+    def format_usage(self) -> str:
+        return " | ".join(self.option_strings)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -310,16 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for option in OPTIONS:
         if option.field in _BOOL_FIELDS:
-            kind: Any = argparse.BooleanOptionalAction if not option.flag_only else "store_true"
+            kind: Any = _BooleanFlag if not option.flag_only else "store_true"
             parser.add_argument(f"--{option.key}", dest=option.key, action=kind, help=option.help)
         else:
             parser.add_argument(
                 f"--{option.key}", dest=option.key, metavar=option.metavar, help=option.help
             )
     for key in _COLLECTOR_KEYS:
-        parser.add_argument(
-            f"--{key}", dest=key, action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS
-        )
+        parser.add_argument(f"--{key}", dest=key, action=_BooleanFlag, help=argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"gpu-exporter {__version__}")
     return parser
 

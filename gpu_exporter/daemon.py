@@ -29,6 +29,7 @@ from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import HostSample, Snapshot
 from gpu_exporter.sampling.health import Health
+from gpu_exporter.sampling.history import History
 from gpu_exporter.sampling.sampler import Sampler, XidView
 from gpu_exporter.serving.http import HttpServer, ListenError, bind
 from gpu_exporter.serving.routes import Routes, ServingState
@@ -138,7 +139,8 @@ class Exporter:
     def __init__(self, settings: Settings, args: Sequence[str]) -> None:
         self.settings = settings
         self.args = list(args)
-        self.state = ServingState()
+        # the live page's history, kept only while the page is on (--web.ui)
+        self.state = ServingState(history=History() if settings.web_ui else None)
         self.backend = make_backend(settings)
         self.xid = XidListener(self.backend)
         self.sampler = make_sampler(settings, self.backend, self.publish, xid=self.xid)
@@ -151,6 +153,8 @@ class Exporter:
         self.server: HttpServer | None = None  # set once the socket is bound
 
     def publish(self, snapshot: Snapshot) -> None:
+        if self.state.history is not None:
+            self.state.history.add(snapshot)
         self.state.exposition = render(snapshot, self.settings)
         if not self._ready:
             self._ready = True

@@ -1,21 +1,39 @@
-"""What each request gets: /metrics from the cached exposition, the probes, a landing page.
+"""What each request gets: /metrics from the cached exposition, the probes, the live page
+(`/`, its assets under /static/ and `/api/overview`), or the bare link page with
+`--web.ui=false`.
 
-Pure apart from reading the health verdicts: no NVML, no I/O. The probes' decisions are
-made in `sampling.health`; this module only turns them into responses.
+Pure apart from reading the health verdicts and the history: no NVML, no I/O (the page's
+assets are read from the package once). The probes' decisions are made in
+`sampling.health`; this module only turns them into responses.
 """
 
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass, field
+from functools import cache
 from http import HTTPStatus
+from importlib import resources
 from typing import Any, Protocol
 
 from gpu_exporter import __version__
 from gpu_exporter.metrics.exposition import Exposition, wants_gzip, wants_openmetrics
 from gpu_exporter.sampling.health import Verdict
+from gpu_exporter.sampling.history import History
+from gpu_exporter.serving import overview, page
 
 PROBE_PATHS = ("/healthz", "/livez")
+OVERVIEW_PATH = "/api/overview"
+ASSETS = {
+    "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
+    "/static/page.css": ("page.css", "text/css; charset=utf-8"),
+}
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'"
+)
+"""The live page's policy: scripts, styles and requests from this exporter only."""
 
 
 @dataclass
@@ -30,6 +48,7 @@ class ServingState:
     """What the sampler publishes for the web side; swapped atomically."""
 
     exposition: Exposition | None = None
+    history: History | None = None  # None with --web.ui=false: no live page, no /api/
 
 
 class HealthView(Protocol):
@@ -59,18 +78,50 @@ class Routes:
         return path in PROBE_PATHS and path != self.telemetry_path
 
     def get(self, path: str, headers: Any) -> Response:
-        path = path.split("?", 1)[0]
+        path, _, query = path.partition("?")
         if path == self.telemetry_path:
             return self._metrics(headers)
         if path == "/healthz":
             return _probe(self.health.ready())
         if path == "/livez":
             return _probe(self.health.live())
-        if path == "/":
+        history = self.state.history
+        if path == "/" and history is None:
             return Response(
                 HTTPStatus.OK, self._landing(), {"Content-Type": "text/html; charset=utf-8"}
             )
+        if history is not None and path in ("/", OVERVIEW_PATH):
+            try:
+                window = overview.parse_window(query)
+            except overview.BadWindow as error:
+                return Response(HTTPStatus.BAD_REQUEST, f"{error}\n".encode(), plain())
+            exposition = self.state.exposition
+            doc = (
+                None if exposition is None else overview.build(exposition.snapshot, history, window)
+            )
+            return self._page(doc) if path == "/" else self._overview(doc)
+        if history is not None and path in ASSETS:
+            name, content_type = ASSETS[path]
+            return Response(HTTPStatus.OK, _asset(name), ui_headers(content_type))
         return Response(HTTPStatus.NOT_FOUND, b"404 page not found\n", plain())
+
+    def _overview(self, doc: overview.Document | None) -> Response:
+        if doc is None:
+            return Response(
+                HTTPStatus.SERVICE_UNAVAILABLE, b"no sample has finished yet\n", plain()
+            )
+        body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+        return Response(HTTPStatus.OK, body, ui_headers("application/json"))
+
+    def _page(self, doc: overview.Document | None) -> Response:
+        body = page.render(
+            doc,
+            telemetry_path=self.telemetry_path,
+            ready=self.health.ready().reason,
+            live=self.health.live().reason,
+            simulated=doc is not None and doc["backend"] == "simulated",
+        )
+        return Response(HTTPStatus.OK, body, ui_headers("text/html; charset=utf-8"))
 
     def _metrics(self, headers: Any) -> Response:
         exposition = self.state.exposition
@@ -110,6 +161,22 @@ class Routes:
             f'<li><a href="/livez">Liveness</a>: {html.escape(live.reason)}</li></ul>'
             "</body></html>\n"
         ).encode()
+
+
+def ui_headers(content_type: str) -> dict[str, str]:
+    """Headers of the live page's responses: its Content-Security-Policy and no sniffing."""
+    return {
+        "Content-Type": content_type,
+        "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-cache",
+    }
+
+
+@cache
+def _asset(name: str) -> bytes:
+    """A file of the page shipped in the package (`serving/static/`), read once."""
+    return resources.files("gpu_exporter.serving").joinpath("static").joinpath(name).read_bytes()
 
 
 def _probe(verdict: Verdict) -> Response:

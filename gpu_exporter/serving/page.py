@@ -1,0 +1,299 @@
+"""The live page at `/`: server-side HTML of the overview document.
+
+Everything but the chart lines is rendered here: the links, the host row, one card per GPU
+(identity, MIG instances, verdicts, processes) and each chart's frame (axes, labels with
+units, threshold lines). `static/page.js` draws the lines from `/api/overview` and
+refreshes the page every few seconds; `static/page.css` styles it (dark unless the
+browser asks for light). No inline script or style, nothing from another host: the
+Content-Security-Policy allows only 'self'.
+
+Stable hooks for tests and scripts: `data-gpu-uuid` on each GPU card, `data-verdict` on
+each verdict, `data-pid` on each process row, `data-series` on each chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from gpu_exporter.sampling.thresholds import NEAR_OOM_MEMORY_RATIO
+from gpu_exporter.serving.overview import Document
+
+GIB = 1024**3
+MISSING = "\N{EN DASH}"  # a value not known
+# Chart geometry, in SVG user units
+WIDTH, HEIGHT = 320, 132
+LEFT, RIGHT, TOP, BOTTOM = 44, 312, 8, 108
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One small chart of a GPU card."""
+
+    key: str
+    title: str
+    series: tuple[str, ...]  # history series drawn, back to front
+    unit: str  # shown on the y axis labels
+    scale: float  # raw value per displayed unit (bytes per GiB, 0.01 per percent)
+    top: Callable[[Document], float | None]  # the y axis's top, raw; None: no chart
+    lines: Callable[[Document], list[tuple[float, str]]]  # reference lines: raw value, label
+
+
+def _ratio_top(gpu: Document) -> float:
+    return 1.0
+
+
+def _memory_top(gpu: Document) -> float | None:
+    total = gpu["memory_total_bytes"]
+    return float(total) if total else None
+
+
+def _memory_lines(gpu: Document) -> list[tuple[float, str]]:
+    total = gpu["memory_total_bytes"]
+    if not total:
+        return []
+    return [(total, "total"), (total * NEAR_OOM_MEMORY_RATIO, f"OOM {NEAR_OOM_MEMORY_RATIO:.0%}")]
+
+
+def _power_top(gpu: Document) -> float | None:
+    values = _known(gpu, "power_watts") + _known(gpu, "power_limit_watts")
+    return max(values) * 1.1 if values else None
+
+
+def _power_lines(gpu: Document) -> list[tuple[float, str]]:
+    limit = gpu["power_limit_watts"]
+    return [(limit, "limit")] if limit else []
+
+
+def _temperature_top(gpu: Document) -> float | None:
+    values = _known(gpu, "temperature_celsius") + _known(gpu, "slowdown_celsius")
+    return max(100.0, *values) if values else None
+
+
+def _temperature_lines(gpu: Document) -> list[tuple[float, str]]:
+    slowdown = gpu["slowdown_celsius"]
+    return [(slowdown, "slowdown")] if slowdown else []
+
+
+def _known(gpu: Document, name: str) -> list[float]:
+    history = gpu["history"].get(name, [])
+    latest = gpu.get(name)
+    return [v for v in [*history, latest] if v is not None]
+
+
+CHARTS: tuple[Chart, ...] = (
+    Chart(
+        "busy",
+        "Busy (true, line) over utilization (flicker)",
+        ("utilization_ratio", "busy_ratio"),
+        "%",
+        0.01,
+        _ratio_top,
+        lambda gpu: [],
+    ),
+    Chart(
+        "sm",
+        "SM activity (GPM)",
+        ("sm_ratio",),
+        "%",
+        0.01,
+        lambda gpu: 1.0 if gpu["gpm"] else None,
+        lambda gpu: [],
+    ),
+    Chart(
+        "memory",
+        "Memory used",
+        ("memory_used_bytes",),
+        "GiB",
+        GIB,
+        _memory_top,
+        _memory_lines,
+    ),
+    Chart("power", "Power", ("power_watts",), "W", 1.0, _power_top, _power_lines),
+    Chart(
+        "temperature",
+        "Temperature",
+        ("temperature_celsius",),
+        "°C",
+        1.0,
+        _temperature_top,
+        _temperature_lines,
+    ),
+)
+
+
+def render(
+    doc: Document | None, *, telemetry_path: str, ready: str, live: str, simulated: bool
+) -> bytes:
+    """The whole page; `doc` is None before the first sample."""
+    window = doc["window"]["name"] if doc else "5m"
+    source = (
+        "<strong>SIMULATED</strong> GPUs (--simulate): the data is made up"
+        if simulated
+        else "NVIDIA GPU metrics for Prometheus, sampled through NVML"
+    )
+    body = (
+        _host(doc) + "".join(_card(gpu, doc) for gpu in doc["gpus"])
+        if doc
+        else '<p class="empty">No sample has finished yet.</p>'
+    )
+    buttons = "".join(
+        f'<a class="window{" active" if w == window else ""}" href="/?window={w}" '
+        f'data-window="{w}">{w}</a>'
+        for w in (doc["windows"] if doc else ["5m", "1h", "12h"])
+    )
+    version = escape(doc["version"]) if doc else ""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="color-scheme" content="dark light">'
+        "<title>GPU Exporter</title>"
+        '<link rel="stylesheet" href="/static/page.css">'
+        '<script src="/static/page.js" defer></script></head>'
+        f'<body data-window="{escape(window)}">'
+        f"<header><h1>GPU Exporter {version}</h1><p>{source}.</p>"
+        f'<nav><a href="{escape(telemetry_path)}">Metrics</a>'
+        f' <a href="/healthz">Readiness</a>: {escape(ready)}'
+        f' <a href="/livez">Liveness</a>: {escape(live)}'
+        ' <a href="/api/overview">JSON</a></nav>'
+        f'<div class="windows">History: {buttons}</div></header>'
+        f'<main id="live">{body}</main></body></html>\n'
+    ).encode()
+
+
+def _host(doc: Document) -> str:
+    host = doc["host"]
+    if host is None:
+        return '<section class="host">Host: not read (collector off)</section>'
+    cpu = host["history"].get("cpu_ratio", [])
+    latest = next((v for v in reversed(cpu) if v is not None), None)
+    return (
+        '<section class="host"><strong>Host</strong>'
+        f" <span>CPU {_pct(latest)} of {host['cpus']} cores</span>"
+        f" <span>load {host['load1']:.2f}</span>"
+        f" <span>memory {_gib(host['memory_used_bytes'])} of "
+        f"{_gib(host['memory_total_bytes'])}</span></section>"
+    )
+
+
+def _card(gpu: Document, doc: Document) -> str:
+    name = escape(gpu["name"] or "unknown GPU")
+    state = (
+        "" if gpu["up"] else f' <span class="down">down: {escape(gpu["down_reason"] or "")}</span>'
+    )
+    mig = ""
+    if gpu["mig"]:
+        rows = "".join(
+            f"<li>GI {m['gpu_instance']} CI {m['compute_instance']} {escape(m['profile'])}: "
+            f"{_gib(m['memory_used_bytes'])} of {_gib(m['memory_total_bytes'])}"
+            f" <code>{escape(m['uuid'])}</code></li>"
+            for m in gpu["mig"]
+        )
+        mig = f'<ul class="mig">{rows}</ul>'
+    charts = "".join(_chart(chart, gpu, doc) for chart in CHARTS)
+    return (
+        f'<article class="gpu" data-gpu-uuid="{escape(gpu["uuid"])}">'
+        f"<h2>GPU {gpu['index']}: {name}{state}</h2>"
+        f'<p class="uuid"><code>{escape(gpu["uuid"])}</code></p>{mig}'
+        f'{_verdicts(gpu)}<div class="charts">{charts}</div>{_processes(gpu)}</article>'
+    )
+
+
+def _verdicts(gpu: Document) -> str:
+    if not gpu["verdicts"]:
+        return '<p class="verdicts none">No verdicts: nothing looks wrong.</p>'
+    items = "".join(
+        f'<li data-verdict="{escape(v["name"])}"><strong>{escape(v["name"])}</strong> '
+        f"{escape(v['summary'])} <em>{escape(v['advice'])}</em></li>"
+        for v in gpu["verdicts"]
+    )
+    return f'<ul class="verdicts">{items}</ul>'
+
+
+def _chart(chart: Chart, gpu: Document, doc: Document) -> str:
+    top = chart.top(gpu)
+    if top is None or top <= 0:
+        return ""
+    seconds = doc["window"]["seconds"]
+    labels = [
+        _text(LEFT - 4, _y(value, top) + 3, f"{value / chart.scale:.0f} {chart.unit}", "end")
+        for value in (0.0, top / 2, top)
+    ]
+    labels += [
+        _text(LEFT, BOTTOM + 14, f"\N{MINUS SIGN}{_duration(seconds)}", "start"),
+        _text((LEFT + RIGHT) / 2, BOTTOM + 14, f"\N{MINUS SIGN}{_duration(seconds / 2)}", "middle"),
+        _text(RIGHT, BOTTOM + 14, "now", "end"),
+    ]
+    refs = "".join(
+        f'<line class="ref" x1="{LEFT}" x2="{RIGHT}" y1="{_y(v, top):.1f}" y2="{_y(v, top):.1f}"/>'
+        + _text(RIGHT - 2, _y(v, top) - 2, label, "end", "ref")
+        for v, label in chart.lines(gpu)
+        if 0 < v <= top
+    )
+    return (
+        f'<figure class="chart"><figcaption>{escape(chart.title)}</figcaption>'
+        f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(chart.title)}" '
+        f'data-chart="{chart.key}" data-series="{" ".join(chart.series)}" '
+        f'data-top="{top!r}" data-left="{LEFT}" data-right="{RIGHT}" data-top-y="{TOP}" '
+        f'data-bottom-y="{BOTTOM}" data-points="0">'
+        f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{RIGHT - LEFT}" height="{BOTTOM - TOP}"/>'
+        f'{refs}{"".join(labels)}<g class="lines"></g></svg></figure>'
+    )
+
+
+def _processes(gpu: Document) -> str:
+    if gpu["process_count"] is None:
+        return '<p class="processes none">Processes: not known (collector off).</p>'
+    unattributed = gpu["unattributed_memory_bytes"]
+    leak = (
+        f' <span class="unattributed">{_gib(unattributed)} held by no listed process</span>'
+        if unattributed
+        else ""
+    )
+    if not gpu["processes"]:
+        return f'<p class="processes none">No process on this GPU.{leak}</p>'
+    rows = "".join(
+        f'<tr data-pid="{"" if p["pid"] is None else p["pid"]}">'
+        f"<td>{_cell(p['pid'])}</td><td>{_cell(p['user'])}</td><td>{_cell(p['process'])}</td>"
+        f"<td>{_cell(p['job'])}</td><td>{_gib(p['memory_used_bytes'])}</td>"
+        f"<td>{_pct(p['sm_ratio'])}</td><td>{_number(p['cpu_cores'], 1)}</td>"
+        f"<td>{_cell(p['workers'])}</td></tr>"
+        for p in gpu["processes"]
+    )
+    return (
+        '<table class="processes"><thead><tr><th>pid</th><th>user</th><th>process</th>'
+        "<th>container or job</th><th>GPU memory</th><th>SM share</th><th>CPU cores</th>"
+        f"<th>workers</th></tr></thead><tbody>{rows}</tbody></table>{leak}"
+    )
+
+
+def _y(value: float, top: float) -> float:
+    return BOTTOM - (BOTTOM - TOP) * min(value, top) / top
+
+
+def _text(x: float, y: float, text: str, anchor: str, cls: str = "axis") -> str:
+    return (
+        f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{escape(text)}</text>'
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
+
+
+def _cell(value: Any) -> str:
+    return MISSING if value is None or value == "" else escape(str(value))
+
+
+def _pct(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.0%}"
+
+
+def _gib(value: float | None) -> str:
+    return MISSING if value is None else f"{value / GIB:.1f} GiB"
+
+
+def _number(value: float | None, digits: int) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"

@@ -1,0 +1,80 @@
+"""A real headless browser for the live page: Playwright driving Debian's /usr/bin/chromium.
+
+`make system-deps` installs the browser (`apt-get install chromium`); Playwright comes from
+PyPI and never downloads one (no `playwright install`). Used by tests/test_live_page.py
+and by `make screenshot` (tests/support/screenshot.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.support.exporter import Exporter
+
+CHROMIUM = "/usr/bin/chromium"
+VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium, closed afterwards."""
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: run `make system-deps`"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def overview(exporter: Exporter, window: str = "5m", headers: dict[str, str] | None = None) -> Any:
+    result = exporter.get(f"/api/overview?window={window}", headers)
+    assert result.status == 200, result.text
+    return json.loads(result.body)
+
+
+def wait_for_history(
+    exporter: Exporter, points: int, verdicts: set[str], timeout: float = 90.0
+) -> Any:
+    """Poll /api/overview until every GPU has `points` history points and the verdicts
+    named are all shown somewhere; returns that overview."""
+    deadline = time.monotonic() + timeout
+    doc: Any = None
+    while time.monotonic() < deadline:
+        doc = overview(exporter)
+        shown = {v["name"] for gpu in doc["gpus"] for v in gpu["verdicts"]}
+        if all(len(g["history"]["times"]) >= points for g in doc["gpus"]) and verdicts <= shown:
+            return doc
+        time.sleep(0.5)
+    raise AssertionError(f"history not built within {timeout}s: {json.dumps(doc)[:2000]}")
+
+
+def open_live_page(
+    browser: Browser, url: str, *, credentials: tuple[str, str] | None = None
+) -> Page:
+    """Load the page and wait until its script has drawn every chart."""
+    context = browser.new_context(
+        viewport=VIEWPORT,  # type: ignore[arg-type]
+        color_scheme="dark",
+        http_credentials=(
+            {"username": credentials[0], "password": credentials[1]} if credentials else None
+        ),
+    )
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_function(
+        "() => { const charts = [...document.querySelectorAll('svg[data-series]')];"
+        " return charts.length > 0 && charts.every((c) => Number(c.dataset.points) > 0); }",
+        timeout=30_000,
+    )
+    return page

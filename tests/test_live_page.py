@@ -1,0 +1,252 @@
+"""The live page at `/` and `/api/overview`, against the real program over loopback.
+
+A real headless Chromium (tests/support/browser.py) loads the page of `--simulate 4` once
+its history has built up; the JSON endpoint's shape, windows and bounds; basic auth in
+front of the page, its assets and the endpoint; the Content-Security-Policy; nothing
+from another host; and `--web.ui=false`.
+
+The simulated host (sources/simulated.py) has one GPU per condition: GPU 0 is
+input-starved, GPU 1 holds memory no process owns, GPU 2 is near OOM, GPU 3 is MIG.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import pytest
+
+from gpu_exporter.config import load_settings
+from tests.support.browser import chromium, open_live_page, overview, wait_for_history
+from tests.support.exporter import Exporter, start_exporter
+from tests.support.web import PASSWORD, basic, call, wait_serving, write
+
+pytestmark = pytest.mark.e2e
+
+GPU_SERIES = {
+    "times",
+    "busy_ratio",
+    "utilization_ratio",
+    "sm_ratio",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_watts",
+    "power_limit_watts",
+    "temperature_celsius",
+    "slowdown_celsius",
+}
+UI_PATHS = ("/", "/static/page.js", "/static/page.css", "/api/overview")
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
+    """`--simulate 4` sampling every 200 ms, with history built up (shared by the module)."""
+    exporter = start_exporter(
+        ["--simulate", "4", "--collect.interval", "200ms"], tmp_path_factory.mktemp("live")
+    )
+    try:
+        wait_for_history(exporter, points=8, verdicts={"input-bound", "memory-leaked", "near-oom"})
+        yield exporter
+    finally:
+        exporter.stop()
+
+
+def by_index(doc: Any) -> dict[int, Any]:
+    return {gpu["index"]: gpu for gpu in doc["gpus"]}
+
+
+# --- the page in a real browser -------------------------------------------------------
+
+
+def test_the_page_in_a_browser_shows_every_gpu_its_charts_and_verdicts(
+    simulated: Exporter, tmp_path: Path
+) -> None:
+    gpus = by_index(overview(simulated))
+    with chromium() as browser:
+        page = open_live_page(browser, simulated.url + "/")
+        page.screenshot(path=str(tmp_path / "live-page.png"), full_page=True)
+
+        cards = page.locator("[data-gpu-uuid]")
+        assert sorted(cards.evaluate_all("cs => cs.map(c => c.dataset.gpuUuid)")) == sorted(
+            gpu["uuid"] for gpu in gpus.values()
+        )
+        for gpu in gpus.values():
+            card = page.locator(f'[data-gpu-uuid="{gpu["uuid"]}"]')
+            assert gpu["name"] in card.locator("h2").inner_text()
+            assert gpu["uuid"] in card.inner_text()
+            points = card.locator("svg[data-series]").evaluate_all(
+                "cs => cs.map(c => [c.dataset.chart, Number(c.dataset.points)])"
+            )
+            charts = dict(points)
+            assert {"busy", "sm", "memory", "power", "temperature"} <= set(charts), charts
+            assert all(n > 0 for n in charts.values()), charts
+            lines = card.locator("svg[data-chart=memory] path.line").get_attribute("d")
+            assert lines is not None and lines.count("L") >= 2  # a line, not a dot
+
+        def verdict(index: int, name: str) -> str:
+            card = page.locator(f'[data-gpu-uuid="{gpus[index]["uuid"]}"]')
+            return card.locator(f'[data-verdict="{name}"]').inner_text()
+
+        assert "num_workers" in verdict(0, "input-bound")
+        assert "pin_memory=True" in verdict(0, "input-bound")
+        leaked = verdict(1, "memory-leaked")
+        assert "GiB" in leaked and "fuser -v /dev/nvidia*" in leaked
+        assert "%" in verdict(2, "near-oom")
+        # the MIG GPU lists its instances
+        mig = page.locator(f'[data-gpu-uuid="{gpus[3]["uuid"]}"] ul.mig li')
+        assert mig.count() == 3
+        # process rows carry their pid
+        pids = page.locator("tr[data-pid]").evaluate_all("rs => rs.map(r => r.dataset.pid)")
+        expected = [str(p["pid"]) for gpu in gpus.values() for p in gpu["processes"]]
+        assert sorted(pids) == sorted(expected) and pids
+        # the window buttons switch the charts' span
+        page.locator('a[data-window="1h"]').click()
+        page.wait_for_function("() => document.body.dataset.window === '1h'")
+        assert "1 h" in (page.locator("svg[data-chart=busy]").first.text_content() or "")
+    assert (tmp_path / "live-page.png").stat().st_size > 10_000
+
+
+# --- the JSON endpoint ----------------------------------------------------------------
+
+
+def test_overview_has_host_gpus_mig_verdicts_processes_and_history(simulated: Exporter) -> None:
+    doc = overview(simulated)
+    assert doc["backend"] == "simulated" and doc["windows"] == ["5m", "1h", "12h"]
+    assert doc["window"] == {"name": "5m", "seconds": 300.0, "step_seconds": 1.0, "max_points": 301}
+    host = doc["host"]
+    assert host["cpus"] > 0 and 0 < host["memory_used_bytes"] < host["memory_total_bytes"]
+    assert set(host["history"]) == {"times", "cpu_ratio", "memory_used_bytes", "memory_total_bytes"}
+    gpus = by_index(doc)
+    assert sorted(gpus) == [0, 1, 2, 3]
+    for gpu in gpus.values():
+        assert set(gpu["history"]) == GPU_SERIES
+        times = gpu["history"]["times"]
+        assert times == sorted(times) and times[-1] <= doc["timestamp_seconds"]
+        assert all(len(gpu["history"][name]) == len(times) for name in GPU_SERIES - {"times"})
+        assert all(set(v) == {"name", "summary", "advice"} for v in gpu["verdicts"])
+    # the busy ratio is the counters' truth, the utilization the gauge's flicker
+    busy = [v for v in gpus[0]["history"]["busy_ratio"] if v is not None]
+    assert busy and all(0.2 < v < 0.8 for v in busy[1:])
+    # (the gauge flips between 0 and 95%; a 1-second point is the mean of its samples)
+    assert all(0.0 <= v <= 0.95 for v in gpus[0]["history"]["utilization_ratio"] if v is not None)
+    # MIG: no utilization reported, the busy ratio from graphics-engine activity instead
+    assert set(gpus[3]["history"]["utilization_ratio"]) == {None}
+    assert any(v is not None for v in gpus[3]["history"]["busy_ratio"])
+    assert [m["profile"] for m in gpus[3]["mig"]] == ["3g.40gb", "2g.20gb", "1g.10gb"]
+    # processes: who holds memory, in which job, with its CPU
+    [trainer] = gpus[0]["processes"]
+    assert trainer["user"] == "alice" and trainer["workers"] == 4
+    assert trainer["job"].startswith("pod ") and trainer["cpu_cores"] > 3.6
+    assert gpus[1]["processes"] == [] and gpus[1]["process_count"] == 0
+    assert gpus[1]["unattributed_memory_bytes"] > 1024**3
+    assert gpus[2]["processes"][0]["job"].startswith("slurm job ")
+    assert [v["name"] for v in gpus[1]["verdicts"]] == ["memory-leaked"]
+
+
+@pytest.mark.parametrize("window", ["5m", "1h", "12h"])
+def test_each_window_stays_within_its_cap_and_span(simulated: Exporter, window: str) -> None:
+    doc = overview(simulated, window)
+    assert doc["window"]["name"] == window
+    for gpu in doc["gpus"]:
+        times = gpu["history"]["times"]
+        assert 0 < len(times) <= doc["window"]["max_points"]
+        assert times[0] >= doc["timestamp_seconds"] - doc["window"]["seconds"]
+    # samples 200 ms apart: the 5-minute window's 1-second points are fewer than samples
+    assert doc["window"]["step_seconds"] == {"5m": 1.0, "1h": 10.0, "12h": 60.0}[window]
+
+
+@pytest.mark.parametrize("query", ["?window=2h", "?window=", "?window=5m&window=1h"])
+def test_a_bad_window_is_a_400_that_names_the_choices(simulated: Exporter, query: str) -> None:
+    result = simulated.get("/api/overview" + query)
+    assert result.status == 400
+    assert "window must be one of 5m, 1h, 12h" in result.text
+    assert simulated.get("/" + query).status == 400
+
+
+def test_nothing_comes_from_another_host_and_the_policy_says_so(simulated: Exporter) -> None:
+    for path in UI_PATHS:
+        result = simulated.get(path)
+        assert result.status == 200, path
+        policy = result.headers["Content-Security-Policy"]
+        sources = {s for d in policy.split(";") for s in d.split()[1:]}
+        assert sources == {"'self'"}, policy
+        assert "default-src 'self'" in policy and "script-src 'self'" in policy
+        if path != "/api/overview":
+            assert not re.search(r"(https?:)?//[\w.-]", result.text), path
+    page = simulated.get("/").text
+    assert "<script>" not in page and " style=" not in page and "<style" not in page
+    assert '<script src="/static/page.js"' in page
+
+
+# --- behind basic auth ----------------------------------------------------------------
+
+
+def test_page_assets_and_endpoint_need_the_credentials(
+    tmp_path: Path, started: Callable[..., Exporter]
+) -> None:
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+    config = tmp_path / "web.yml"
+    write(config, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    exporter = started(config=config)
+    right = basic("prometheus", PASSWORD)
+    wait_serving(exporter, lambda: call(exporter.port, headers=right))
+    for path in UI_PATHS:
+        for wrong in ({}, basic("prometheus", "wrong")):
+            denied = call(exporter.port, path, headers=wrong)
+            assert denied.status == 401, path
+            assert b"GPU" not in denied.body and b"function" not in denied.body
+        ok = call(exporter.port, path, headers=right)
+        assert ok.status == 200, (path, ok.status)
+    assert json.loads(call(exporter.port, "/api/overview", headers=right).body)["gpus"]
+    # a browser that logs in sees the page and its script runs (its fetches log in too)
+    wait_for_history(_Authed(exporter, right), points=3, verdicts=set())
+    with chromium() as browser:
+        page = open_live_page(browser, exporter.url + "/", credentials=("prometheus", PASSWORD))
+        assert page.locator("[data-gpu-uuid]").count() == 2
+
+
+class _Authed(Exporter):
+    """The exporter, every request with the given headers."""
+
+    def __init__(self, exporter: Exporter, headers: dict[str, str]) -> None:
+        super().__init__(exporter.process, exporter.port, exporter.log_path, exporter.args)
+        self._headers = headers
+
+    def get(self, path: str = "/metrics", headers: dict[str, str] | None = None) -> Any:
+        return super().get(path, {**self._headers, **(headers or {})})
+
+
+# --- turned off -----------------------------------------------------------------------
+
+
+def test_web_ui_false_serves_the_link_page_and_keeps_no_history(tmp_path: Path) -> None:
+    exporter = start_exporter(
+        ["--simulate", "2", "--collect.interval", "200ms", "--web.ui=false"], tmp_path
+    )
+    try:
+        page = exporter.get("/")
+        assert page.status == 200
+        assert 'href="/metrics"' in page.text and "data-gpu-uuid" not in page.text
+        assert "Content-Security-Policy" not in page.headers
+        for path in UI_PATHS[1:]:
+            assert exporter.get(path).status == 404, path
+    finally:
+        exporter.stop()
+
+
+def test_web_ui_flag_and_config_key() -> None:
+    assert load_settings([]).web_ui is True
+    assert load_settings(["--web.ui=false"]).web_ui is False
+    assert load_settings(["--no-web.ui"]).web_ui is False
+    assert load_settings(["--web.ui"]).web_ui is True
+
+
+def test_web_ui_config_file_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text("web:\n  ui: false\n")
+    assert load_settings(["--config.file", str(path)]).web_ui is False
+    assert load_settings(["--config.file", str(path), "--web.ui"]).web_ui is True

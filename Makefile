@@ -26,7 +26,8 @@ system-deps:
 	    prometheus systemd chromium >/dev/null; }
 
 demo: $(STAMP)
-	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host: http://$(DEMO_ADDRESS)/metrics  (Ctrl-C stops it)"
+	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host (Ctrl-C stops it):"
+	@echo "  live page: http://$(DEMO_ADDRESS)/   metrics: http://$(DEMO_ADDRESS)/metrics"
 	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS) --collect.interval 1s
 
 lint: $(STAMP)
@@ -53,6 +54,11 @@ bench-history: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md
+
+# docs/screenshot.png: the live page of --simulate 4 once its history has built up,
+# photographed by the browser helper the tests use (headless Debian chromium).
+screenshot: $(STAMP) system-deps
+	$(BIN)/python -m tests.support.screenshot docs/screenshot.png
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

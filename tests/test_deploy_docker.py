@@ -20,6 +20,7 @@ import pytest
 from gpu_exporter.config import DEFAULT_PORT
 from tests.support.certs import Pki, make_pki
 from tests.support.exporter import REPO, Exporter, free_port, start_exporter
+from tests.support.packaging import build
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -275,21 +276,10 @@ def test_the_build_context_is_enough_to_build_the_package(tmp_path: Path) -> Non
         (context / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, context / rel)
     # setuptools' own PEP 517 backend, as pip calls it (sdist: no `wheel` package needed)
-    code = (
-        "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "dist")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=context,
-    )
-    assert result.returncode == 0, result.stderr
-    sdist = tmp_path / "dist" / result.stdout.split()[-1]
+    sdist, warnings = build("sdist", context, tmp_path / "dist")
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert "gpu_exporter/cli.py" in names and "gpu_exporter/sources/nvml/backend.py" in names
     assert not any(name.startswith("tests/") for name in names)
     # the license is an SPDX expression: setuptools warns about nothing
-    assert "Warning" not in result.stderr and "deprecated" not in result.stderr, result.stderr
+    assert "Warning" not in warnings and "deprecated" not in warnings, warnings

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ import pytest
 
 from gpu_exporter.config import load_settings
 from tests.support.browser import chromium, open_live_page, overview, wait_for_history
-from tests.support.exporter import Exporter, start_exporter
+from tests.support.exporter import REPO, Exporter, start_exporter
+from tests.support.packaging import build
 from tests.support.web import PASSWORD, basic, call, wait_serving, write
 
 pytestmark = pytest.mark.e2e
@@ -250,3 +253,15 @@ def test_web_ui_config_file_key(tmp_path: Path) -> None:
     path.write_text("web:\n  ui: false\n")
     assert load_settings(["--config.file", str(path)]).web_ui is False
     assert load_settings(["--config.file", str(path), "--web.ui"]).web_ui is True
+
+
+def test_the_wheel_ships_the_page_script_and_style(tmp_path: Path) -> None:
+    """Package data (pyproject.toml): an installed exporter serves its page."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO / "gpu_exporter", source / "gpu_exporter")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    wheel_path, _ = build("wheel", source, tmp_path / "dist")
+    with zipfile.ZipFile(wheel_path) as wheel:
+        names = set(wheel.namelist())
+    assert {"gpu_exporter/serving/static/page.js", "gpu_exporter/serving/static/page.css"} <= names

@@ -25,7 +25,7 @@ GIB = 1024**3
 MISSING = "\N{EN DASH}"  # a value not known
 # Chart geometry, in SVG user units
 WIDTH, HEIGHT = 320, 132
-LEFT, RIGHT, TOP, BOTTOM = 44, 312, 8, 108
+LEFT, RIGHT, TOP, BOTTOM = 48, 312, 8, 108
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,13 @@ def _memory_top(gpu: Document) -> float | None:
 
 
 def _memory_lines(gpu: Document) -> list[tuple[float, str]]:
+    """The OOM line: memory within NEAR_OOM_MEMORY_RATIO of total (the axis's top)."""
     total = gpu["memory_total_bytes"]
-    if not total:
-        return []
-    return [(total, "total"), (total * NEAR_OOM_MEMORY_RATIO, f"OOM {NEAR_OOM_MEMORY_RATIO:.0%}")]
+    return (
+        [(total * NEAR_OOM_MEMORY_RATIO, f"near OOM ({NEAR_OOM_MEMORY_RATIO:.0%})")]
+        if total
+        else []
+    )
 
 
 def _power_top(gpu: Document) -> float | None:
@@ -228,7 +231,7 @@ def _chart(chart: Chart, gpu: Document, doc: Document) -> str:
     ]
     refs = "".join(
         f'<line class="ref" x1="{LEFT}" x2="{RIGHT}" y1="{_y(v, top):.1f}" y2="{_y(v, top):.1f}"/>'
-        + _text(RIGHT - 2, _y(v, top) - 2, label, "end", "ref")
+        + _text(RIGHT - 3, _y(v, top) + 11, label, "end", "ref")
         for v, label in chart.lines(gpu)
         if 0 < v <= top
     )

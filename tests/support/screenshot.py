@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.support.browser import chromium, open_live_page, wait_for_history
 from tests.support.exporter import REPO, start_exporter
 
-HISTORY_SECONDS_AT_200MS = 150  # points a GPU's 5-minute chart holds before the picture
+HISTORY_SECONDS_AT_200MS = 90  # points a GPU's 5-minute chart holds before the picture
 
 
 def main() -> int:

@@ -265,3 +265,18 @@ def test_the_wheel_ships_the_page_script_and_style(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
     assert {"gpu_exporter/serving/static/page.js", "gpu_exporter/serving/static/page.css"} <= names
+
+
+def test_without_nvml_the_page_says_why_no_gpu_is_shown(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yml"
+    scenario.write_text("faults: {init_error: driver_not_loaded}\n")
+    args = ["--simulate", "2", "--simulate.scenario", str(scenario), "--collect.interval", "200ms"]
+    exporter = start_exporter(args, tmp_path)
+    try:
+        page = exporter.get("/")
+        assert page.status == 200
+        assert "NVML unavailable" in page.text and "data-gpu-uuid" not in page.text
+        doc = overview(exporter)
+        assert doc["gpus"] == [] and doc["nvml_up"] is False and doc["nvml_down_reason"]
+    finally:
+        exporter.stop()

@@ -41,6 +41,7 @@ def build(snapshot: Snapshot, history: History, window: Window) -> Document:
         "backend": snapshot.backend,
         "timestamp_seconds": snapshot.timestamp_seconds,
         "nvml_up": snapshot.nvml_up,
+        "nvml_down_reason": snapshot.nvml_down_reason,  # why NVML is down; None while up
         "window": {
             "name": window.name,
             "seconds": window.seconds,

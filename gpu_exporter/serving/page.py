@@ -138,7 +138,7 @@ def render(
         else "NVIDIA GPU metrics for Prometheus, sampled through NVML"
     )
     body = (
-        _host(doc) + "".join(_card(gpu, doc) for gpu in doc["gpus"])
+        _host(doc) + _no_gpus(doc) + "".join(_card(gpu, doc) for gpu in doc["gpus"])
         if doc
         else '<p class="empty">No sample has finished yet.</p>'
     )
@@ -164,6 +164,13 @@ def render(
         f'<div class="windows">History: {buttons}</div></header>'
         f'<main id="live">{body}</main></body></html>\n'
     ).encode()
+
+
+def _no_gpus(doc: Document) -> str:
+    if doc["gpus"]:
+        return ""
+    reason = "NVML unavailable: " + doc["nvml_down_reason"] if not doc["nvml_up"] else "none seen"
+    return f'<p class="empty">No GPU to show ({escape(reason or "")}).</p>'
 
 
 def _host(doc: Document) -> str:

@@ -22,7 +22,10 @@ from typing import Any
 import bcrypt
 import pytest
 
+from benchmarks.history_memory import snapshot, static
 from gpu_exporter.config import load_settings
+from gpu_exporter.daemon import Exporter as Daemon
+from gpu_exporter.sampling.history import History
 from tests.support.browser import chromium, open_live_page, overview, wait_for_history
 from tests.support.exporter import REPO, Exporter, start_exporter
 from tests.support.packaging import build
@@ -280,3 +283,12 @@ def test_without_nvml_the_page_says_why_no_gpu_is_shown(tmp_path: Path) -> None:
         assert doc["gpus"] == [] and doc["nvml_up"] is False and doc["nvml_down_reason"]
     finally:
         exporter.stop()
+
+
+def test_web_ui_false_keeps_no_history() -> None:
+    on = Daemon(load_settings(["--simulate", "1"]), [])
+    off = Daemon(load_settings(["--simulate", "1", "--web.ui=false"]), [])
+    assert isinstance(on.state.history, History) and off.state.history is None
+    on.publish(snapshot(0.0, [static(0)]))
+    off.publish(snapshot(0.0, [static(0)]))
+    assert on.state.history.gpus_kept() == 1 and off.state.history is None

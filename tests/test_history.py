@@ -156,6 +156,15 @@ def test_gpus_beyond_the_cap_forget_the_one_seen_longest_ago() -> None:
     assert history.gpu(static(2).uuid, WINDOWS["5m"]) is not None
 
 
+def test_more_gpus_at_once_than_the_cap_keep_the_first_and_churn_nothing() -> None:
+    history = History(max_gpus=2)
+    statics = [static(index) for index in range(3)]
+    for t in range(3):
+        history.add(snapshot(float(t), statics))
+    kept = [history.gpu(s.uuid, WINDOWS["5m"]) for s in statics]
+    assert [len(p.times) if p else None for p in kept] == [3, 3, None]
+
+
 def test_memory_for_eight_gpus_and_twelve_hours_stays_under_8_mib() -> None:
     """The benchmark's figure (tracemalloc after a full fill), not a timing."""
     result = subprocess.run(

@@ -92,7 +92,7 @@ WINDOWS: Mapping[str, Window] = {
     )
 }
 DEFAULT_WINDOW = "5m"
-MAX_GPUS = 64  # GPUs remembered; beyond, the one seen longest ago is forgotten
+MAX_GPUS = 64  # GPUs kept; a new one replaces the one seen longest ago, if not still seen
 PROCESS_POINT_SECONDS = 10.0  # process CPU points are kept at most this often
 
 
@@ -117,11 +117,21 @@ class Ring:
         self._next = (i + 1) % self.capacity
         self._size = min(self._size + 1, self.capacity)
 
-    def since(self, t0: float) -> tuple[list[float], list[list[float]]]:
-        """Timestamps and columns of the points at or after `t0`, oldest first."""
-        order = [(self._next - self._size + k) % self.capacity for k in range(self._size)]
-        keep = [i for i in order if self._t[i] >= t0]
-        return [self._t[i] for i in keep], [[c[i] for i in keep] for c in self._columns]
+    def since(
+        self, t0: float, columns: Sequence[int] | None = None
+    ) -> tuple[list[float], list[list[float]]]:
+        """Timestamps and columns (all, or those numbered in `columns`) of the newest
+        points at or after `t0`, oldest first. Only those points are visited."""
+        keep: list[int] = []
+        i = self._next
+        for _ in range(self._size):
+            i = (i - 1) % self.capacity
+            if self._t[i] < t0:
+                break
+            keep.append(i)
+        keep.reverse()
+        chosen = self._columns if columns is None else [self._columns[k] for k in columns]
+        return [self._t[i] for i in keep], [[c[i] for i in keep] for c in chosen]
 
 
 class Tier:
@@ -155,15 +165,19 @@ class Tier:
         means = [s / c if c else math.nan for s, c in zip(self._sums, self._counts, strict=True)]
         return self._t_sum / self._n, means
 
-    def since(self, t0: float) -> tuple[list[float], list[list[float]]]:
-        times, columns = self.ring.since(t0)
+    def since(
+        self, t0: float, columns: Sequence[int] | None = None
+    ) -> tuple[list[float], list[list[float]]]:
+        """As `Ring.since`, with the open bucket's mean so far as the newest point."""
+        times, values = self.ring.since(t0, columns)
         if self._n:
             t, means = self._open()
             if t >= t0:
                 times.append(t)
-                for column, value in zip(columns, means, strict=True):
+                chosen = means if columns is None else [means[k] for k in columns]
+                for column, value in zip(values, chosen, strict=True):
                     column.append(value)
-        return times, columns
+        return times, values
 
 
 class SeriesHistory:
@@ -193,8 +207,8 @@ class SeriesHistory:
     def mean(self, name: str, seconds: float, now: float) -> tuple[float | None, int]:
         """The mean of `name` over the fine points of the last `seconds`, and their count;
         None when none has a value."""
-        _, columns = self.tiers[FINE].since(now - seconds)
-        values = [v for v in columns[self.names.index(name)] if not math.isnan(v)]
+        _, (column,) = self.tiers[FINE].since(now - seconds, [self.names.index(name)])
+        values = [v for v in column if not math.isnan(v)]
         return (sum(values) / len(values) if values else None), len(values)
 
 
@@ -239,11 +253,10 @@ class History:
                 if device.static is None:
                     continue
                 uuid = device.static.uuid
+                if uuid not in self._gpus and not self._make_room(t):
+                    continue  # more GPUs than MAX_GPUS at once: the rest are not kept
                 values = self._device_values(uuid, device, t)
-                if uuid not in self._gpus:
-                    self._make_room()
-                    self._gpus[uuid] = SeriesHistory(GPU_SERIES)
-                self._gpus[uuid].add(t, values)
+                self._gpus.setdefault(uuid, SeriesHistory(GPU_SERIES)).add(t, values)
                 seen |= self._add_process_cpu(uuid, device, t)
             for key in set(self._cpu) - seen:
                 del self._cpu[key]
@@ -251,11 +264,17 @@ class History:
                 self._host.add(t, self._host_values(snapshot.host, t))
             self.latest_time = t
 
-    def _make_room(self) -> None:
-        while len(self._gpus) >= self._max_gpus:
-            oldest = min(self._gpus, key=lambda u: self._gpus[u].last_seen)
-            del self._gpus[oldest]
-            self._previous.pop(oldest, None)
+    def _make_room(self, t: float) -> bool:
+        """Room for one more GPU: forget the one seen longest ago when the cap is reached,
+        unless it is in this sample too (then there is no room: nothing is churned)."""
+        if len(self._gpus) < self._max_gpus:
+            return True
+        oldest = min(self._gpus, key=lambda u: self._gpus[u].last_seen)
+        if self._gpus[oldest].last_seen >= t:
+            return False
+        del self._gpus[oldest]
+        self._previous.pop(oldest, None)
+        return True
 
     def _device_values(self, uuid: str, device: DeviceSample, t: float) -> dict[str, float | None]:
         reading = device.reading

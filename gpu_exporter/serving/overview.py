@@ -33,8 +33,9 @@ def parse_window(query: str) -> Window:
     return WINDOWS[asked[0]]
 
 
-def build(snapshot: Snapshot, history: History, window: Window) -> Document:
-    """The whole document for `window`."""
+def build(snapshot: Snapshot, history: History, window: Window, *, series: bool = True) -> Document:
+    """The whole document for `window`; without the GPUs' history when not `series` (the
+    page's HTML needs only the latest values: its script fetches the series)."""
     host = snapshot.host
     return {
         "version": __version__,
@@ -58,18 +59,18 @@ def build(snapshot: Snapshot, history: History, window: Window) -> Document:
             "memory_used_bytes": host.memory_total_bytes - host.memory_available_bytes,
             "history": _points(history.host(window)),
         },
-        "gpus": [_gpu(device, history, window) for device in snapshot.devices],
+        "gpus": [_gpu(device, history, window if series else None) for device in snapshot.devices],
     }
 
 
-def _gpu(device: DeviceSample, history: History, window: Window) -> Document:
+def _gpu(device: DeviceSample, history: History, window: Window | None) -> Document:
     static, reading = device.static, device.reading
     memory = reading.memory if reading else None
     power = reading.power if reading else None
     temperature = reading.temperature if reading else None
     utilization = reading.utilization if reading else None
     mig = reading.mig if reading else None
-    points = history.gpu(device.uuid, window) if static else None
+    points = history.gpu(device.uuid, window) if static and window else None
     attribution = device.attribution
     return {
         "index": device.index,

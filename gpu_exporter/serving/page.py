@@ -61,7 +61,7 @@ def _memory_lines(gpu: Document) -> list[tuple[float, str]]:
 
 
 def _power_top(gpu: Document) -> float | None:
-    values = _known(gpu, "power_watts") + _known(gpu, "power_limit_watts")
+    values = _known(gpu, "power_watts", "power_limit_watts")
     return max(values) * 1.1 if values else None
 
 
@@ -71,7 +71,7 @@ def _power_lines(gpu: Document) -> list[tuple[float, str]]:
 
 
 def _temperature_top(gpu: Document) -> float | None:
-    values = _known(gpu, "temperature_celsius") + _known(gpu, "slowdown_celsius")
+    values = _known(gpu, "temperature_celsius", "slowdown_celsius")
     return max(100.0, *values) if values else None
 
 
@@ -80,10 +80,10 @@ def _temperature_lines(gpu: Document) -> list[tuple[float, str]]:
     return [(slowdown, "slowdown")] if slowdown else []
 
 
-def _known(gpu: Document, name: str) -> list[float]:
-    history = gpu["history"].get(name, [])
-    latest = gpu.get(name)
-    return [v for v in [*history, latest] if v is not None]
+def _known(gpu: Document, *names: str) -> list[float]:
+    """The latest values of `names` that are known (the axes are set from them: the page
+    renders without the series, which its script fetches)."""
+    return [gpu[name] for name in names if gpu[name] is not None]
 
 
 CHARTS: tuple[Chart, ...] = (

@@ -97,7 +97,11 @@ class Routes:
                 return Response(HTTPStatus.BAD_REQUEST, f"{error}\n".encode(), plain())
             exposition = self.state.exposition
             doc = (
-                None if exposition is None else overview.build(exposition.snapshot, history, window)
+                None
+                if exposition is None
+                else overview.build(
+                    exposition.snapshot, history, window, series=path == OVERVIEW_PATH
+                )
             )
             return self._page(doc) if path == "/" else self._overview(doc)
         if history is not None and path in ASSETS:

@@ -135,8 +135,10 @@ def test_overview_has_host_gpus_mig_verdicts_processes_and_history(simulated: Ex
         assert all(len(gpu["history"][name]) == len(times) for name in GPU_SERIES - {"times"})
         assert all(set(v) == {"name", "summary", "advice"} for v in gpu["verdicts"])
     # the busy ratio is the counters' truth, the utilization the gauge's flicker
+    # (its mean: one point's delta jitters with the sampler's timing on a loaded machine)
     busy = [v for v in gpus[0]["history"]["busy_ratio"] if v is not None]
-    assert busy and all(0.2 < v < 0.8 for v in busy[1:])
+    assert busy and all(0.0 <= v <= 1.0 for v in busy)
+    assert 0.3 < sum(busy) / len(busy) < 0.65, busy
     # (the gauge flips between 0 and 95%; a 1-second point is the mean of its samples)
     assert all(0.0 <= v <= 0.95 for v in gpus[0]["history"]["utilization_ratio"] if v is not None)
     # MIG: no utilization reported, the busy ratio from graphics-engine activity instead

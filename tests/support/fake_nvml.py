@@ -27,6 +27,9 @@ answers for the pair of samples it is given, with per-metric return codes from
 MIG devices (`FakeGpu.mig_devices`, in sparse slots) have handles of their own, answered
 by the identity, memory and process calls; their calls count towards the parent GPU.
 Field values honour `scopeId`: `FakeGpu.fields` may be keyed by `(field id, scope)`.
+The arrays follow the C API: a buffer whose count is smaller than the answer gets
+NVML_ERROR_INSUFFICIENT_SIZE with the count it needs (samples, process lists, process
+utilization), so callers that keep a buffer per device must grow it.
 """
 
 # The fake's methods are named after the C symbols they stand in for (c_ + symbol).
@@ -539,11 +542,13 @@ class FakeNvmlLib:
         if buf is None:
             count._obj.value = len(newer)
             return SUCCESS
-        n = min(len(newer), count._obj.value, len(buf))
-        for slot, (ts, pct) in zip(buf, newer[:n], strict=False):
+        if count._obj.value < len(newer):  # the C API: too small, here is what it needs
+            count._obj.value = len(newer)
+            return INSUFFICIENT_SIZE
+        for slot, (ts, pct) in zip(buf, newer, strict=False):
             slot.timeStamp = ts
             slot.sampleValue.uiVal = pct
-        count._obj.value = n
+        count._obj.value = len(newer)
         return SUCCESS
 
     def _newer(self, timestamp_us: int, since: Any) -> bool:
@@ -556,6 +561,7 @@ class FakeNvmlLib:
             count._obj.value = len(procs)
             return INSUFFICIENT_SIZE if procs else SUCCESS
         if count._obj.value < len(procs):
+            count._obj.value = len(procs)
             return INSUFFICIENT_SIZE
         for slot, (pid, used) in zip(buf, procs, strict=False):
             slot.pid = pid
@@ -585,12 +591,12 @@ class FakeNvmlLib:
         newer = [s for s in samples if self._newer(s[1], since)]
         if not newer:
             return NOT_FOUND
-        if buf is None:
+        if buf is None or count._obj.value < len(newer):
             count._obj.value = len(newer)
             return INSUFFICIENT_SIZE
         for slot, (pid, ts, sm, mem) in zip(buf, newer, strict=False):
             slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = pid, ts, sm, mem
-        count._obj.value = min(len(newer), len(buf))
+        count._obj.value = len(newer)
         return SUCCESS
 
     # MIG ----------------------------------------------------------------------------

@@ -1,27 +1,22 @@
 """Metric families as plain values, and the one writer of the Prometheus text format.
 
-`Family` is what the renderer produces from a Snapshot, and what the exporter's own
-process metrics (prometheus_client's `ProcessCollector`) are turned into, so every
-family is written by `write_text`, with one float format and one escaping rule.
-`to_client` gives prometheus_client's families for the OpenMetrics format.
+`Family` is what the renderer produces from a Snapshot and what the exporter's own
+process metrics (`self_process`) are, so every family is written by `write_text`, with
+one float format and one escaping rule. `to_client` gives prometheus_client's families
+for the OpenMetrics format (prometheus_client is imported only then).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
-
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
-from prometheus_client.utils import floatToGoString
+from typing import TYPE_CHECKING
 
 from gpu_exporter.metrics.specs import LabelValues, MetricType
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 Row = tuple[LabelValues, float]
 
@@ -44,7 +39,21 @@ class Family:
         return self.name
 
 
-_go_float = cast(Callable[[float], str], floatToGoString)  # Go's float formatting
+def _go_float(value: float) -> str:
+    """Go's float formatting where it differs from `repr`: infinities, NaN, and exponents
+    from 1e7 on (as prometheus_client's `floatToGoString` writes them)."""
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
 
 
 def escape_label_value(value: str) -> str:
@@ -127,6 +136,12 @@ def to_client(family: Family) -> Metric:
     `unknown`: an OpenMetrics counter's samples must end in `_total`, and renaming them
     would break the queries the names are kept for.
     """
+    from prometheus_client.core import (  # only for an OpenMetrics scrape
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        UnknownMetricFamily,
+    )
+
     labels = list(family.label_names)
     out: GaugeMetricFamily | CounterMetricFamily | UnknownMetricFamily
     if family.type == "counter" and not family.name.endswith("_total"):

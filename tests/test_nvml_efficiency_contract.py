@@ -14,8 +14,9 @@ from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
 from gpu_exporter.sources.nvml import PynvmlBackend
 from tests.support.clock import FakeClock
-from tests.support.fake_host import advance, busy_h100, one_second_sampler, started
+from tests.support.fake_host import advance, busy_h100
 from tests.support.fake_nvml import FakeNvmlLib, Install, h100
+from tests.support.fake_sampling import one_second_sampler, started
 
 M = pynvml
 DEFAULT_COLLECTORS = frozenset(c.name for c in COLLECTORS if c.default_enabled) - {"host", "xid"}

@@ -18,7 +18,7 @@ from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.nvml import PynvmlBackend
 from gpu_exporter.sources.nvml.mig import REFRESH_SECONDS, profile_of
 from tests.support.clock import FakeClock
-from tests.support.fake_host import GPM_VALUES, started
+from tests.support.fake_host import GPM_VALUES
 from tests.support.fake_nvml import (
     NOT_FOUND,
     NOT_SUPPORTED,
@@ -29,7 +29,7 @@ from tests.support.fake_nvml import (
     h100,
     old_fanless,
 )
-from tests.support.fake_sampling import sample_fake
+from tests.support.fake_sampling import sample_fake, started
 
 M = pynvml
 GPM_ON = frozenset({"gpm"})

@@ -2,18 +2,21 @@
 fields of a recent driver, compute processes and sample buffers that fill as time goes.
 
 `busy_h100` builds one GPU; `advance` fills its sample buffers and per-process samples up
-to a time, as the driver does every 1/6 s. The contract tests count calls on it and the
-benchmark loads it into other programs (`benchmarks/fake_nvml_site/sitecustomize.py`).
+to a time, as the driver does every 1/6 s; `LiveFakeNvml` does that by itself from a
+clock. The contract tests count calls on it and the benchmark loads it into other
+programs (`benchmarks/fake_nvml_site/sitecustomize.py`), so it imports nothing but
+pynvml and the fake library: it must not weigh on the program it is measured in.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 import pynvml
 
-from gpu_exporter.sampling.sampler import Sampler
-from gpu_exporter.sources.nvml import PynvmlBackend
-from tests.support.clock import FakeClock
-from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install, h100
+from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, h100
 
 M = pynvml
 NVLINK_LINKS = 18
@@ -79,24 +82,26 @@ def advance(gpu: FakeGpu, now_us: int, *, keep: int = 100) -> None:
     ]
 
 
-def started(install: Install, *gpus: FakeGpu) -> tuple[FakeNvmlLib, PynvmlBackend, FakeClock]:
-    """The fake library installed with `gpus`, and a backend on a fake clock, initialised."""
-    lib = install(FakeNvmlLib(list(gpus)))
-    clock = FakeClock()
-    backend = PynvmlBackend(monotonic=clock.monotonic)
-    backend.init()
-    return lib, backend, clock
+class LiveFakeNvml(FakeNvmlLib):
+    """A fake library whose sample buffers fill with time, as a driver's do."""
 
+    def __init__(self, gpus: list[FakeGpu], clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(gpus)
+        self._clock = clock
+        self._start = clock()
+        self._advanced_us = -1
 
-def one_second_sampler(
-    backend: PynvmlBackend, clock: FakeClock, collectors: frozenset[str]
-) -> Sampler:
-    """A sampler at a 1 s interval on the fake clock (the test calls `sample_once`)."""
-    return Sampler(
-        backend,
-        interval_seconds=1.0,
-        timeout_seconds=5.0,
-        collectors=collectors,
-        clock=clock.wall,
-        monotonic=clock.monotonic,
-    )
+    def _advance(self) -> None:
+        now_us = int((self._clock() - self._start) * 1e6) + 10 * SAMPLE_PERIOD_US
+        if now_us - self._advanced_us >= SAMPLE_PERIOD_US:
+            self._advanced_us = now_us
+            for gpu in self.gpus:
+                advance(gpu, now_us)
+
+    def c_nvmlDeviceGetSamples(self, *args: Any) -> int:  # noqa: N802 (the C symbol)
+        self._advance()
+        return super().c_nvmlDeviceGetSamples(*args)
+
+    def c_nvmlDeviceGetProcessUtilization(self, *args: Any) -> int:  # noqa: N802
+        self._advance()
+        return super().c_nvmlDeviceGetProcessUtilization(*args)

@@ -353,6 +353,8 @@ class FakeNvmlLib:
         ptr._obj.value = self.cuda_version
         return SUCCESS
 
+    c_nvmlSystemGetCudaDriverVersion = c_nvmlSystemGetCudaDriverVersion_v2
+
     def c_nvmlDeviceGetCount_v2(self, ptr: Any) -> int:
         ptr._obj.value = len(self.gpus)
         return SUCCESS
@@ -450,6 +452,13 @@ class FakeNvmlLib:
     def c_nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).power_limit_milliwatts)
 
+    # the limit the administrator set; equal to the enforced one on this fake
+    c_nvmlDeviceGetPowerManagementLimit = c_nvmlDeviceGetEnforcedPowerLimit
+
+    def c_nvmlDeviceIsMigDeviceHandle(self, handle: Any, ptr: Any) -> int:
+        ptr._obj.value = int(self._mig_of(handle) is not None)
+        return SUCCESS
+
     def c_nvmlDeviceGetPerformanceState(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).pstate)
 
@@ -507,8 +516,8 @@ class FakeNvmlLib:
 
     def c_nvmlDeviceGetFieldValues(self, handle: Any, count: Any, ptr: Any) -> int:
         gpu = self._gpu(handle)
-        values = ptr._obj
-        assert len(values) == count.value
+        assert len(ptr._obj) >= count.value  # a caller may pass a longer array
+        values = ptr._obj[: count.value]
         self.field_requests.append([int(v.fieldId) for v in values])
         self.field_scopes.append([(int(v.fieldId), int(v.scopeId)) for v in values])
         for entry in values:

@@ -1,5 +1,5 @@
-"""Issue 14: what the running exporter loads, and its own process metrics without
-prometheus_client.
+"""Issue 14: what the running exporter loads, its own process metrics without
+prometheus_client, and how promptly an idle exporter leaves on SIGTERM.
 
 The lazy-import tests run the real program in a subprocess and read `sys.modules` as
 it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
@@ -11,8 +11,11 @@ server needs, so it is not asked about.)
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from prometheus_client import ProcessCollector
 
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.text import _go_float, from_client, write_text
-from tests.support.exporter import REPO
+from tests.support.exporter import REPO, start_exporter
 
 _PROBE = """
 import atexit, json, sys
@@ -124,3 +127,30 @@ def test_go_float_formatting_is_prometheus_clients(value: float) -> None:
     from prometheus_client.utils import floatToGoString
 
     assert _go_float(value) == floatToGoString(value)
+
+
+# SIGTERM ----------------------------------------------------------------------------------
+
+
+def test_sigterm_on_an_idle_exporter_with_nvml_exits_0_promptly(tmp_path: Path) -> None:
+    """The real NVML backend on the fake library (loaded by the benchmark's
+    sitecustomize): between samples the sampler sleeps, the device workers wait for work
+    and the Xid listener is blocked in nvmlEventSetWait; none of them may hold the exit."""
+    env = {
+        "FAKE_NVML_GPUS": "2",
+        "FAKE_NVML_REPO": str(REPO),
+        "PYTHONPATH": str(REPO / "benchmarks" / "fake_nvml_site"),
+    }
+    exporter = start_exporter(["--collect.interval", "1s"], tmp_path, env=env)
+    try:
+        body = exporter.get("/metrics").body
+        assert b'backend="nvml"' in body and b'gpu_up{gpu="1"' in body
+        time.sleep(1.5)  # idle: mid-interval
+        exporter.signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        assert exporter.process.wait(10) == 0
+        assert time.monotonic() - t0 < 5.0  # generous: a count of seconds, not a benchmark
+    finally:
+        exporter.stop()
+    assert "shutting down" in exporter.log()
+    assert os.environ.get("FAKE_NVML_GPUS") is None  # the fake stayed in the child

@@ -245,6 +245,11 @@ class Side:
     nvml_missing_per_gpu_per_second: float  # lookups of functions the fake lacks
     sigterm_exit_seconds: float
 
+    @property
+    def cpu_ms(self) -> float:
+        """CPU milliseconds per 1 s interval."""
+        return 1000 * self.cpu_cores
+
 
 def ensure_nvitop() -> Path:
     """nvitop-exporter in its own venv (made once, gitignored); its program's path."""
@@ -407,66 +412,28 @@ def measure() -> tuple[Figures, Side, Side]:
 
 def side_by_side_table(ours: Side, theirs: Side) -> list[str]:
     """The side-by-side table, with ratios (ours / theirs: below 1 is cheaper)."""
-
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}" if b else "-"
-
-    rows = [
-        (
-            "CPU at a 1 s interval, no scrapes (cores)",
-            f"{ours.cpu_cores:.4f}",
-            f"{theirs.cpu_cores:.4f}",
-            ratio(ours.cpu_cores, theirs.cpu_cores),
-        ),
-        (
-            "CPU per interval",
-            f"{1000 * ours.cpu_cores:.2f} ms",
-            f"{1000 * theirs.cpu_cores:.2f} ms",
-            ratio(ours.cpu_cores, theirs.cpu_cores),
-        ),
-        (
-            "NVML calls per GPU per second (answered by the fake)",
-            f"{ours.nvml_calls_per_gpu_per_second:.2f}",
-            f"{theirs.nvml_calls_per_gpu_per_second:.2f}",
-            ratio(ours.nvml_calls_per_gpu_per_second, theirs.nvml_calls_per_gpu_per_second),
-        ),
+    rows: list[tuple[str, str, str, bool]] = [  # figure, Side field, format, with a ratio
+        ("CPU at a 1 s interval, no scrapes (cores)", "cpu_cores", "{:.4f}", True),
+        ("CPU per interval (ms)", "cpu_ms", "{:.2f}", True),
+        ("NVML calls per GPU per second", "nvml_calls_per_gpu_per_second", "{:.2f}", True),
         (
             "NVML lookups of functions the fake lacks, per GPU per second",
-            f"{ours.nvml_missing_per_gpu_per_second:.2f}",
-            f"{theirs.nvml_missing_per_gpu_per_second:.2f}",
-            "",
+            "nvml_missing_per_gpu_per_second",
+            "{:.2f}",
+            False,
         ),
-        (
-            "resident memory after warm-up and the CPU window",
-            f"{ours.rss_mib:.1f} MiB",
-            f"{theirs.rss_mib:.1f} MiB",
-            ratio(ours.rss_mib, theirs.rss_mib),
-        ),
-        (
-            f"scrape latency p50 ({SCRAPES} scrapes)",
-            f"{ours.scrape_p50_ms:.3f} ms",
-            f"{theirs.scrape_p50_ms:.3f} ms",
-            ratio(ours.scrape_p50_ms, theirs.scrape_p50_ms),
-        ),
-        (
-            "scrape latency p99",
-            f"{ours.scrape_p99_ms:.3f} ms",
-            f"{theirs.scrape_p99_ms:.3f} ms",
-            ratio(ours.scrape_p99_ms, theirs.scrape_p99_ms),
-        ),
-        ("series in one exposition", str(ours.series), str(theirs.series), ""),
-        (
-            "idle SIGTERM to exit",
-            f"{ours.sigterm_exit_seconds:.3f} s",
-            f"{theirs.sigterm_exit_seconds:.3f} s",
-            "",
-        ),
+        ("resident memory after warm-up and the CPU window (MiB)", "rss_mib", "{:.1f}", True),
+        (f"scrape latency p50 ({SCRAPES} scrapes, ms)", "scrape_p50_ms", "{:.3f}", True),
+        ("scrape latency p99 (ms)", "scrape_p99_ms", "{:.3f}", True),
+        ("series in one exposition", "series", "{}", False),
+        ("idle SIGTERM to exit (s)", "sigterm_exit_seconds", "{:.3f}", False),
     ]
-    return [
-        f"| figure | {ours.name} | {theirs.name} | ratio |",
-        "|---|---|---|---|",
-        *(f"| {name} | {a} | {b} | {r} |" for name, a, b, r in rows),
-    ]
+    lines = [f"| figure | {ours.name} | {theirs.name} | ratio |", "|---|---|---|---|"]
+    for figure, name, fmt, with_ratio in rows:
+        a, b = getattr(ours, name), getattr(theirs, name)
+        ratio = f"{a / b:.2f}" if with_ratio and b else ""
+        lines.append(f"| {figure} | {fmt.format(a)} | {fmt.format(b)} | {ratio} |")
+    return lines
 
 
 def report(f: Figures, ours: Side, theirs: Side) -> str:

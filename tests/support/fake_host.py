@@ -86,7 +86,7 @@ class LiveFakeNvml(FakeNvmlLib):
     """A fake library whose sample buffers fill with time, as a driver's do."""
 
     def __init__(self, gpus: list[FakeGpu], clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(gpus)
+        super().__init__(gpus, record=False)  # it runs for minutes: no call history
         self._clock = clock
         self._start = clock()
         self._advanced_us = -1

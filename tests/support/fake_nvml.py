@@ -257,6 +257,7 @@ class FakeNvmlLib:
         missing: set[str] | None = None,
         fail: dict[str, int] | None = None,
         filters_by_timestamp: bool = True,
+        record: bool = True,
     ) -> None:
         self.gpus = gpus
         self.driver_version = driver_version
@@ -266,6 +267,9 @@ class FakeNvmlLib:
         # False: sample buffers come back whole whatever the "since" timestamp, as some
         # drivers do, so the caller has to filter.
         self.filters_by_timestamp = filters_by_timestamp
+        # False: keep no per-call history (field ids, GPM requests, wait timeouts), so a
+        # long-running program does not grow by it (the benchmark); counts are kept
+        self.record = record
         self.calls: Counter[tuple[str, int | None]] = Counter()  # (function, gpu index)
         self.field_requests: list[list[int]] = []  # field ids of each GetFieldValues call
         self.initialised = 0
@@ -518,8 +522,9 @@ class FakeNvmlLib:
         gpu = self._gpu(handle)
         assert len(ptr._obj) >= count.value  # a caller may pass a longer array
         values = ptr._obj[: count.value]
-        self.field_requests.append([int(v.fieldId) for v in values])
-        self.field_scopes.append([(int(v.fieldId), int(v.scopeId)) for v in values])
+        if self.record:
+            self.field_requests.append([int(v.fieldId) for v in values])
+            self.field_scopes.append([(int(v.fieldId), int(v.scopeId)) for v in values])
         for entry in values:
             field_id = int(entry.fieldId)
             scoped = (field_id, int(entry.scopeId))
@@ -689,7 +694,8 @@ class FakeNvmlLib:
             mig = next(m for m in gpu.mig_devices if m.gpu_instance == second.gpu_instance)
             values = mig.gpm
         ids = [int(request.metrics[i].metricId) for i in range(request.numMetrics)]
-        self.gpm_requests.append(ids)
+        if self.record:
+            self.gpm_requests.append(ids)
         for i, metric in enumerate(ids):
             entry = request.metrics[i]
             if metric in gpu.gpm_errors:
@@ -748,7 +754,8 @@ class FakeNvmlLib:
         event_set = self._event_set(set_handle)
         if event_set is None:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
-        self.wait_timeouts_ms.append(int(timeout_ms.value))
+        if self.record:
+            self.wait_timeouts_ms.append(int(timeout_ms.value))
 
         def deliverable() -> FakeEvent | None:
             for event in self.pending_events:

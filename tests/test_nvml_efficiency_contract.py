@@ -7,10 +7,13 @@ needs when a buffer is too small). Counts, never times.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pynvml
 import pytest
 
 from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
 from gpu_exporter.sources.nvml import PynvmlBackend
 from tests.support.clock import FakeClock
@@ -368,3 +371,24 @@ def test_limits_are_re_read_every_minute_and_the_identity_once(install: Install)
     assert lib.count("nvmlDeviceGetMaxClockInfo", gpu=0) == 2 * 4
     assert lib.count("nvmlDeviceGetUUID", gpu=0) == 1
     assert lib.count("nvmlDeviceGetName", gpu=0) == 1
+
+
+def test_re_reading_the_limits_keeps_the_sample_cursors(install: Install) -> None:
+    gpu = busy_h100()
+    _lib, backend, clock = started(install, gpu)
+    asked: list[int] = []
+    read_samples = backend.utilization_samples
+
+    def spy(index: int, domain: UtilizationDomain, since_us: int) -> Any:
+        asked.append(since_us)
+        return read_samples(index, domain, since_us)
+
+    backend.utilization_samples = spy  # type: ignore[method-assign]
+    sampler = one_second_sampler(backend, clock, frozenset({"utilization"}))
+    for _ in range(int(SLOW_REFRESH_SECONDS) + 2):
+        advance(gpu, _us(clock))
+        sampler.sample_once()
+        clock.now += 1.0
+    sampler.stop(0)
+    assert asked[:2] == [0, 0]  # the first sample reads the whole buffer
+    assert 0 not in asked[2:]  # never again, the minute's static re-read included

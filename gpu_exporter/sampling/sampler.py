@@ -402,9 +402,9 @@ class Sampler:
         """The function a worker runs for one device: every driver read of the interval."""
         backend = self.backend
         static = slot.static
+        counters = self._counters.get(static.uuid) if static is not None else None
         if static is not None and self._monotonic() - slot.static_at >= SLOW_REFRESH_SECONDS:
             static = None  # limits (max clocks, thresholds, PCIe max) are re-read
-        counters = self._counters.get(static.uuid) if static is not None else None
         gpu_since = counters.gpu.cursor_us if counters else 0
         mc_since = counters.memory_controller.cursor_us if counters else 0
         proc_since = counters.process_utilization_us if counters else 0

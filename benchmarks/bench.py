@@ -1,18 +1,27 @@
-"""Measure the exporter's cost on a simulated host and record it in benchmarks/README.md.
+"""Measure the exporter's cost, side by side with nvitop-exporter, and record it in
+benchmarks/README.md.
 
-Runs the real program (`--simulate 8`) with 64 real processes (8 per GPU, each a parent
-with 4 children) placed on the GPUs through a scenario file, then measures:
+Two parts, in one run:
 
-- scrape latency (p50, p99, max) over 1000 scrapes on loopback, one keep-alive client;
-- sampler CPU at a 1 s interval with no scrapes, as a share of one core and per sample;
-- resident memory after warm-up and after the scrapes;
-- the series count of one exposition;
-- with `--compat.dcgm` (issue 12): the scrape latency p99 and the extra render cost per
-  sample, rendering the same snapshot in-process with and without the DCGM names.
+1. Side by side (issue 14): gpu-exporter (its real NVML backend) and nvitop-exporter
+   1.7.2 (pip-installed into benchmarks/.venv-nvitop on first use) against the same
+   simulated host: the fake libnvidia-ml of the tests (`tests/support/fake_host.py`: 8
+   busy H100s with GPM and 18 NVLink links), put in pynvml's place in each program by
+   `benchmarks/fake_nvml_site/sitecustomize.py`, with the 64 real processes below as
+   the GPU processes. For each: CPU at a 1 s interval with no scrapes, resident memory
+   after warm-up, scrape latency p50/p99, series count, NVML calls per GPU per second
+   (counted by the fake, read through SIGUSR1), and the time from SIGTERM to exit.
+2. The simulated host (`--simulate 8`, issues 2 and 12) with 64 real processes (8 per
+   GPU, each a parent with 4 children) placed on the GPUs through a scenario file:
+   scrape latency (p50, p99, max) over 1000 scrapes on loopback, one keep-alive client;
+   sampler CPU; resident memory; series; with `--compat.dcgm` the scrape p99 and the
+   extra render cost per sample, rendering the same snapshot in-process.
 
 Targets (issue 2): p99 <= 2 ms, sampler CPU <= 1% of a core, RSS <= 40 MiB; issue 12:
-scrape p99 <= 2 ms in compat mode.
+scrape p99 <= 2 ms in compat mode; issue 14: <= 8 ms CPU per sample, <= 16 NVML calls
+per GPU per interval, RSS <= 28 MiB, idle SIGTERM to exit <= 0.3 s.
 `make bench` prints the figures and writes them between the markers of README.md.
+Figures are measured, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -23,22 +32,28 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
+NVITOP_VENV = REPO / "benchmarks" / ".venv-nvitop"
+NVITOP_VERSION = "1.7.2"
+FAKE_SITE = REPO / "benchmarks" / "fake_nvml_site"
 GPUS = 8
 PROCESSES_PER_GPU = 8
 CHILDREN_PER_PROCESS = 4
 SCRAPES = 1000
 CPU_WINDOW_SECONDS = 20.0
+NVLINK_LINKS = 18  # of each fake H100 (tests/support/fake_host.py)
 
 CHILD_TREE = (
     "import subprocess, sys, time\n"
@@ -216,15 +231,142 @@ def render_cost(scenario_path: Path, *extra: str, renders: int = 200) -> float:
         sampler.stop(0)
 
 
-def measure() -> Figures:
+@dataclass
+class Side:
+    """One program's figures on the fake NVML host."""
+
+    name: str
+    cpu_cores: float
+    rss_mib: float
+    scrape_p50_ms: float
+    scrape_p99_ms: float
+    series: int
+    nvml_calls_per_gpu_per_second: float
+    nvml_missing_per_gpu_per_second: float  # lookups of functions the fake lacks
+    sigterm_exit_seconds: float
+
+    @property
+    def cpu_ms(self) -> float:
+        """CPU milliseconds per 1 s interval."""
+        return 1000 * self.cpu_cores
+
+
+def ensure_nvitop() -> Path:
+    """nvitop-exporter in its own venv (made once, gitignored); its program's path."""
+    program = NVITOP_VENV / "bin" / "nvitop-exporter"
+    if not program.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(NVITOP_VENV)], check=True)
+        pip = NVITOP_VENV / "bin" / "pip"
+        subprocess.run(
+            [str(pip), "install", "--quiet", f"nvitop-exporter=={NVITOP_VERSION}"], check=True
+        )
+    return program
+
+
+def fake_env(pids: Sequence[int], calls_file: Path) -> dict[str, str]:
+    """The environment that puts the fake host into a Python program (sitecustomize)."""
+    return dict(
+        os.environ,
+        PYTHONPATH=str(FAKE_SITE),
+        FAKE_NVML_GPUS=str(GPUS),
+        FAKE_NVML_REPO=str(REPO),
+        FAKE_NVML_PIDS=",".join(str(p) for p in pids),
+        FAKE_NVML_CALLS=str(calls_file),
+    )
+
+
+def nvml_calls(proc: psutil.Process, calls_file: Path) -> tuple[float, int, int]:
+    """(monotonic time, calls answered, lookups of missing functions) of the program."""
+    calls_file.unlink(missing_ok=True)
+    at = time.monotonic()
+    proc.send_signal(signal.SIGUSR1)
+    deadline = at + 10
+    while not calls_file.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{proc.pid} wrote no NVML call counts")
+        time.sleep(0.02)
+    counts = json.loads(calls_file.read_text())
+    return at, int(counts["answered"]), int(counts["missing"])
+
+
+def measure_side(name: str, command: Sequence[str], port: int, env: dict[str, str]) -> Side:
+    calls_file = Path(env["FAKE_NVML_CALLS"])
+    program = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_ready(port)
+        proc = psutil.Process(program.pid)
+        time.sleep(3.0)  # warm-up
+        t0, answered0, missing0 = nvml_calls(proc, calls_file)
+        share = cpu_share(proc, CPU_WINDOW_SECONDS)
+        t1, answered1, missing1 = nvml_calls(proc, calls_file)
+        rss = proc.memory_info().rss / 2**20
+        latencies, body = scrape_latencies(port)
+        time.sleep(1.5)  # idle again, mid-interval
+        stop = time.monotonic()
+        program.send_signal(signal.SIGTERM)
+        program.wait(10)
+        exit_seconds = time.monotonic() - stop
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()
+    per = GPUS * (t1 - t0)
+    return Side(
+        name=name,
+        cpu_cores=share,
+        rss_mib=rss,
+        scrape_p50_ms=statistics.median(latencies),
+        scrape_p99_ms=p99(latencies),
+        series=series_in(body),
+        nvml_calls_per_gpu_per_second=(answered1 - answered0) / per,
+        nvml_missing_per_gpu_per_second=(missing1 - missing0) / per,
+        sigterm_exit_seconds=exit_seconds,
+    )
+
+
+def side_by_side(pids: Sequence[int], tmp: Path) -> tuple[Side, Side]:
+    """gpu-exporter and nvitop-exporter, one after the other, on the same fake host."""
+    nvitop = ensure_nvitop()
+    port = free_port()
+    ours = measure_side(
+        "gpu-exporter",
+        [
+            sys.executable,
+            "-m",
+            "gpu_exporter",
+            "--collect.interval",
+            "1s",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--log.level",
+            "error",
+        ],
+        port,
+        fake_env(pids, tmp / "calls-ours.json"),
+    )
+    port = free_port()
+    theirs = measure_side(
+        f"nvitop-exporter {NVITOP_VERSION}",
+        [str(nvitop), "--bind-address", "127.0.0.1", "--port", str(port), "--interval", "1.0"],
+        port,
+        fake_env(pids, tmp / "calls-nvitop.json"),
+    )
+    return ours, theirs
+
+
+def measure() -> tuple[Figures, Side, Side]:
     jobs = spawn_jobs()
     time.sleep(1.0)  # let the children start, so the trees are complete
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         scenario_path = Path(tmp) / "scenario.json"
         scenario_path.write_text(json.dumps(scenario(jobs)))
-        exporter = start_exporter(scenario_path, port)
+        exporter = None
         try:
+            ours, theirs = side_by_side([job.pid for job in jobs], Path(tmp))
+            exporter = start_exporter(scenario_path, port)
             wait_ready(port)
             proc = psutil.Process(exporter.pid)
             time.sleep(3.0)  # warm-up: caches filled, first samples done
@@ -241,7 +383,7 @@ def measure() -> Figures:
             render_ms = render_cost(scenario_path)
             compat_render_ms = render_cost(scenario_path, "--compat.dcgm")
         finally:
-            if exporter.poll() is None:
+            if exporter is not None and exporter.poll() is None:
                 exporter.terminate()
                 exporter.wait(10)
             for job in jobs:
@@ -249,7 +391,7 @@ def measure() -> Figures:
                     child.kill()
                 job.kill()
                 job.wait()
-    return Figures(
+    figures = Figures(
         scrape_p50_ms=statistics.median(latencies),
         scrape_p99_ms=p99(latencies),
         scrape_max_ms=latencies[-1],
@@ -265,16 +407,59 @@ def measure() -> Figures:
         render_ms=render_ms,
         compat_render_ms=compat_render_ms,
     )
+    return figures, ours, theirs
 
 
-def report(f: Figures) -> str:
+def side_by_side_table(ours: Side, theirs: Side) -> list[str]:
+    """The side-by-side table, with ratios (ours / theirs: below 1 is cheaper)."""
+    rows: list[tuple[str, str, str, bool]] = [  # figure, Side field, format, with a ratio
+        ("CPU at a 1 s interval, no scrapes (cores)", "cpu_cores", "{:.4f}", True),
+        ("CPU per interval (ms)", "cpu_ms", "{:.2f}", True),
+        ("NVML calls per GPU per second", "nvml_calls_per_gpu_per_second", "{:.2f}", True),
+        (
+            "NVML lookups of functions the fake lacks, per GPU per second",
+            "nvml_missing_per_gpu_per_second",
+            "{:.2f}",
+            False,
+        ),
+        ("resident memory after warm-up and the CPU window (MiB)", "rss_mib", "{:.1f}", True),
+        (f"scrape latency p50 ({SCRAPES} scrapes, ms)", "scrape_p50_ms", "{:.3f}", True),
+        ("scrape latency p99 (ms)", "scrape_p99_ms", "{:.3f}", True),
+        ("series in one exposition", "series", "{}", False),
+        ("idle SIGTERM to exit (s)", "sigterm_exit_seconds", "{:.3f}", False),
+    ]
+    lines = [f"| figure | {ours.name} | {theirs.name} | ratio |", "|---|---|---|---|"]
+    for figure, name, fmt, with_ratio in rows:
+        a, b = getattr(ours, name), getattr(theirs, name)
+        ratio = f"{a / b:.2f}" if with_ratio and b else ""
+        lines.append(f"| {figure} | {fmt.format(a)} | {fmt.format(b)} | {ratio} |")
+    return lines
+
+
+def report(f: Figures, ours: Side, theirs: Side) -> str:
     def verdict(ok: bool) -> str:
         return "met" if ok else "**missed**"
 
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     return "\n".join(
         [
-            f"Measured {time.strftime('%Y-%m-%d')} on {machine}: simulated host of {GPUS} GPUs, "
+            f"Measured {time.strftime('%Y-%m-%d')} on {machine}.",
+            "",
+            f"**Side by side** on one fake NVML host ({GPUS} busy H100s with GPM and "
+            f"{NVLINK_LINKS} NVLink links, the {GPUS * PROCESSES_PER_GPU} processes below as "
+            "GPU processes; the tests' fake libnvidia-ml in pynvml's place in both programs, "
+            "so its Python cost is in both CPU figures):",
+            "",
+            *side_by_side_table(ours, theirs),
+            "",
+            f"Issue 14 targets for gpu-exporter: CPU per interval <= 8 ms: "
+            f"{verdict(ours.cpu_cores <= 0.008)}; NVML calls per GPU per interval <= 16: "
+            f"{verdict(ours.nvml_calls_per_gpu_per_second <= 16)}; RSS <= 28 MiB: "
+            f"{verdict(ours.rss_mib <= 28)}; idle SIGTERM to exit <= 0.3 s: "
+            f"{verdict(ours.sigterm_exit_seconds <= 0.3)}; scrape p99 <= 1 ms: "
+            f"{verdict(ours.scrape_p99_ms <= 1)}.",
+            "",
+            f"**Simulated host** (`--simulate {GPUS}`): "
             f"{GPUS * PROCESSES_PER_GPU} real processes ({PROCESSES_PER_GPU} per GPU, "
             f"{CHILDREN_PER_PROCESS} children each), `--collect.interval 1s`.",
             "",
@@ -319,7 +504,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", metavar="README", help="record the figures in this file")
     args = parser.parse_args()
-    table = report(measure())
+    table = report(*measure())
     print(table)
     if args.write:
         write(Path(args.write), table)

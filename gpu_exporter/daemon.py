@@ -4,6 +4,7 @@ them until a signal says stop. SIGHUP re-reads the config file and the web confi
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -13,8 +14,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from types import FrameType
-
-from prometheus_client import ProcessCollector
 
 from gpu_exporter import __version__, logs
 from gpu_exporter.attribution.processes import ProcessAttributor
@@ -26,6 +25,7 @@ from gpu_exporter.config import (
     parse_listen_address,
 )
 from gpu_exporter.metrics.exposition import Exposition
+from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import HostSample, Snapshot
 from gpu_exporter.sampling.health import Health
@@ -114,8 +114,13 @@ def render_options(settings: Settings) -> RenderOptions:
 def render(snapshot: Snapshot, settings: Settings, *, self_metrics: bool = True) -> Exposition:
     """The exposition: the snapshot, then the exporter's own process metrics (`process_*`),
     which textfile output leaves out (node_exporter serves its own under those names)."""
-    extra = [ProcessCollector(registry=None)] if self_metrics else []
+    extra = _self_process().families() if self_metrics else []
     return Exposition(snapshot, render_options(settings), extra=extra)
+
+
+@functools.cache
+def _self_process() -> ProcessMetrics:
+    return ProcessMetrics()
 
 
 # Settings a SIGHUP can change while running; the rest need a restart.

@@ -20,19 +20,20 @@ plain scalar that YAML reads as a number, boolean or date becomes a `Scalar`: a 
 holding the text as written, with the typed value beside it. Go decodes into typed
 fields, so `X-XSS-Protection: 1` is the string "1" there; `Scalar` lets the web config
 read a file as exporter-toolkit does.
+
+PyYAML is imported on the first parse, so an exporter started without a file never
+loads it.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
-
-import yaml
-from yaml.constructor import SafeConstructor
-from yaml.nodes import MappingNode, Node, ScalarNode
 
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 32  # mappings and lists inside each other; the deepest file we read needs 4
 MAX_NODES = 10_000  # keys, values and list items in one document
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 class YamlFileError(ValueError):
@@ -64,68 +65,77 @@ def _invalid(where: Any, problem: str) -> YamlFileError:
     return YamlFileError(f"invalid YAML: line {mark.line + 1} column {mark.column + 1}: {problem}")
 
 
-class _Loader(yaml.SafeLoader):
-    """The safe loader, refusing aliases, deep nesting, long documents and repeated keys."""
+@functools.cache
+def _loaders() -> tuple[Any, Any]:
+    """(the strict loader, the loader that keeps scalar text), built on first use."""
+    import yaml
+    from yaml.constructor import SafeConstructor
+    from yaml.nodes import MappingNode, Node, ScalarNode
 
-    def __init__(self, stream: bytes) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._nodes = 0
+    class _Loader(yaml.SafeLoader):
+        """The safe loader, refusing aliases, deep nesting, long documents and repeated keys."""
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent):
-            raise _invalid(event, "YAML aliases (*name) are not allowed")
-        self._depth += 1
-        self._nodes += 1
-        try:
-            if self._nodes > MAX_NODES:
-                raise _invalid(event, f"more than {MAX_NODES} values")
-            if self._depth > MAX_DEPTH:
-                raise _invalid(event, f"nested more than {MAX_DEPTH} levels deep")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+        def __init__(self, stream: bytes) -> None:
+            super().__init__(stream)
+            self._depth = 0
+            self._nodes = 0
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # a list or mapping as a key is refused below; merges are flattened
-            key = self.construct_object(key_node)
-            if key in seen:
-                raise _invalid(key_node, f"key {key_node.value!r} is given twice")
-            seen.add(key)
-        return super().construct_mapping(node, deep)
+        def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            if isinstance(event, yaml.AliasEvent):
+                raise _invalid(event, "YAML aliases (*name) are not allowed")
+            self._depth += 1
+            self._nodes += 1
+            try:
+                if self._nodes > MAX_NODES:
+                    raise _invalid(event, f"more than {MAX_NODES} values")
+                if self._depth > MAX_DEPTH:
+                    raise _invalid(event, f"nested more than {MAX_DEPTH} levels deep")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
 
+        def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == _MERGE:
+                    continue  # a list or mapping as a key is refused below; merges are flattened
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise _invalid(key_node, f"key {key_node.value!r} is given twice")
+                seen.add(key)
+            return super().construct_mapping(node, deep)
 
-class _TextLoader(_Loader):
-    """`_Loader`, keeping each typed plain scalar's text as a `Scalar`."""
+    class _TextLoader(_Loader):
+        """`_Loader`, keeping each typed plain scalar's text as a `Scalar`."""
 
+    def _keep_text(construct: Any) -> Any:
+        def constructor(loader: SafeConstructor, node: ScalarNode) -> Scalar:
+            return Scalar(node.value, construct(loader, node))
 
-def _keep_text(construct: Any) -> Any:
-    def constructor(loader: SafeConstructor, node: ScalarNode) -> Scalar:
-        return Scalar(node.value, construct(loader, node))
+        return constructor
 
-    return constructor
+    for _tag, _construct in (
+        ("bool", SafeConstructor.construct_yaml_bool),
+        ("int", SafeConstructor.construct_yaml_int),
+        ("float", SafeConstructor.construct_yaml_float),
+        ("timestamp", SafeConstructor.construct_yaml_timestamp),
+    ):
+        _TextLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _keep_text(_construct))
 
-
-for _tag, _construct in (
-    ("bool", SafeConstructor.construct_yaml_bool),
-    ("int", SafeConstructor.construct_yaml_int),
-    ("float", SafeConstructor.construct_yaml_float),
-    ("timestamp", SafeConstructor.construct_yaml_timestamp),
-):
-    _TextLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _keep_text(_construct))
+    return _Loader, _TextLoader
 
 
 def parse_yaml(data: bytes, *, keep_text: bool = False) -> Any:
     """The one YAML document in `data`; None for an empty one; raises YamlFileError."""
     if len(data) > MAX_BYTES:
         raise YamlFileError(f"larger than {MAX_BYTES} bytes")
-    loader: _Loader | None = None
+    import yaml
+
+    strict, text = _loaders()
+    loader: Any = None
     try:
-        loader = (_TextLoader if keep_text else _Loader)(data)  # reads the first bytes already
+        loader = (text if keep_text else strict)(data)  # reads the first bytes already
         return loader.get_single_data()
     except YamlFileError:
         raise

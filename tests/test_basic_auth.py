@@ -8,7 +8,6 @@ import threading
 import bcrypt
 import pytest
 
-from gpu_exporter.serving import basic_auth
 from gpu_exporter.serving.basic_auth import DECOY_HASH, BasicAuth, Login, parse_basic
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4))
@@ -42,7 +41,7 @@ def test_basic_auth_checks_bcrypt_and_caches_only_successes(
         calls.append(password)
         return real(password, hashed)
 
-    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", counting)
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
     auth = BasicAuth({"alice": HASH})
     assert auth.login(header("alice", "secret")) is Login.OK
     assert auth.login(header("alice", "secret")) is Login.OK
@@ -82,7 +81,7 @@ def test_a_reread_file_keeps_remembered_logins(monkeypatch: pytest.MonkeyPatch) 
     assert first.login(header("alice", "secret")) is Login.OK
     second = BasicAuth({"alice": HASH, "bob": HASH})
     second.adopt(first)
-    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", pytest.fail)  # no bcrypt round
+    monkeypatch.setattr(bcrypt, "checkpw", pytest.fail)  # no bcrypt round
     assert second.login(header("alice", "secret")) is Login.OK
 
 
@@ -101,8 +100,8 @@ def test_unknown_users_are_checked_against_a_fixed_cost_10_hash(
     def hashpw(password: bytes, salt: bytes) -> bytes:
         raise AssertionError(f"no hash may be made at login time (salt {salt!r})")
 
-    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", checkpw)
-    monkeypatch.setattr(basic_auth.bcrypt, "hashpw", hashpw)
+    monkeypatch.setattr(bcrypt, "checkpw", checkpw)
+    monkeypatch.setattr(bcrypt, "hashpw", hashpw)
     costly = b"$2y$18$" + HASH[7:]  # a cost-18 hash, as the toolkit's user bob has
     auth = BasicAuth({"bob": costly})
     assert auth.login(header("mallory", "guess")) is Login.DENIED
@@ -132,7 +131,7 @@ def test_bcrypt_checks_have_their_own_small_queue_and_never_block_cached_logins(
     auth = BasicAuth({"alice": HASH}, pending_checks=3, wait_seconds=10)
     assert auth.login(header("alice", "secret")) is Login.OK  # remembered from now on
     blocking = BlockingBcrypt()
-    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", blocking)
+    monkeypatch.setattr(bcrypt, "checkpw", blocking)
 
     verdicts: list[Login] = []
     guesses = [
@@ -158,7 +157,7 @@ def test_bcrypt_checks_have_their_own_small_queue_and_never_block_cached_logins(
 def test_a_check_that_cannot_start_in_time_is_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     auth = BasicAuth({"alice": HASH}, pending_checks=2, wait_seconds=0.0)
     blocking = BlockingBcrypt()
-    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", blocking)
+    monkeypatch.setattr(bcrypt, "checkpw", blocking)
     first = threading.Thread(target=auth.login, args=(header("alice", "guess"),))
     first.start()
     assert blocking.entered.acquire(timeout=5)

@@ -18,6 +18,7 @@ from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.nvml import PynvmlBackend
 from gpu_exporter.sources.nvml.mig import REFRESH_SECONDS, profile_of
 from tests.support.clock import FakeClock
+from tests.support.fake_host import GPM_VALUES
 from tests.support.fake_nvml import (
     NOT_FOUND,
     NOT_SUPPORTED,
@@ -28,7 +29,7 @@ from tests.support.fake_nvml import (
     h100,
     old_fanless,
 )
-from tests.support.fake_sampling import sample_fake
+from tests.support.fake_sampling import sample_fake, started
 
 M = pynvml
 GPM_ON = frozenset({"gpm"})
@@ -39,30 +40,8 @@ def hopper(index: int = 0) -> FakeGpu:
     """An H100 with GPM: every metric at a known percent (or MiB/s)."""
     gpu = h100(index)
     gpu.gpm_supported = True
-    gpu.gpm = {
-        M.NVML_GPM_METRIC_GRAPHICS_UTIL: 90.0,
-        M.NVML_GPM_METRIC_SM_UTIL: 40.0,
-        M.NVML_GPM_METRIC_SM_OCCUPANCY: 25.0,
-        M.NVML_GPM_METRIC_DRAM_BW_UTIL: 30.0,
-        M.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.0,
-        M.NVML_GPM_METRIC_FP64_UTIL: 0.0,
-        M.NVML_GPM_METRIC_FP32_UTIL: 10.0,
-        M.NVML_GPM_METRIC_FP16_UTIL: 20.0,
-        M.NVML_GPM_METRIC_INTEGER_UTIL: 5.0,
-        M.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 100.0,  # MiB/s
-        M.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 300.0,
-        M.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 1000.0,
-        M.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 2000.0,
-    }
+    gpu.gpm = dict(GPM_VALUES)
     return gpu
-
-
-def started(install: Install, *gpus: FakeGpu) -> tuple[FakeNvmlLib, PynvmlBackend, FakeClock]:
-    lib = install(FakeNvmlLib(list(gpus)))
-    clock = FakeClock()
-    backend = PynvmlBackend(monotonic=clock.monotonic)
-    backend.init()
-    return lib, backend, clock
 
 
 def readings(

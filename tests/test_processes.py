@@ -211,6 +211,15 @@ def test_walk_finds_every_generation_of_descendants(host: FakeHost) -> None:
     assert table.descendants(999) == []
 
 
+def test_tree_cpu_of_workers_with_odd_names_is_read_from_the_walk(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python", (300, 100, 50, 50)))
+    host.add(FakeProc(11, 10, "a) b (c", (7, 6, 5, 4)))  # ")" and spaces in the name
+    host.add(FakeProc(12, 11, "w", (1, 0, 0, 0)))
+    table = ProcTable.scan(str(host.root))
+    assert table.tree_cpu_ticks(10, table.descendants(10)) == 500 + 22 + 1
+    assert table.tree_cpu_ticks(10, [*table.descendants(10), 999]) == 523  # gone: nothing
+
+
 def test_walk_of_a_missing_root_is_empty(tmp_path: Path) -> None:
     assert ProcTable.scan(str(tmp_path / "nope")).stats == {}
 

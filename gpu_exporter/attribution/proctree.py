@@ -211,13 +211,33 @@ class ProcTable:
         return out
 
     def tree_cpu_ticks(self, pid: int, descendants: Iterable[int]) -> int:
-        """CPU ticks of `pid` and the given descendants (each counts its reaped children)."""
+        """CPU ticks of `pid` and the given descendants (each counts its reaped children).
+
+        A descendant's line as read by the walk is parsed for its four CPU fields only:
+        the whole `ProcStat` of hundreds of workers is not needed every sample."""
         total = 0
+        raw = self._raw
         for member in (pid, *descendants):
-            stat = self.get(member)
+            stat = self.stats.get(member)
             if stat is not None:
                 total += stat.cpu_ticks
+                continue
+            data = raw.get(member)
+            ticks = _cpu_ticks(data) if data is not None else None
+            if ticks is None:
+                stat = self.get(member)
+                ticks = stat.cpu_ticks if stat is not None else 0
+            total += ticks
         return total
+
+
+def _cpu_ticks(data: bytes) -> int | None:
+    """utime + stime + cutime + cstime of one stat line; None when it is malformed."""
+    try:
+        fields = data[data.rindex(b")") + 2 :].split(None, 16)
+        return int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    except (ValueError, IndexError):
+        return None
 
 
 def _read_stat(path: str, dir_fd: int | None = None) -> bytes | None:

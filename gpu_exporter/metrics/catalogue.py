@@ -392,14 +392,14 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_encoder_utilization_ratio",
         "gauge",
-        "Video encoder utilization (0..1).",
+        "Video encoder utilization (0..1); while 0, re-read once a minute.",
         "utilization",
         reading(_utilization, lambda u: u.encoder_ratio),
     ),
     _d(
         "gpu_decoder_utilization_ratio",
         "gauge",
-        "Video decoder utilization (0..1).",
+        "Video decoder utilization (0..1); while 0, re-read once a minute.",
         "utilization",
         reading(_utilization, lambda u: u.decoder_ratio),
     ),
@@ -523,7 +523,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_power_limit_watts",
         "gauge",
-        "Enforced power limit in watts.",
+        "Enforced power limit in watts, re-read once a minute.",
         "power",
         reading(_power, lambda p: p.limit_watts),
     ),
@@ -570,7 +570,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_pcie_link_generation",
         "gauge",
-        "Current PCIe link generation.",
+        "Current PCIe link generation; while at its maximum, re-read once a minute.",
         "pcie",
         reading(_pcie, lambda p: p.generation),
     ),
@@ -584,7 +584,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_pcie_link_width",
         "gauge",
-        "Current PCIe link width in lanes.",
+        "Current PCIe link width in lanes; while at its maximum, re-read once a minute.",
         "pcie",
         reading(_pcie, lambda p: p.width),
     ),
@@ -715,14 +715,14 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_persistence_mode",
         "gauge",
-        "1 when persistence mode is on.",
+        "1 when persistence mode is on, re-read once a minute.",
         "modes",
         reading(_modes, lambda m: m.persistence),
     ),
     _d(
         "gpu_mig_mode",
         "gauge",
-        "1 when MIG mode is on.",
+        "1 when MIG mode is on, re-read once a minute.",
         "modes",
         reading(_modes, lambda m: m.mig),
     ),

@@ -10,20 +10,19 @@ from __future__ import annotations
 import gzip
 import threading
 from collections.abc import Iterable, Sequence
-
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
-from prometheus_client.openmetrics import exposition as openmetrics_format
-from prometheus_client.registry import Collector
+from typing import Any
 
 from gpu_exporter.metrics.render import families
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions
-from gpu_exporter.metrics.text import Family, from_client, to_client, write_text
+from gpu_exporter.metrics.text import Family, to_client, write_text
 from gpu_exporter.model import Snapshot
 
 # The classic text format: understood by every Prometheus version (our names are plain ASCII).
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+# Level 1: a quarter of level 6's CPU for about 14% more bytes (measured on 145 KiB of
+# text from 8 simulated GPUs: 0.33 ms and 11.7 KiB against 1.42 ms and 10.3 KiB).
+GZIP_LEVEL = 1
 
 
 def wants_openmetrics(accept: str | None) -> bool:
@@ -39,30 +38,35 @@ def wants_gzip(accept_encoding: str | None) -> bool:
     return False
 
 
-class _Families(Collector):
-    """prometheus_client's view of fixed families (for its OpenMetrics writer)."""
+def _openmetrics(fixed: Sequence[Family]) -> bytes:
+    """prometheus_client's OpenMetrics writer over fixed families (imported only here)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.openmetrics import exposition as openmetrics_format
+    from prometheus_client.registry import Collector
 
-    def __init__(self, fixed: Sequence[Family]) -> None:
-        self._fixed = fixed
+    class Families(Collector):
+        def collect(self) -> Iterable[Any]:
+            return [to_client(f) for f in fixed]
 
-    def collect(self) -> Iterable[Metric]:
-        return [to_client(f) for f in self._fixed]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())
+    return openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call,no-any-return]
 
 
 class Exposition:
-    """The rendered bodies of one snapshot, plus the families of `extra` collectors
-    (the exporter's own process metrics) after the snapshot's."""
+    """The rendered bodies of one snapshot, plus the `extra` families (the exporter's own
+    process metrics) after the snapshot's."""
 
     def __init__(
         self,
         snapshot: Snapshot,
         options: RenderOptions = DEFAULT_OPTIONS,
         *,
-        extra: Iterable[Collector] = (),
+        extra: Sequence[Family] = (),
     ) -> None:
         self.snapshot = snapshot
         rendered = families(snapshot, options)
-        rendered += [from_client(m) for collector in extra for m in collector.collect()]
+        rendered += extra
         self._families = rendered
         self._lock = threading.Lock()
         self._bodies: dict[tuple[bool, bool], bytes] = {
@@ -79,11 +83,9 @@ class Exposition:
             if body is None:
                 plain = self._bodies.get((openmetrics, False))
                 if plain is None:
-                    registry = CollectorRegistry(auto_describe=False)
-                    registry.register(_Families(self._families))
-                    plain = openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call]
+                    plain = _openmetrics(self._families)
                     self._bodies[(openmetrics, False)] = plain
-                body = gzip.compress(plain, compresslevel=6) if compressed else plain
+                body = gzip.compress(plain, compresslevel=GZIP_LEVEL) if compressed else plain
                 self._bodies[key] = body
         return body
 

@@ -1,27 +1,22 @@
 """Metric families as plain values, and the one writer of the Prometheus text format.
 
-`Family` is what the renderer produces from a Snapshot, and what the exporter's own
-process metrics (prometheus_client's `ProcessCollector`) are turned into, so every
-family is written by `write_text`, with one float format and one escaping rule.
-`to_client` gives prometheus_client's families for the OpenMetrics format.
+`Family` is what the renderer produces from a Snapshot and what the exporter's own
+process metrics (`self_process`) are, so every family is written by `write_text`, with
+one float format and one escaping rule. `to_client` gives prometheus_client's families
+for the OpenMetrics format (prometheus_client is imported only then).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
-
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
-from prometheus_client.utils import floatToGoString
+from typing import TYPE_CHECKING
 
 from gpu_exporter.metrics.specs import LabelValues, MetricType
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 Row = tuple[LabelValues, float]
 
@@ -44,7 +39,21 @@ class Family:
         return self.name
 
 
-_go_float = cast(Callable[[float], str], floatToGoString)  # Go's float formatting
+def _go_float(value: float) -> str:
+    """Go's float formatting where it differs from `repr`: infinities, NaN, and exponents
+    from 1e7 on (as prometheus_client's `floatToGoString` writes them)."""
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
 
 
 def escape_label_value(value: str) -> str:
@@ -66,30 +75,58 @@ def write_text(families: Iterable[Family]) -> str:
     """The Prometheus text format (0.0.4) of `families`, written directly.
 
     Byte-identical to `prometheus_client.generate_latest` over the same families (a test
-    pins that) at a fraction of its cost: each family gets one line template with its
-    labels in sorted order, and only label values that hold a quote, a backslash or a
-    newline are escaped.
+    pins that) at a fraction of its cost. Most series of a sample share their label
+    values (`gpu`, `uuid` on a hundred families; a process's dozen labels on each of its
+    families), so the written `{...}` part is kept per label names and values
+    (`_LabelCache`) and each row costs a dictionary lookup and one concatenation.
     """
     lines: list[str] = []
+    append = lines.append
     for family in families:
-        if not family.rows:
+        rows = family.rows
+        if not rows:
             continue
         name = family.name
         help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
-        lines.append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
+        append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
         names = family.label_names
         if not names:
-            lines.extend(f"{name} {format_number(value)}\n" for _values, value in family.rows)
+            for _values, value in rows:
+                append(f"{name} {format_number(value)}\n")
             continue
-        order = sorted(range(len(names)), key=names.__getitem__)
-        template = name + "{{" + ",".join(f'{names[i]}="{{}}"' for i in order) + "}} {}\n"
-        for values, value in family.rows:
-            ordered = [values[i] for i in order]
-            probe = "".join(ordered)
-            if "\\" in probe or '"' in probe or "\n" in probe:
-                ordered = [escape_label_value(v) for v in ordered]
-            lines.append(template.format(*ordered, format_number(value)))
+        written = _LABELS.for_names(names, len(rows))
+        for values, value in rows:
+            labels = written.get(values)
+            if labels is None:
+                labels = written[values] = _write_labels(names, values)
+            append(name + labels + format_number(value) + "\n")
     return "".join(lines)
+
+
+def _write_labels(names: LabelValues, values: LabelValues) -> str:
+    """`{a="x",b="y"} `: labels sorted by name, values escaped where they need it."""
+    pairs = sorted(zip(names, values, strict=True))
+    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "} "
+
+
+class _LabelCache:
+    """Written label sets per label names, kept between samples: the values of one sample
+    are mostly those of the last. Each table is cleared when it outgrows what the
+    families using it need, so exited processes do not accumulate."""
+
+    def __init__(self) -> None:
+        self._tables: dict[LabelValues, dict[LabelValues, str]] = {}
+
+    def for_names(self, names: LabelValues, rows: int) -> dict[LabelValues, str]:
+        table = self._tables.get(names)
+        if table is None:
+            table = self._tables[names] = {}
+        elif len(table) > 4 * rows + 1024:
+            table.clear()
+        return table
+
+
+_LABELS = _LabelCache()
 
 
 def to_client(family: Family) -> Metric:
@@ -99,6 +136,12 @@ def to_client(family: Family) -> Metric:
     `unknown`: an OpenMetrics counter's samples must end in `_total`, and renaming them
     would break the queries the names are kept for.
     """
+    from prometheus_client.core import (  # only for an OpenMetrics scrape
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        UnknownMetricFamily,
+    )
+
     labels = list(family.label_names)
     out: GaugeMetricFamily | CounterMetricFamily | UnknownMetricFamily
     if family.type == "counter" and not family.name.endswith("_total"):

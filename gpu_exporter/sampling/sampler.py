@@ -40,7 +40,12 @@ from gpu_exporter.model import (
 from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.device_workers import DeviceWorker, Job, wait_all
-from gpu_exporter.sources.backend import Backend, DeviceLost, NvmlUnavailable
+from gpu_exporter.sources.backend import (
+    SLOW_REFRESH_SECONDS,
+    Backend,
+    DeviceLost,
+    NvmlUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,7 @@ class _DeviceSlot:
 
     worker: DeviceWorker[DeviceRaw]
     static: DeviceStatic | None = None  # forgotten when NVML re-initialises
+    static_at: float = 0.0  # monotonic time of the last static read: limits are re-read
     down_reason: str | None = None  # set while the device is reported down
 
 
@@ -397,17 +403,19 @@ class Sampler:
         backend = self.backend
         static = slot.static
         counters = self._counters.get(static.uuid) if static is not None else None
+        if static is not None and self._monotonic() - slot.static_at >= SLOW_REFRESH_SECONDS:
+            static = None  # limits (max clocks, thresholds, PCIe max) are re-read
         gpu_since = counters.gpu.cursor_us if counters else 0
         mc_since = counters.memory_controller.cursor_us if counters else 0
         proc_since = counters.process_utilization_us if counters else 0
 
         def read() -> DeviceRaw:
             device = static if static is not None else backend.device_static(index)
-            reading = backend.device_reading(index, collectors)
             gpu_samples = mc_samples = None
-            if "utilization" in collectors:
+            if "utilization" in collectors:  # first: the reading may take its ratios from them
                 gpu_samples = backend.utilization_samples(index, "gpu", gpu_since)
                 mc_samples = backend.utilization_samples(index, "memory_controller", mc_since)
+            reading = backend.device_reading(index, collectors)
             processes = utilization = None
             if "process" in collectors:
                 processes = backend.processes(index)
@@ -437,7 +445,8 @@ class Sampler:
             if slot.down_reason is not None:
                 log.warning("GPU back", extra={"gpu": index})
                 slot.down_reason = None
-            slot.static = raw.static
+            if raw.static is not slot.static:
+                slot.static, slot.static_at = raw.static, now
             counters = self._counters.setdefault(raw.static.uuid, _Counters())
             busy = mc_busy = None
             utilization = raw.reading.utilization

@@ -26,8 +26,6 @@ import hashlib
 import threading
 from collections.abc import Mapping
 
-import bcrypt
-
 PENDING_CHECKS = 4  # requests running or waiting for a bcrypt check at once
 WAIT_SECONDS = 10.0  # longest wait for the bcrypt check of one request
 CACHE_SIZE = 100  # good logins remembered
@@ -57,6 +55,8 @@ class _BcryptGate:
         try:
             if not self._lock.acquire(timeout=self._wait_seconds):
                 return None
+            import bcrypt  # loaded with the first login: only web configs with users check
+
             try:
                 return bcrypt.checkpw(password, hashed)
             except ValueError:  # longer than 72 bytes, or a hash bcrypt rejects

@@ -49,6 +49,10 @@ from gpu_exporter.model import (
     UtilizationSample,
 )
 
+SLOW_REFRESH_SECONDS = 60.0
+"""How often slow values are re-read (limits, settings, quiet engines, MIG layout); they
+are also re-read after NVML re-initialises."""
+
 
 class NvmlUnavailable(Exception):
     """NVML as a whole cannot be used; `error` is a short machine-readable cause."""

@@ -27,6 +27,9 @@ answers for the pair of samples it is given, with per-metric return codes from
 MIG devices (`FakeGpu.mig_devices`, in sparse slots) have handles of their own, answered
 by the identity, memory and process calls; their calls count towards the parent GPU.
 Field values honour `scopeId`: `FakeGpu.fields` may be keyed by `(field id, scope)`.
+The arrays follow the C API: a buffer whose count is smaller than the answer gets
+NVML_ERROR_INSUFFICIENT_SIZE with the count it needs (samples, process lists, process
+utilization), so callers that keep a buffer per device must grow it.
 """
 
 # The fake's methods are named after the C symbols they stand in for (c_ + symbol).
@@ -254,6 +257,7 @@ class FakeNvmlLib:
         missing: set[str] | None = None,
         fail: dict[str, int] | None = None,
         filters_by_timestamp: bool = True,
+        record: bool = True,
     ) -> None:
         self.gpus = gpus
         self.driver_version = driver_version
@@ -263,6 +267,9 @@ class FakeNvmlLib:
         # False: sample buffers come back whole whatever the "since" timestamp, as some
         # drivers do, so the caller has to filter.
         self.filters_by_timestamp = filters_by_timestamp
+        # False: keep no per-call history (field ids, GPM requests, wait timeouts), so a
+        # long-running program does not grow by it (the benchmark); counts are kept
+        self.record = record
         self.calls: Counter[tuple[str, int | None]] = Counter()  # (function, gpu index)
         self.field_requests: list[list[int]] = []  # field ids of each GetFieldValues call
         self.initialised = 0
@@ -349,6 +356,8 @@ class FakeNvmlLib:
     def c_nvmlSystemGetCudaDriverVersion_v2(self, ptr: Any) -> int:
         ptr._obj.value = self.cuda_version
         return SUCCESS
+
+    c_nvmlSystemGetCudaDriverVersion = c_nvmlSystemGetCudaDriverVersion_v2
 
     def c_nvmlDeviceGetCount_v2(self, ptr: Any) -> int:
         ptr._obj.value = len(self.gpus)
@@ -447,6 +456,13 @@ class FakeNvmlLib:
     def c_nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).power_limit_milliwatts)
 
+    # the limit the administrator set; equal to the enforced one on this fake
+    c_nvmlDeviceGetPowerManagementLimit = c_nvmlDeviceGetEnforcedPowerLimit
+
+    def c_nvmlDeviceIsMigDeviceHandle(self, handle: Any, ptr: Any) -> int:
+        ptr._obj.value = int(self._mig_of(handle) is not None)
+        return SUCCESS
+
     def c_nvmlDeviceGetPerformanceState(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).pstate)
 
@@ -504,10 +520,11 @@ class FakeNvmlLib:
 
     def c_nvmlDeviceGetFieldValues(self, handle: Any, count: Any, ptr: Any) -> int:
         gpu = self._gpu(handle)
-        values = ptr._obj
-        assert len(values) == count.value
-        self.field_requests.append([int(v.fieldId) for v in values])
-        self.field_scopes.append([(int(v.fieldId), int(v.scopeId)) for v in values])
+        assert len(ptr._obj) >= count.value  # a caller may pass a longer array
+        values = ptr._obj[: count.value]
+        if self.record:
+            self.field_requests.append([int(v.fieldId) for v in values])
+            self.field_scopes.append([(int(v.fieldId), int(v.scopeId)) for v in values])
         for entry in values:
             field_id = int(entry.fieldId)
             scoped = (field_id, int(entry.scopeId))
@@ -539,11 +556,13 @@ class FakeNvmlLib:
         if buf is None:
             count._obj.value = len(newer)
             return SUCCESS
-        n = min(len(newer), count._obj.value, len(buf))
-        for slot, (ts, pct) in zip(buf, newer[:n], strict=False):
+        if count._obj.value < len(newer):  # the C API: too small, here is what it needs
+            count._obj.value = len(newer)
+            return INSUFFICIENT_SIZE
+        for slot, (ts, pct) in zip(buf, newer, strict=False):
             slot.timeStamp = ts
             slot.sampleValue.uiVal = pct
-        count._obj.value = n
+        count._obj.value = len(newer)
         return SUCCESS
 
     def _newer(self, timestamp_us: int, since: Any) -> bool:
@@ -556,6 +575,7 @@ class FakeNvmlLib:
             count._obj.value = len(procs)
             return INSUFFICIENT_SIZE if procs else SUCCESS
         if count._obj.value < len(procs):
+            count._obj.value = len(procs)
             return INSUFFICIENT_SIZE
         for slot, (pid, used) in zip(buf, procs, strict=False):
             slot.pid = pid
@@ -585,12 +605,12 @@ class FakeNvmlLib:
         newer = [s for s in samples if self._newer(s[1], since)]
         if not newer:
             return NOT_FOUND
-        if buf is None:
+        if buf is None or count._obj.value < len(newer):
             count._obj.value = len(newer)
             return INSUFFICIENT_SIZE
         for slot, (pid, ts, sm, mem) in zip(buf, newer, strict=False):
             slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = pid, ts, sm, mem
-        count._obj.value = min(len(newer), len(buf))
+        count._obj.value = len(newer)
         return SUCCESS
 
     # MIG ----------------------------------------------------------------------------
@@ -674,7 +694,8 @@ class FakeNvmlLib:
             mig = next(m for m in gpu.mig_devices if m.gpu_instance == second.gpu_instance)
             values = mig.gpm
         ids = [int(request.metrics[i].metricId) for i in range(request.numMetrics)]
-        self.gpm_requests.append(ids)
+        if self.record:
+            self.gpm_requests.append(ids)
         for i, metric in enumerate(ids):
             entry = request.metrics[i]
             if metric in gpu.gpm_errors:
@@ -733,7 +754,8 @@ class FakeNvmlLib:
         event_set = self._event_set(set_handle)
         if event_set is None:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
-        self.wait_timeouts_ms.append(int(timeout_ms.value))
+        if self.record:
+            self.wait_timeouts_ms.append(int(timeout_ms.value))
 
         def deliverable() -> FakeEvent | None:
             for event in self.pending_events:

@@ -6,22 +6,43 @@ from gpu_exporter.model import Snapshot
 from gpu_exporter.sampling.sampler import Sampler, XidView
 from gpu_exporter.sources.nvml import PynvmlBackend
 from tests.support.clock import FakeClock
+from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install
 
 
 def sample_fake(collectors: set[str], n: int = 3, xid: XidView | None = None) -> Snapshot:
     """The `n`th one-second sample of the installed fake library, on a fake clock."""
     clock = FakeClock()
-    sampler = Sampler(
-        PynvmlBackend(monotonic=clock.monotonic),
-        interval_seconds=1.0,
-        timeout_seconds=5.0,
-        collectors=frozenset(collectors),
-        xid=xid,
-        clock=clock.wall,
-        monotonic=clock.monotonic,
-    )
+    backend = PynvmlBackend(monotonic=clock.monotonic)
+    sampler = one_second_sampler(backend, clock, frozenset(collectors), xid)
     for _ in range(n):
         snapshot = sampler.sample_once()
         clock.now += 1
     sampler.stop(0)
     return snapshot
+
+
+def started(install: Install, *gpus: FakeGpu) -> tuple[FakeNvmlLib, PynvmlBackend, FakeClock]:
+    """The fake library installed with `gpus`, and a backend on a fake clock, initialised."""
+    lib = install(FakeNvmlLib(list(gpus)))
+    clock = FakeClock()
+    backend = PynvmlBackend(monotonic=clock.monotonic)
+    backend.init()
+    return lib, backend, clock
+
+
+def one_second_sampler(
+    backend: PynvmlBackend,
+    clock: FakeClock,
+    collectors: frozenset[str],
+    xid: XidView | None = None,
+) -> Sampler:
+    """A sampler at a 1 s interval on the fake clock (the test calls `sample_once`)."""
+    return Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=5.0,
+        collectors=collectors,
+        xid=xid,
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )

@@ -2,6 +2,7 @@
 
 - `calls`: the choke point that classifies every NVML return code;
 - `fields`: the one `nvmlDeviceGetFieldValues` batch per device and interval;
+- `buffers`: single-call reads of the array answers into buffers kept per device;
 - `gpm`: GPM activity streams (two reused samples per device or GPU instance);
 - `mig`: MIG device enumeration;
 - `backend`: `PynvmlBackend`, tying them together behind `sources.backend.Backend`.

@@ -2,7 +2,23 @@
 
 Every call goes through `NvmlCalls` (`calls.py`), the one place NVML's return codes are
 classified. Per device the backend keeps a `_DeviceState`: its handle, the calls it
-answered as unsupported, its GPM streams and its MIG devices.
+answered as unsupported, its GPM streams, its MIG devices, its single-call buffers
+(`buffers.py`) and its slow values.
+
+What is read when (every NVML call is an ioctl into the driver, so the count matters):
+
+- once per initialisation: the identity (UUID, name, PCI bus id, serial, VBIOS, compute
+  capability, minor number);
+- every SLOW_REFRESH_SECONDS (and after re-initialisation, when the state is rebuilt):
+  the limits of `device_static` (max clocks, temperature thresholds, max PCIe link, NVLink
+  link count), the enforced power limit, persistence and MIG mode, and the values
+  `_SLOW_WHILE` names while they are quiet: encoder and decoder utilization while 0, the
+  current PCIe link while at its maximum, the graphics process list while empty (read at
+  once when process utilization shows a PID no list has);
+- every interval: the rest, fields in one `nvmlDeviceGetFieldValues` batch, the sample
+  buffers, process lists and process utilization with one call each.
+
+A slow value that fails is dropped, not kept: it is absent until a read answers again.
 """
 
 from __future__ import annotations
@@ -44,8 +60,14 @@ from gpu_exporter.model import (
     UtilizationReading,
     UtilizationSample,
 )
-from gpu_exporter.sources.backend import DeviceLost, ErrorCounts, NvmlUnavailable, read_device
-from gpu_exporter.sources.nvml import fields, gpm, mig
+from gpu_exporter.sources.backend import (
+    SLOW_REFRESH_SECONDS,
+    DeviceLost,
+    ErrorCounts,
+    NvmlUnavailable,
+    read_device,
+)
+from gpu_exporter.sources.nvml import buffers, fields, gpm, mig
 from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, code_name, text
 
 T = TypeVar("T")
@@ -69,7 +91,13 @@ class _DeviceState:
     """What the backend keeps for one NVML index until NVML is re-initialised."""
 
     device: Device
+    identity: dict[str, Any] | None = None  # key -> answer, read once
+    pcie_max: tuple[int | None, int | None] = (None, None)  # (generation, width)
     nvlink_links: int = 0  # from the static read
+    slow: dict[str, tuple[float, Any]] = field(default_factory=dict)  # key -> (read at, value)
+    buffers: dict[str, buffers.Buffer] = field(default_factory=dict)  # key -> C array
+    newest_samples: dict[str, float] = field(default_factory=dict)  # domain -> ratio, this interval
+    listed_pids: set[int] = field(default_factory=set)  # in the last process lists
     gpm_supported: bool | None = None  # asked once
     gpm_streams: dict[str, gpm.GpmStream] = field(default_factory=dict)  # key -> stream
     mig_slots: tuple[mig.MigSlot, ...] = ()
@@ -165,18 +193,35 @@ class PynvmlBackend:
 
     # Static facts ------------------------------------------------------------------
 
-    def device_static(self, index: int) -> DeviceStatic:
-        state = self._state(index)
+    def _identity(self, index: int, state: _DeviceState) -> dict[str, Any]:
+        """What cannot change while the driver is loaded, asked once per initialisation."""
+        if state.identity is not None:
+            return state.identity
         d = state.device
         q = self.calls.query
         uuid = q(d, "uuid", pynvml.nvmlDeviceGetUUID)
         if uuid is None:
             raise DeviceLost("no_uuid", f"GPU {index} did not report a UUID")
-        name = q(d, "name", pynvml.nvmlDeviceGetName)
-        pci = q(d, "pci", pynvml.nvmlDeviceGetPciInfo)
-        serial = q(d, "serial", pynvml.nvmlDeviceGetSerial)
-        vbios = q(d, "vbios", pynvml.nvmlDeviceGetVbiosVersion)
-        cc = q(d, "cuda_compute_capability", pynvml.nvmlDeviceGetCudaComputeCapability)
+        state.identity = {
+            "uuid": uuid,
+            "name": q(d, "name", pynvml.nvmlDeviceGetName),
+            "pci": q(d, "pci", pynvml.nvmlDeviceGetPciInfo),
+            "serial": q(d, "serial", pynvml.nvmlDeviceGetSerial),
+            "vbios": q(d, "vbios", pynvml.nvmlDeviceGetVbiosVersion),
+            "cc": q(d, "cuda_compute_capability", pynvml.nvmlDeviceGetCudaComputeCapability),
+            "minor": q(d, "minor_number", pynvml.nvmlDeviceGetMinorNumber),
+        }
+        return state.identity
+
+    def device_static(self, index: int) -> DeviceStatic:
+        """The identity (asked once per initialisation) and the limits (asked on every
+        call: the sampler calls this every SLOW_REFRESH_SECONDS)."""
+        state = self._state(index)
+        d = state.device
+        q = self.calls.query
+        ident = self._identity(index, state)
+        uuid, name, pci = ident["uuid"], ident["name"], ident["pci"]
+        serial, vbios, cc, minor = ident["serial"], ident["vbios"], ident["cc"], ident["minor"]
         max_clocks: dict[str, float] = {}
         for clock in CLOCK_NAMES:
             mhz = q(d, f"max_clock_{clock}", pynvml.nvmlDeviceGetMaxClockInfo, _CLOCK_IDS[clock])
@@ -196,7 +241,10 @@ class PynvmlBackend:
         )
         max_gen = q(d, "pcie_max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
         max_width = q(d, "pcie_max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
-        minor = q(d, "minor_number", pynvml.nvmlDeviceGetMinorNumber)
+        state.pcie_max = (
+            int(max_gen) if max_gen is not None else None,
+            int(max_width) if max_width is not None else None,
+        )
         links = fields.read_fields(
             self.calls, d, [fields.FieldRequest("nvlink_links", fields.NVLINK_LINK_COUNT)]
         ).get("nvlink_links")
@@ -222,8 +270,26 @@ class PynvmlBackend:
     # Dynamic values ----------------------------------------------------------------
 
     def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
-        reader = _NvmlReader(self, self._state(index), collectors)
-        return read_device(reader, collectors)
+        state = self._state(index)
+        try:
+            reader = _NvmlReader(self, state, collectors)
+            return read_device(reader, collectors)
+        except DeviceLost:
+            state.slow.clear()  # a device that comes back is asked afresh
+            raise
+        finally:
+            state.newest_samples.clear()
+
+    def now(self) -> float:
+        """The backend's monotonic clock (slow cadences, GPM, MIG refreshes)."""
+        return self._monotonic()
+
+    def buffer(self, state: _DeviceState, key: str, make: Callable[[], buffers.Buffer]) -> Any:
+        """The device's C array for `key`, made on first use."""
+        buffer = state.buffers.get(key)
+        if buffer is None:
+            buffer = state.buffers[key] = make()
+        return buffer
 
     def mig_slots(self, state: _DeviceState) -> tuple[mig.MigSlot, ...]:
         """The device's MIG devices, enumerated at most every mig.REFRESH_SECONDS."""
@@ -271,12 +337,17 @@ class PynvmlBackend:
     def utilization_samples(
         self, index: int, domain: UtilizationDomain, since_us: int
     ) -> Sequence[UtilizationSample] | None:
-        d = self._state(index).device
+        """One `nvmlDeviceGetSamples` call into the device's buffer for `domain`. The
+        newest entry is also this interval's utilization ratio (see `_NvmlReader`)."""
+        state = self._state(index)
+        state.newest_samples.pop(domain, None)
+        d = state.device
         key = f"samples_{domain}"
         result = self.calls.call(
             "nvmlDeviceGetSamples",
-            pynvml.nvmlDeviceGetSamples,
+            buffers.samples,
             d.handle,
+            self.buffer(state, key, buffers.sample_buffer),
             _SAMPLING_TYPES[domain],
             since_us,
             device=d,
@@ -285,66 +356,77 @@ class PynvmlBackend:
         )
         if result is None:
             return None if key in d.unsupported else []
-        _value_type, samples = result
-        return sorted(
+        out = sorted(
             (
-                UtilizationSample(int(s.timeStamp), min(1.0, float(s.sampleValue.uiVal) / 100.0))
-                for s in samples
-                if int(s.timeStamp) > since_us
+                UtilizationSample(s.timestamp_us, min(1.0, s.value / 100.0))
+                for s in result
+                if s.timestamp_us > since_us
             ),
             key=lambda s: s.timestamp_us,
         )
+        if out:
+            state.newest_samples[domain] = out[-1].ratio
+        return out
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
         state = self._state(index)
         slots = self.mig_slots(state)
         if slots:  # under MIG the parent's list has no memory: ask each MIG device
-            return self._mig_processes(slots)
+            return self._mig_processes(state, slots)
         d = state.device
-        compute = self._process_list(
-            d,
-            "compute_processes",
-            pynvml.nvmlDeviceGetComputeRunningProcesses_v3,
-            pynvml.nvmlDeviceGetComputeRunningProcesses_v2,
-        )
-        graphics = self._process_list(
-            d,
-            "graphics_processes",
-            pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3,
-            pynvml.nvmlDeviceGetGraphicsRunningProcesses_v2,
-        )
+        compute = self._process_list(state, d, "compute_processes", _COMPUTE_PROCESSES)
+        graphics = self._graphics_processes(state)
         if compute is None and graphics is None:
+            state.listed_pids = set()
             return None
         out: list[GpuProcess] = []
         for context, procs in (("compute", compute or []), ("graphics", graphics or [])):
             out += [
                 GpuProcess(
-                    pid=int(p.pid),
+                    pid=p.pid,
                     context="compute" if context == "compute" else "graphics",
-                    used_memory_bytes=_memory(p),
+                    used_memory_bytes=p.used_memory_bytes,
                 )
                 for p in procs
             ]
+        state.listed_pids = {p.pid for p in out}
         return out
 
-    def _mig_processes(self, slots: Sequence[mig.MigSlot]) -> Sequence[GpuProcess] | None:
+    def _graphics_processes(self, state: _DeviceState) -> list[buffers.ProcessEntry] | None:
+        """The graphics list: every interval while it lists a process; while empty, every
+        SLOW_REFRESH_SECONDS, or at once when process utilization saw an unlisted PID."""
+        key = "graphics_processes"
+        cached = state.slow.get(key)
+        if cached is not None and not cached[1] and self.now() - cached[0] < SLOW_REFRESH_SECONDS:
+            return []
+        procs = self._process_list(state, state.device, key, _GRAPHICS_PROCESSES)
+        if procs is None:
+            state.slow.pop(key, None)
+        else:
+            state.slow[key] = (self.now(), procs)
+        return procs
+
+    def _mig_processes(
+        self, state: _DeviceState, slots: Sequence[mig.MigSlot]
+    ) -> Sequence[GpuProcess] | None:
         out: list[GpuProcess] = []
         answered = False
         for slot in slots:
             procs = self._process_list(
+                state,
                 slot.device,
                 "compute_processes",
-                pynvml.nvmlDeviceGetComputeRunningProcesses_v3,
-                pynvml.nvmlDeviceGetComputeRunningProcesses_v2,
+                _COMPUTE_PROCESSES,
+                buffer_key=f"compute_processes/{slot.info.uuid}",
             )
             if procs is None:
                 continue
             answered = True
             out += [
                 GpuProcess(
-                    pid=int(p.pid),
+                    pid=p.pid,
                     context="compute",
-                    used_memory_bytes=_memory(p),
+                    used_memory_bytes=p.used_memory_bytes,
                     gpu_instance=slot.info.gpu_instance,
                     compute_instance=slot.info.compute_instance,
                 )
@@ -354,24 +436,40 @@ class PynvmlBackend:
 
     def _process_list(
         self,
+        state: _DeviceState,
         d: Device,
         key: str,
-        v3: Callable[[Any], list[Any]],
-        v2: Callable[[Any], list[Any]],
-    ) -> list[Any] | None:
-        """The `_v3` process list (R510+), else `_v2` (R470 and older LTS branches)."""
-        procs = self.calls.query(d, key, v3)
-        if procs is None and key in d.unsupported:
-            procs = self.calls.query(d, f"{key}_v2", v2)
-        return procs
+        symbols: tuple[str, str],
+        buffer_key: str | None = None,
+    ) -> list[buffers.ProcessEntry] | None:
+        """The `_v3` process list (R510+), else `_v2` (R470 and older LTS branches), in
+        one call into a buffer of `state` (`d` is the device or one of its MIG devices)."""
+        buffer = self.buffer(state, buffer_key or key, buffers.process_buffer)
+        for version, symbol in zip(("", "_v2"), symbols, strict=True):
+            procs = self.calls.call(
+                symbol,
+                buffers.process_list,
+                d.handle,
+                buffer,
+                symbol,
+                device=d,
+                key=key + version,
+            )
+            if procs is not None or key + version not in d.unsupported:
+                return procs
+        return None
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
-        d = self._state(index).device
+        """One `nvmlDeviceGetProcessUtilization` call into the device's buffer. A PID that
+        no process list named makes the graphics list due at the next read."""
+        state = self._state(index)
+        d = state.device
         key = "process_utilization"
         samples = self.calls.call(
             "nvmlDeviceGetProcessUtilization",
-            pynvml.nvmlDeviceGetProcessUtilization,
+            buffers.process_utilization,
             d.handle,
+            self.buffer(state, key, buffers.process_sample_buffer),
             since_us,
             device=d,
             key=key,
@@ -379,16 +477,19 @@ class PynvmlBackend:
         )
         if samples is None:
             return None if key in d.unsupported else []
-        return [
+        out = [
             ProcessUtilization(
-                pid=int(s.pid),
-                timestamp_us=int(s.timeStamp),
-                sm_ratio=min(1.0, s.smUtil / 100.0),
-                memory_controller_ratio=min(1.0, s.memUtil / 100.0),
+                pid=s.pid,
+                timestamp_us=s.timestamp_us,
+                sm_ratio=min(1.0, s.sm_percent / 100.0),
+                memory_controller_ratio=min(1.0, s.memory_percent / 100.0),
             )
             for s in samples
-            if int(s.timeStamp) > since_us
+            if s.timestamp_us > since_us
         ]
+        if any(u.pid not in state.listed_pids for u in out):
+            state.slow.pop("graphics_processes", None)
+        return out
 
     def host_process(self, pid: int) -> HostProcess | None:
         """The real driver knows nothing of the host side: /proc is asked."""
@@ -476,6 +577,11 @@ class PynvmlBackend:
             pass  # the library is gone, and the set with it
 
 
+def _always(_value: Any) -> bool:
+    """A setting: re-read on the slow cadence whatever it says."""
+    return True
+
+
 class _NvmlReader:
     """One device's readings in one interval; the field values are fetched once."""
 
@@ -496,6 +602,23 @@ class _NvmlReader:
     def _q(self, key: str, fn: Callable[..., T], *args: Any) -> T | None:
         return self._backend.calls.query(self._d, key, fn, *args)
 
+    def _slow(
+        self, key: str, fn: Callable[..., T], *args: Any, quiet_if: Callable[[T], bool] = _always
+    ) -> T | None:
+        """A value re-read every SLOW_REFRESH_SECONDS while `quiet_if(value)` holds (by
+        default always: a setting), and every interval while it does not. A failed read
+        drops the value: it is absent, never a stale copy."""
+        now = self._backend.now()
+        cached = self._state.slow.get(key)
+        if cached is not None and now - cached[0] < SLOW_REFRESH_SECONDS:
+            return cached[1]  # type: ignore[no-any-return]
+        value = self._q(key, fn, *args)
+        if value is not None and quiet_if(value):
+            self._state.slow[key] = (now, value)
+        else:
+            self._state.slow.pop(key, None)
+        return value
+
     def _int_field(self, key: str) -> int | None:
         value = self._fields.get(key)
         return int(value) if value is not None else None
@@ -505,12 +628,20 @@ class _NvmlReader:
         return value != 0 if value is not None else None
 
     def utilization(self) -> UtilizationReading:
-        rates = self._q("utilization", pynvml.nvmlDeviceGetUtilizationRates)
-        enc = self._q("encoder", pynvml.nvmlDeviceGetEncoderUtilization)
-        dec = self._q("decoder", pynvml.nvmlDeviceGetDecoderUtilization)
+        """GPU and memory-controller utilization: the newest entries of the sample
+        buffers read this interval, else `nvmlDeviceGetUtilizationRates`. Encoder and
+        decoder: every interval while busy, every SLOW_REFRESH_SECONDS while 0."""
+        newest = self._state.newest_samples
+        gpu, mc = newest.get("gpu"), newest.get("memory_controller")
+        if gpu is None or mc is None:
+            rates = self._q("utilization", pynvml.nvmlDeviceGetUtilizationRates)
+            gpu = rates.gpu / 100.0 if rates is not None else None
+            mc = rates.memory / 100.0 if rates is not None else None
+        enc = self._slow("encoder", pynvml.nvmlDeviceGetEncoderUtilization, quiet_if=_idle)
+        dec = self._slow("decoder", pynvml.nvmlDeviceGetDecoderUtilization, quiet_if=_idle)
         return UtilizationReading(
-            gpu_ratio=rates.gpu / 100.0 if rates is not None else None,
-            memory_controller_ratio=rates.memory / 100.0 if rates is not None else None,
+            gpu_ratio=gpu,
+            memory_controller_ratio=mc,
             encoder_ratio=enc[0] / 100.0 if enc is not None else None,
             decoder_ratio=dec[0] / 100.0 if dec is not None else None,
         )
@@ -539,8 +670,12 @@ class _NvmlReader:
         )
 
     def power(self) -> PowerReading:
-        power = self._q("power", pynvml.nvmlDeviceGetPowerUsage)
-        limit = self._q("power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit)
+        power = self._fields.get("power_average_milliwatts")
+        if power is None:
+            power = self._fields.get("power_instant_milliwatts")
+        if power is None:  # drivers before the power fields
+            power = self._q("power", pynvml.nvmlDeviceGetPowerUsage)
+        limit = self._slow("power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit)
         energy = self._fields.get("energy_millijoules")
         return PowerReading(
             watts=power / 1000.0 if power is not None else None,
@@ -567,8 +702,13 @@ class _NvmlReader:
         )
 
     def pcie(self) -> PcieReading:
-        gen = self._q("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration)
-        width = self._q("pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth)
+        max_gen, max_width = self._state.pcie_max
+        gen = self._slow(
+            "pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, quiet_if=_at(max_gen)
+        )
+        width = self._slow(
+            "pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth, quiet_if=_at(max_width)
+        )
         return PcieReading(
             generation=int(gen) if gen is not None else None,
             width=int(width) if width is not None else None,
@@ -597,8 +737,8 @@ class _NvmlReader:
         )
 
     def modes(self) -> ModesReading:
-        persistence = self._q("persistence", pynvml.nvmlDeviceGetPersistenceMode)
-        mig_mode = self._q("mig", pynvml.nvmlDeviceGetMigMode)
+        persistence = self._slow("persistence", pynvml.nvmlDeviceGetPersistenceMode)
+        mig_mode = self._slow("mig", pynvml.nvmlDeviceGetMigMode)
         return ModesReading(
             persistence=(
                 persistence == pynvml.NVML_FEATURE_ENABLED if persistence is not None else None
@@ -661,9 +801,24 @@ class _NvmlReader:
         return MigReading(devices=tuple(s.info for s in slots), instances=instances)
 
 
-def _memory(process: Any) -> int | None:
-    used = getattr(process, "usedGpuMemory", None)
-    return int(used) if isinstance(used, int) else None
+_COMPUTE_PROCESSES = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+)
+_GRAPHICS_PROCESSES = (
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+)
+
+
+def _idle(utilization: Any) -> bool:
+    """An encoder or decoder answer `(percent, period)` that says the engine is idle."""
+    return int(utilization[0]) == 0
+
+
+def _at(maximum: int | None) -> Callable[[Any], bool]:
+    """Is a current PCIe link value at its maximum (so a slow re-read will do)?"""
+    return lambda value: maximum is not None and int(value) >= maximum
 
 
 def _throttle_reasons(mask: int) -> dict[str, bool]:

@@ -38,6 +38,10 @@ _DEVICE_FIELDS: dict[str, tuple[int, str]] = {
     "memory_temperature_celsius": (pynvml.NVML_FI_DEV_MEMORY_TEMP, "temperature"),
     "energy_millijoules": (pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, "power"),
     "pcie_replay_errors": (pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, "pcie"),
+    # what nvmlDeviceGetPowerUsage reports: the 1 s average where the GPU has one
+    # (Ampere except GA100, and newer), else the instantaneous draw; milliwatts
+    "power_average_milliwatts": (pynvml.NVML_FI_DEV_POWER_AVERAGE, "power"),
+    "power_instant_milliwatts": (pynvml.NVML_FI_DEV_POWER_INSTANT, "power"),
 }
 
 NVLINK_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import pynvml
 
 from gpu_exporter.model import MigDevice
+from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, text
 
-REFRESH_SECONDS = 60.0
+REFRESH_SECONDS = SLOW_REFRESH_SECONDS
 _PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")  # "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
 
 

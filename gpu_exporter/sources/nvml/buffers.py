@@ -1,0 +1,154 @@
+"""Single-call reads of NVML's variable-length answers, into buffers kept per device.
+
+pynvml's wrappers for the sample buffer, the process lists and process utilization ask
+NVML twice: once with no buffer for the count, once with a fresh array. The C API takes
+a caller-sized buffer instead, so here each answer is read with one call into an array
+(`Buffer`) the device keeps between intervals. When NVML answers
+NVML_ERROR_INSUFFICIENT_SIZE it also says how many entries it needs: the buffer grows to
+that (with headroom) and the call is made once more.
+
+The C functions are looked up through `pynvml._nvmlGetFunctionPointer`, as pynvml's own
+wrappers do (a missing symbol is NVML_ERROR_FUNCTION_NOT_FOUND); errors are raised as
+`pynvml.NVMLError` for `NvmlCalls.call` to classify. What comes back is plain Python
+values, copied out of the reused array.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, NamedTuple
+
+import pynvml
+
+_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
+
+class Buffer:
+    """One reusable C array of `struct`; grown when NVML says it is too small."""
+
+    def __init__(self, struct: Any, size: int) -> None:
+        self.struct = struct
+        self.array: Any = (struct * size)()
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def grow(self, needed: int) -> None:
+        """Room for `needed` entries and half as many again (the answer may grow)."""
+        size = max(needed + needed // 2 + 4, 2 * len(self.array))
+        self.array = (self.struct * size)()
+
+
+class Sample(NamedTuple):
+    """One entry of the driver's utilization sample buffer."""
+
+    timestamp_us: int  # the driver's clock, microseconds
+    value: int  # percent, as `uiVal`
+
+
+class ProcessEntry(NamedTuple):
+    """One process of a running-process list."""
+
+    pid: int
+    used_memory_bytes: int | None  # None: not available (WDDM, or under MIG on the parent)
+
+
+class ProcessSample(NamedTuple):
+    """One per-process utilization sample (percent over the driver's sample period)."""
+
+    pid: int
+    timestamp_us: int
+    sm_percent: int
+    memory_percent: int
+    encoder_percent: int
+    decoder_percent: int
+
+
+def _check(ret: int) -> None:
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+
+
+def _call_growing(buffer: Buffer, call: Any) -> int:
+    """`call(count)` with the buffer's size; once more after growing on INSUFFICIENT_SIZE.
+
+    Returns how many entries NVML filled; raises `pynvml.NVMLError` otherwise.
+    """
+    count = ctypes.c_uint(len(buffer))
+    ret = call(count)
+    if ret == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        buffer.grow(int(count.value))
+        count = ctypes.c_uint(len(buffer))
+        ret = call(count)
+    _check(ret)
+    return min(int(count.value), len(buffer))
+
+
+def samples(handle: Any, buffer: Buffer, sampling_type: int, since_us: int) -> list[Sample]:
+    """`nvmlDeviceGetSamples`: entries newer than `since_us` (the driver may ignore it)."""
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
+    value_type = pynvml._nvmlValueType_t()
+    kind = pynvml._nvmlSamplingType_t(sampling_type)
+    since = ctypes.c_ulonglong(since_us)
+
+    def call(count: ctypes.c_uint) -> int:
+        return int(
+            fn(handle, kind, since, ctypes.byref(value_type), ctypes.byref(count), buffer.array)
+        )
+
+    n = _call_growing(buffer, call)
+    array = buffer.array
+    return [Sample(int(array[i].timeStamp), int(array[i].sampleValue.uiVal)) for i in range(n)]
+
+
+def process_list(handle: Any, buffer: Buffer, symbol: str) -> list[ProcessEntry]:
+    """`nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3` (or `_v2`, same layout)."""
+    fn = pynvml._nvmlGetFunctionPointer(symbol)
+
+    def call(count: ctypes.c_uint) -> int:
+        return int(fn(handle, ctypes.byref(count), buffer.array))
+
+    n = _call_growing(buffer, call)
+    array = buffer.array
+    out: list[ProcessEntry] = []
+    for i in range(n):
+        used = int(array[i].usedGpuMemory)
+        out.append(ProcessEntry(int(array[i].pid), None if used == _NOT_AVAILABLE else used))
+    return out
+
+
+def process_utilization(handle: Any, buffer: Buffer, since_us: int) -> list[ProcessSample]:
+    """`nvmlDeviceGetProcessUtilization`: per-process samples newer than `since_us`."""
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+    since = ctypes.c_ulonglong(since_us)
+
+    def call(count: ctypes.c_uint) -> int:
+        return int(fn(handle, buffer.array, ctypes.byref(count), since))
+
+    n = _call_growing(buffer, call)
+    array = buffer.array
+    return [
+        ProcessSample(
+            int(s.pid),
+            int(s.timeStamp),
+            int(s.smUtil),
+            int(s.memUtil),
+            int(s.encUtil),
+            int(s.decUtil),
+        )
+        for s in (array[i] for i in range(n))
+    ]
+
+
+def sample_buffer() -> Buffer:
+    """Room for the driver's whole ring (about 100 entries per type on current drivers)."""
+    return Buffer(pynvml.c_nvmlSample_t, 128)
+
+
+def process_buffer() -> Buffer:
+    """The `_v2` and `_v3` process lists share one layout (pid, memory, GI, CI)."""
+    return Buffer(pynvml.c_nvmlProcessInfo_v3_t, 32)
+
+
+def process_sample_buffer() -> Buffer:
+    return Buffer(pynvml.c_nvmlProcessUtilizationSample_t, 64)

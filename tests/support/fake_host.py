@@ -1,0 +1,107 @@
+"""A busy fake host for counting NVML calls: H100s with GPM, 18 NVLink links, the power
+fields of a recent driver, compute processes and sample buffers that fill as time goes.
+
+`busy_h100` builds one GPU; `advance` fills its sample buffers and per-process samples up
+to a time, as the driver does every 1/6 s; `LiveFakeNvml` does that by itself from a
+clock. The contract tests count calls on it and the benchmark loads it into other
+programs (`benchmarks/fake_nvml_site/sitecustomize.py`), so it imports nothing but
+pynvml and the fake library: it must not weigh on the program it is measured in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, h100
+
+M = pynvml
+NVLINK_LINKS = 18
+SAMPLE_PERIOD_US = 166_667  # the driver fills its buffers every 1/6 s
+
+GPM_VALUES: dict[int, float] = {  # percent, or MiB/s for the bus rates
+    M.NVML_GPM_METRIC_GRAPHICS_UTIL: 90.0,
+    M.NVML_GPM_METRIC_SM_UTIL: 40.0,
+    M.NVML_GPM_METRIC_SM_OCCUPANCY: 25.0,
+    M.NVML_GPM_METRIC_DRAM_BW_UTIL: 30.0,
+    M.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.0,
+    M.NVML_GPM_METRIC_FP64_UTIL: 0.0,
+    M.NVML_GPM_METRIC_FP32_UTIL: 10.0,
+    M.NVML_GPM_METRIC_FP16_UTIL: 20.0,
+    M.NVML_GPM_METRIC_INTEGER_UTIL: 5.0,
+    M.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 100.0,  # MiB/s
+    M.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 300.0,
+    M.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 1000.0,
+    M.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 2000.0,
+}
+
+
+def busy_h100(index: int = 0, pids: list[int] | None = None) -> FakeGpu:
+    """An H100 SXM on a recent driver, training: GPM, NVLink, compute processes, idle
+    video engines."""
+    gpu = h100(index)
+    gpu.gpm_supported = True
+    gpu.gpm = dict(GPM_VALUES)
+    gpu.encoder_percent = 0
+    gpu.decoder_percent = 0
+    gpu.fields[M.NVML_FI_DEV_POWER_AVERAGE] = 512_345  # mW: what GetPowerUsage reports
+    gpu.fields[M.NVML_FI_DEV_POWER_INSTANT] = 530_000
+    gpu.fields[M.NVML_FI_DEV_NVLINK_LINK_COUNT] = NVLINK_LINKS
+    for link in range(NVLINK_LINKS):
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_GET_STATE, link)] = 1
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link)] = 0
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link)] = 0
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link)] = 0
+        crc_data = getattr(M, f"NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{link}", None)
+        if crc_data is not None:
+            gpu.fields[crc_data] = 0
+    pids = pids if pids is not None else [10_000 + 100 * index + i for i in range(8)]
+    gpu.compute_processes = [(pid, (1 + i % 5) * 2**30) for i, pid in enumerate(pids)]
+    gpu.graphics_processes = []
+    gpu.process_samples = []
+    return gpu
+
+
+def advance(gpu: FakeGpu, now_us: int, *, keep: int = 100) -> None:
+    """Fill the GPU's sample buffers (the last `keep` entries) and per-process samples up
+    to `now_us`, one entry per driver sample period."""
+    newest = now_us - now_us % SAMPLE_PERIOD_US
+    stamps = [
+        newest - i * SAMPLE_PERIOD_US for i in range(keep) if newest - i * SAMPLE_PERIOD_US > 0
+    ]
+    stamps.reverse()
+    gpu.samples = {
+        M.NVML_GPU_UTILIZATION_SAMPLES: [(ts, 87) for ts in stamps],
+        M.NVML_MEMORY_UTILIZATION_SAMPLES: [(ts, 41) for ts in stamps],
+    }
+    gpu.process_samples = [
+        (pid, newest, 10 + i % 50, 5) for i, (pid, _used) in enumerate(gpu.compute_processes or [])
+    ]
+
+
+class LiveFakeNvml(FakeNvmlLib):
+    """A fake library whose sample buffers fill with time, as a driver's do."""
+
+    def __init__(self, gpus: list[FakeGpu], clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(gpus, record=False)  # it runs for minutes: no call history
+        self._clock = clock
+        self._start = clock()
+        self._advanced_us = -1
+
+    def _advance(self) -> None:
+        now_us = int((self._clock() - self._start) * 1e6) + 10 * SAMPLE_PERIOD_US
+        if now_us - self._advanced_us >= SAMPLE_PERIOD_US:
+            self._advanced_us = now_us
+            for gpu in self.gpus:
+                advance(gpu, now_us)
+
+    def c_nvmlDeviceGetSamples(self, *args: Any) -> int:  # noqa: N802 (the C symbol)
+        self._advance()
+        return super().c_nvmlDeviceGetSamples(*args)
+
+    def c_nvmlDeviceGetProcessUtilization(self, *args: Any) -> int:  # noqa: N802
+        self._advance()
+        return super().c_nvmlDeviceGetProcessUtilization(*args)

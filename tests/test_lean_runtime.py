@@ -1,0 +1,156 @@
+"""Issue 14: what the running exporter loads, its own process metrics without
+prometheus_client, and how promptly an idle exporter leaves on SIGTERM.
+
+The lazy-import tests run the real program in a subprocess and read `sys.modules` as
+it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
+that checks a login, prometheus_client only for an OpenMetrics scrape, pynvml never
+with --simulate. (ssl is loaded by the standard library's http.client, which the HTTP
+server needs, so it is not asked about.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import ProcessCollector
+
+from gpu_exporter.metrics.self_process import ProcessMetrics
+from gpu_exporter.metrics.text import _go_float, from_client, write_text
+from tests.support.exporter import REPO, start_exporter
+
+_PROBE = """
+import atexit, json, sys
+from gpu_exporter.cli import main
+report = sys.argv[1]
+def dump() -> None:
+    names = {"yaml", "bcrypt", "prometheus_client", "pynvml"}
+    with open(report, "w") as out:
+        json.dump(sorted(n for n in names if n in sys.modules), out)
+atexit.register(dump)
+sys.argv = ["gpu-exporter", *sys.argv[2:]]
+raise SystemExit(main())
+"""
+
+
+def loaded(tmp_path: Path, *args: str) -> list[str]:
+    """The watched modules the program had loaded when it exited after `args`."""
+    report = tmp_path / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", _PROBE, str(report), *args],
+        cwd=REPO,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    names: list[str] = json.loads(report.read_text())
+    return names
+
+
+def test_once_on_a_simulated_host_loads_no_yaml_bcrypt_prometheus_client_or_pynvml(
+    tmp_path: Path,
+) -> None:
+    assert loaded(tmp_path, "--simulate", "2", "--once") == []
+
+
+def test_a_config_file_loads_yaml(tmp_path: Path) -> None:
+    config = tmp_path / "config.yml"
+    config.write_text("collect.interval: 2s\n")
+    assert loaded(tmp_path, "--simulate", "2", "--once", "--config.file", str(config)) == ["yaml"]
+
+
+def test_a_scenario_file_loads_yaml(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yml"
+    scenario.write_text("processes: []\n")
+    args = ["--simulate", "2", "--once", "--simulate.scenario", str(scenario)]
+    assert loaded(tmp_path, *args) == ["yaml"]
+
+
+# The exporter's own process metrics ------------------------------------------------------
+
+
+@pytest.fixture
+def proc(tmp_path: Path) -> Path:
+    """A /proc with one process, as the kernel writes its files."""
+    root = tmp_path / "proc"
+    me = root / "self"
+    (me / "fd").mkdir(parents=True)
+    for fd in range(7):
+        (me / "fd" / str(fd)).touch()
+    (root / "stat").write_text("cpu  1 2 3 4\nbtime 1790000000\nprocesses 5\n")
+    fields = ["S", *(str(n) for n in range(1, 50))]
+    fields[11], fields[12] = "1234", "567"  # utime, stime (ticks)
+    fields[19], fields[20], fields[21] = "98765", "123456789", "7000"  # start, vsize, rss pages
+    (me / "stat").write_text("4242 (gpu-exporter) " + " ".join(fields) + "\n")
+    (me / "limits").write_text(
+        "Limit                     Soft Limit           Hard Limit           Units     \n"
+        "Max open files            1048576              1048576              files     \n"
+    )
+    return root
+
+
+def test_own_process_metrics_are_those_of_prometheus_clients_process_collector(
+    proc: Path,
+) -> None:
+    ours = ProcessMetrics(proc=str(proc)).families()
+    theirs = [
+        from_client(m)
+        for m in ProcessCollector(proc=str(proc), pid=lambda: "self", registry=None).collect()
+    ]
+    assert [f.name for f in ours] == [
+        "process_virtual_memory_bytes",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_max_fds",
+    ]
+    assert write_text(ours) == write_text(theirs)
+
+
+def test_own_process_metrics_are_absent_without_proc(tmp_path: Path) -> None:
+    assert ProcessMetrics(proc=str(tmp_path / "none")).families() == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.0, -0.0, 1.5, 1e-7, 123456.0, 1234567.0, 12345678901234.0, 85520809984.0, -3e12]
+    + [float("inf"), float("-inf"), float("nan")],
+)
+def test_go_float_formatting_is_prometheus_clients(value: float) -> None:
+    from prometheus_client.utils import floatToGoString
+
+    assert _go_float(value) == floatToGoString(value)
+
+
+# SIGTERM ----------------------------------------------------------------------------------
+
+
+def test_sigterm_on_an_idle_exporter_with_nvml_exits_0_promptly(tmp_path: Path) -> None:
+    """The real NVML backend on the fake library (loaded by the benchmark's
+    sitecustomize): between samples the sampler sleeps, the device workers wait for work
+    and the Xid listener is blocked in nvmlEventSetWait; none of them may hold the exit."""
+    env = {
+        "FAKE_NVML_GPUS": "2",
+        "FAKE_NVML_REPO": str(REPO),
+        "PYTHONPATH": str(REPO / "benchmarks" / "fake_nvml_site"),
+    }
+    exporter = start_exporter(["--collect.interval", "1s"], tmp_path, env=env)
+    try:
+        body = exporter.get("/metrics").body
+        assert b'backend="nvml"' in body and b'gpu_up{gpu="1"' in body
+        time.sleep(1.5)  # idle: mid-interval
+        exporter.signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        assert exporter.process.wait(10) == 0
+        assert time.monotonic() - t0 < 5.0  # generous: a count of seconds, not a benchmark
+    finally:
+        exporter.stop()
+    assert "shutting down" in exporter.log()
+    assert os.environ.get("FAKE_NVML_GPUS") is None  # the fake stayed in the child

@@ -1,0 +1,394 @@
+"""Contract tests for issue 14: how many NVML calls a sample costs, and what each saves.
+
+Through the real `pynvml` and the fake library (`tests/support/fake_nvml.py`, which
+answers the array calls with C semantics: NVML_ERROR_INSUFFICIENT_SIZE and the count it
+needs when a buffer is too small). Counts, never times.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.model import UtilizationDomain
+from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
+from gpu_exporter.sources.nvml import PynvmlBackend
+from tests.support.clock import FakeClock
+from tests.support.fake_host import advance, busy_h100
+from tests.support.fake_nvml import FakeNvmlLib, Install, h100
+from tests.support.fake_sampling import one_second_sampler, started
+
+M = pynvml
+DEFAULT_COLLECTORS = frozenset(c.name for c in COLLECTORS if c.default_enabled) - {"host", "xid"}
+GPUS = 8
+INTERVALS = 180  # three slow periods at a 1 s interval
+
+
+def _us(clock: FakeClock) -> int:
+    return int(clock.monotonic() * 1e6) + 1_000_000
+
+
+# The budget ---------------------------------------------------------------------------
+
+
+def test_at_most_16_nvml_calls_per_gpu_per_interval_with_gpm_and_nvlink(
+    install: Install,
+) -> None:
+    gpus = [busy_h100(i) for i in range(GPUS)]
+    lib, backend, clock = started(install, *gpus)
+    sampler = one_second_sampler(backend, clock, DEFAULT_COLLECTORS)
+    for gpu in gpus:
+        advance(gpu, _us(clock))
+    sampler.sample_once()  # the first sample reads the identity and allocates
+    before = sum(lib.calls.values())
+    for _ in range(INTERVALS):
+        clock.now += 1.0
+        for gpu in gpus:
+            advance(gpu, _us(clock))
+        snapshot = sampler.sample_once()
+    calls = sum(lib.calls.values()) - before
+    sampler.stop(0)
+
+    per_gpu_per_interval = calls / GPUS / INTERVALS
+    assert per_gpu_per_interval <= 16, per_gpu_per_interval
+    device = snapshot.devices[0]
+    reading = device.reading
+    assert device.up and reading is not None
+    # nothing was given up for it: every collector still reports
+    assert reading.gpm is not None and reading.nvlink is not None
+    assert reading.power is not None and reading.power.watts == pytest.approx(512.345)
+    assert reading.power.limit_watts == pytest.approx(700.0)
+    assert reading.utilization is not None and reading.utilization.gpu_ratio == 0.87
+    assert reading.utilization.encoder_ratio == 0.0
+    assert reading.modes is not None and reading.modes.persistence is True
+    assert reading.pcie is not None and reading.pcie.generation == 5
+    assert device.attribution is not None or device.busy_seconds is not None
+
+
+# Single-call buffers ------------------------------------------------------------------
+
+
+def test_sample_buffer_is_read_with_one_call_per_domain(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    for _ in range(3):
+        clock.now += 1.0
+        advance(gpu, _us(clock))
+        samples = backend.utilization_samples(0, "gpu", 0)
+        assert samples and [s.ratio for s in samples] == [0.87] * len(samples)
+    assert lib.count("nvmlDeviceGetSamples", gpu=0) == 3
+
+
+def test_sample_buffer_grows_when_the_driver_says_it_is_too_small(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    clock.now += 100.0
+    advance(gpu, _us(clock), keep=300)  # more than the first buffer holds
+    first = backend.utilization_samples(0, "gpu", 0)
+    assert first is not None and len(first) == 300
+    assert [s.timestamp_us for s in first] == sorted(s.timestamp_us for s in first)
+    assert lib.count("nvmlDeviceGetSamples", gpu=0) == 2  # too small, then the whole ring
+    again = backend.utilization_samples(0, "gpu", 0)
+    assert again == first
+    assert lib.count("nvmlDeviceGetSamples", gpu=0) == 3  # the grown buffer is kept
+    assert backend.errors.snapshot() == {}
+
+
+def test_process_list_grows_and_keeps_its_buffer(install: Install) -> None:
+    pids = list(range(1000, 1050))  # more than the first buffer holds
+    gpu = busy_h100(pids=pids)
+    lib, backend, _clock = started(install, gpu)
+    for _ in range(2):
+        procs = backend.processes(0)
+        assert procs is not None and [p.pid for p in procs] == pids
+        assert procs[1].used_memory_bytes == 2 * 2**30
+    assert lib.count("nvmlDeviceGetComputeRunningProcesses_v3", gpu=0) == 3  # 2 + 1
+
+
+def test_process_utilization_grows_and_keeps_its_buffer(install: Install) -> None:
+    pids = list(range(2000, 2100))
+    gpu = busy_h100(pids=pids)
+    lib, backend, clock = started(install, gpu)
+    clock.now += 10.0
+    advance(gpu, _us(clock))
+    for _ in range(2):
+        samples = backend.process_utilization(0, 0)
+        assert samples is not None and [s.pid for s in samples] == pids
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == 3
+
+
+def test_an_empty_process_utilization_buffer_is_quietly_empty(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, _clock = started(install, gpu)
+    assert backend.process_utilization(0, 0) == []  # NOT_FOUND: nothing newer
+    assert backend.errors.snapshot() == {}
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == 1
+
+
+def test_a_driver_without_the_sample_call_has_no_samples_and_is_not_asked_again(
+    install: Install,
+) -> None:
+    lib = install(FakeNvmlLib([busy_h100()], missing={"nvmlDeviceGetSamples"}))
+    backend = PynvmlBackend()
+    backend.init()
+    assert backend.utilization_samples(0, "gpu", 0) is None
+    assert backend.utilization_samples(0, "gpu", 0) is None
+    assert lib.count("nvmlDeviceGetSamples") == 0
+    assert backend.errors.snapshot() == {}
+
+
+# Field batch --------------------------------------------------------------------------
+
+
+def test_power_draw_comes_from_the_field_batch_without_a_power_call(install: Install) -> None:
+    lib, backend, _clock = started(install, busy_h100())
+    reading = backend.device_reading(0, frozenset({"power"}))
+    assert reading.power is not None and reading.power.watts == pytest.approx(512.345)
+    assert lib.count("nvmlDeviceGetPowerUsage") == 0
+    batch = lib.field_requests[-1]
+    assert M.NVML_FI_DEV_POWER_AVERAGE in batch and M.NVML_FI_DEV_POWER_INSTANT in batch
+    assert M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION in batch
+
+
+def test_power_draw_is_the_instant_field_where_the_gpu_has_no_average(install: Install) -> None:
+    gpu = busy_h100()
+    del gpu.fields[M.NVML_FI_DEV_POWER_AVERAGE]  # GA100 and older: instantaneous only
+    lib, backend, _clock = started(install, gpu)
+    reading = backend.device_reading(0, frozenset({"power"}))
+    assert reading.power is not None and reading.power.watts == pytest.approx(530.0)
+    assert lib.count("nvmlDeviceGetPowerUsage") == 0
+
+
+def test_power_draw_falls_back_to_the_call_on_drivers_without_the_fields(
+    install: Install,
+) -> None:
+    lib, backend, _clock = started(install, h100())  # no power fields
+    for _ in range(2):
+        reading = backend.device_reading(0, frozenset({"power"}))
+        assert reading.power is not None and reading.power.watts == pytest.approx(512.345)
+    assert lib.count("nvmlDeviceGetPowerUsage") == 2
+    assert M.NVML_FI_DEV_POWER_AVERAGE not in lib.field_requests[-1]  # unsupported: dropped
+
+
+def test_one_field_call_per_interval_carries_every_field(install: Install) -> None:
+    lib, backend, _clock = started(install, busy_h100())
+    backend.device_static(0)
+    backend.device_reading(0, DEFAULT_COLLECTORS)
+    assert lib.count("nvmlDeviceGetFieldValues", gpu=0) == 2  # static (link count) + 1
+    batch = set(lib.field_requests[-1])
+    assert {
+        M.NVML_FI_DEV_ECC_CURRENT,
+        M.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+        M.NVML_FI_DEV_MEMORY_TEMP,
+        M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        M.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+        M.NVML_FI_DEV_POWER_AVERAGE,
+        M.NVML_FI_DEV_NVLINK_GET_STATE,
+        M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    } <= batch
+
+
+# Utilization from the sample buffers ----------------------------------------------------
+
+
+def test_utilization_is_the_newest_sample_without_a_rates_call(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    clock.now += 5.0
+    advance(gpu, _us(clock))
+    gpu.samples[M.NVML_GPU_UTILIZATION_SAMPLES][-1] = (
+        gpu.samples[M.NVML_GPU_UTILIZATION_SAMPLES][-1][0],
+        33,
+    )
+    backend.utilization_samples(0, "gpu", 0)
+    backend.utilization_samples(0, "memory_controller", 0)
+    reading = backend.device_reading(0, frozenset({"utilization"}))
+    assert reading.utilization is not None
+    assert (
+        reading.utilization.gpu_ratio == 0.33
+        and reading.utilization.memory_controller_ratio == 0.41
+    )
+    assert lib.count("nvmlDeviceGetUtilizationRates") == 0
+
+
+def test_utilization_is_asked_when_the_buffers_had_nothing_new(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    clock.now += 5.0
+    advance(gpu, _us(clock))
+    since = _us(clock) + 1  # nothing newer: NOT_FOUND
+    assert backend.utilization_samples(0, "gpu", since) == []
+    assert backend.utilization_samples(0, "memory_controller", since) == []
+    reading = backend.device_reading(0, frozenset({"utilization"}))
+    assert reading.utilization is not None and reading.utilization.gpu_ratio == 0.87
+    assert lib.count("nvmlDeviceGetUtilizationRates") == 1
+    # the next reading does not reuse an earlier interval's samples
+    backend.device_reading(0, frozenset({"utilization"}))
+    assert lib.count("nvmlDeviceGetUtilizationRates") == 2
+
+
+# Slow values ------------------------------------------------------------------------------
+
+
+def test_settings_are_read_once_a_minute_and_a_change_shows_after_it(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    collectors = frozenset({"power", "modes"})
+    for _ in range(int(SLOW_REFRESH_SECONDS)):
+        reading = backend.device_reading(0, collectors)
+        clock.now += 1.0
+    assert reading.power is not None and reading.power.limit_watts == pytest.approx(700.0)
+    for name in (
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetPersistenceMode",
+        "nvmlDeviceGetMigMode",
+    ):
+        assert lib.count(name, gpu=0) == 1, name
+    gpu.power_limit_milliwatts = 600_000  # an administrator lowers the limit
+    reading = backend.device_reading(0, collectors)
+    assert reading.power is not None and reading.power.limit_watts == pytest.approx(600.0)
+    assert lib.count("nvmlDeviceGetEnforcedPowerLimit", gpu=0) == 2
+
+
+def test_a_slow_value_that_fails_is_absent_and_asked_again(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    power = frozenset({"power"})
+    backend.device_reading(0, power)
+    clock.now += SLOW_REFRESH_SECONDS
+    gpu.fail["nvmlDeviceGetEnforcedPowerLimit"] = pynvml.NVML_ERROR_NO_PERMISSION
+    reading = backend.device_reading(0, power)
+    assert reading.power is not None and reading.power.limit_watts is None  # not the old 700
+    del gpu.fail["nvmlDeviceGetEnforcedPowerLimit"]
+    clock.now += 1.0
+    reading = backend.device_reading(0, power)  # not cached while failing: asked again
+    assert reading.power is not None and reading.power.limit_watts == pytest.approx(700.0)
+    assert lib.count("nvmlDeviceGetEnforcedPowerLimit", gpu=0) == 3
+
+
+def test_slow_values_are_read_again_after_reinitialisation(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, _clock = started(install, gpu)
+    backend.device_reading(0, frozenset({"power"}))
+    backend.shutdown()
+    gpu.power_limit_milliwatts = 650_000
+    backend.init()
+    reading = backend.device_reading(0, frozenset({"power"}))
+    assert reading.power is not None and reading.power.limit_watts == pytest.approx(650.0)
+    assert lib.count("nvmlDeviceGetEnforcedPowerLimit", gpu=0) == 2
+
+
+def test_slow_values_are_dropped_when_the_device_is_lost(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, _clock = started(install, gpu)
+    backend.device_reading(0, frozenset({"power", "memory"}))
+    gpu.fail["nvmlDeviceGetMemoryInfo_v2"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    with pytest.raises(DeviceLost):
+        backend.device_reading(0, frozenset({"power", "memory"}))
+    del gpu.fail["nvmlDeviceGetMemoryInfo_v2"]
+    backend.device_reading(0, frozenset({"power", "memory"}))
+    assert lib.count("nvmlDeviceGetEnforcedPowerLimit", gpu=0) == 2
+
+
+def test_encoder_and_decoder_are_read_every_interval_only_while_busy(install: Install) -> None:
+    gpu = busy_h100()
+    gpu.encoder_percent = 12
+    lib, backend, clock = started(install, gpu)
+    utilization = frozenset({"utilization"})
+    for _ in range(10):
+        reading = backend.device_reading(0, utilization)
+        clock.now += 1.0
+    assert reading.utilization is not None and reading.utilization.encoder_ratio == 0.12
+    assert reading.utilization.decoder_ratio == 0.0
+    assert lib.count("nvmlDeviceGetEncoderUtilization", gpu=0) == 10  # busy
+    assert lib.count("nvmlDeviceGetDecoderUtilization", gpu=0) == 1  # idle: once a minute
+    gpu.encoder_percent = 0
+    backend.device_reading(0, utilization)
+    clock.now += 1.0
+    backend.device_reading(0, utilization)
+    assert lib.count("nvmlDeviceGetEncoderUtilization", gpu=0) == 11
+
+
+def test_pcie_link_below_its_maximum_is_read_every_interval(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    backend.device_static(0)
+    pcie = frozenset({"pcie"})
+    for _ in range(5):
+        backend.device_reading(0, pcie)
+        clock.now += 1.0
+    assert lib.count("nvmlDeviceGetCurrPcieLinkGeneration", gpu=0) == 1  # at max: slow
+    clock.now += SLOW_REFRESH_SECONDS
+    gpu.pcie_current = (3, 8)  # downtrained
+    for _ in range(5):
+        reading = backend.device_reading(0, pcie)
+        clock.now += 1.0
+    assert reading.pcie is not None and (reading.pcie.generation, reading.pcie.width) == (3, 8)
+    assert lib.count("nvmlDeviceGetCurrPcieLinkGeneration", gpu=0) == 6
+    assert lib.count("nvmlDeviceGetCurrPcieLinkWidth", gpu=0) == 6
+
+
+def test_graphics_list_while_empty_is_read_once_a_minute_or_for_an_unlisted_pid(
+    install: Install,
+) -> None:
+    gpu = busy_h100(pids=[100])
+    lib, backend, clock = started(install, gpu)
+    graphics = "nvmlDeviceGetGraphicsRunningProcesses_v3"
+    for _ in range(5):
+        backend.processes(0)
+        clock.now += 1.0
+    assert lib.count(graphics, gpu=0) == 1
+    gpu.graphics_processes = [(200, 2**20)]  # a renderer starts and works
+    gpu.process_samples = [(100, 1, 10, 5), (200, 1, 30, 5)]
+    assert backend.process_utilization(0, 0) is not None  # sees PID 200: not listed
+    procs = backend.processes(0)
+    assert procs is not None and {(p.pid, p.context) for p in procs} == {
+        (100, "compute"),
+        (200, "graphics"),
+    }
+    assert lib.count(graphics, gpu=0) == 2
+    backend.processes(0)  # not empty: every interval
+    assert lib.count(graphics, gpu=0) == 3
+
+
+def test_limits_are_re_read_every_minute_and_the_identity_once(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, frozenset({"clocks"}))
+    for _ in range(int(SLOW_REFRESH_SECONDS)):
+        snapshot = sampler.sample_once()
+        clock.now += 1.0
+    static = snapshot.devices[0].static
+    assert static is not None and static.max_clocks_hertz["sm"] == 1980e6
+    gpu.max_clocks_mhz[M.NVML_CLOCK_SM] = 1755
+    snapshot = sampler.sample_once()
+    sampler.stop(0)
+    static = snapshot.devices[0].static
+    assert static is not None and static.max_clocks_hertz["sm"] == 1755e6
+    assert lib.count("nvmlDeviceGetMaxClockInfo", gpu=0) == 2 * 4
+    assert lib.count("nvmlDeviceGetUUID", gpu=0) == 1
+    assert lib.count("nvmlDeviceGetName", gpu=0) == 1
+
+
+def test_re_reading_the_limits_keeps_the_sample_cursors(install: Install) -> None:
+    gpu = busy_h100()
+    _lib, backend, clock = started(install, gpu)
+    asked: list[int] = []
+    read_samples = backend.utilization_samples
+
+    def spy(index: int, domain: UtilizationDomain, since_us: int) -> Any:
+        asked.append(since_us)
+        return read_samples(index, domain, since_us)
+
+    backend.utilization_samples = spy  # type: ignore[method-assign]
+    sampler = one_second_sampler(backend, clock, frozenset({"utilization"}))
+    for _ in range(int(SLOW_REFRESH_SECONDS) + 2):
+        advance(gpu, _us(clock))
+        sampler.sample_once()
+        clock.now += 1.0
+    sampler.stop(0)
+    assert asked[:2] == [0, 0]  # the first sample reads the whole buffer
+    assert 0 not in asked[2:]  # never again, the minute's static re-read included

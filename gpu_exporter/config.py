@@ -330,6 +330,17 @@ class _BooleanFlag(argparse.Action):
         return " | ".join(self.option_strings)
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Writes a boolean flag as `--NAME[=true|false], --no-NAME`: the negative form
+    takes no value."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if isinstance(action, _BooleanFlag):
+            positive, negative = action.option_strings[0], action.option_strings[1]
+            return f"{positive}[={action.metavar}], {negative}"
+        return super()._format_action_invocation(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag as one line and exit code 2."""
 
@@ -346,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-exporter",
         description="Prometheus exporter for NVIDIA GPUs, sampled through NVML.",
         epilog=f"collectors (--collector.NAME / --no-collector.NAME):\n{collectors}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
         argument_default=argparse.SUPPRESS,
         allow_abbrev=False,
     )

@@ -76,6 +76,12 @@ def test_help_lists_every_flag_and_collector() -> None:
         assert collector.name in text
 
 
+def test_help_shows_that_the_negative_boolean_form_takes_no_value() -> None:
+    text = build_parser().format_help()
+    assert "--web.ui[=true|false], --no-web.ui\n" in text
+    assert "--no-web.ui [" not in text and "--no-compat.dcgm [" not in text
+
+
 def test_docs_render_rejects_a_readme_without_markers() -> None:
     import pytest
 

@@ -14,15 +14,14 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.serving import tls_context
-from gpu_exporter.serving.tls_context import (
+from gpu_exporter.serving.tls_context import build_context, pem_path
+from gpu_exporter.serving.tls_settings import (
     GO_CIPHERS,
     GO_CURVES,
     Pem,
     TlsError,
     TlsSettings,
-    build_context,
     client_allowed,
-    pem_path,
 )
 from tests.support.certs import KeyPair, Pki, issue
 from tests.support.tls_handshake import Handshake, client

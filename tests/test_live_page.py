@@ -187,7 +187,12 @@ def test_nothing_comes_from_another_host_and_the_policy_says_so(simulated: Expor
             assert not re.search(r"(https?:)?//[\w.-]", result.text), path
     page = simulated.get("/").text
     assert "<script>" not in page and " style=" not in page and "<style" not in page
-    assert '<script src="/static/page.js"' in page
+    assert '<script src="static/page.js"' in page
+    # relative links only: the page works behind a proxy that serves it under a prefix
+    # (kubectl proxy's /api/v1/namespaces/.../proxy/, an ingress path)
+    assert not re.search(r'(href|src)="/', page), page
+    script = simulated.get("/static/page.js").text
+    assert "fetch(" in script and not re.search(r"fetch\(\s*[`'\"]/", script)
 
 
 # --- behind basic auth ----------------------------------------------------------------

@@ -30,16 +30,17 @@ import logging
 import math
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
-from gpu_exporter.serving.plain_http_server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
 from gpu_exporter.serving.routes import Response, Routes, plain
 from gpu_exporter.serving.tls_settings import client_allowed
@@ -215,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             super().finish()
         finally:
-            if self._config.ssl_context is not None:  # the TLS socket wrapping the request
+            if isinstance(self.request, ssl.SSLSocket):
                 self.request.close()
 
     def handle_one_request(self) -> None:
@@ -263,10 +264,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.path = path
         return True
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server calls it by this name)
+    def do_GET(self) -> None:
         self._serve(head=False)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._serve(head=True)
 
     def _serve(self, *, head: bool) -> None:
@@ -302,7 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
         if probe:
-            self._send(routes.get(self.path, self.headers), head)
+            self._send(self._answer(routes), head)
             return
         if not self.server.slots.acquire(blocking=False):
             self._send(
@@ -313,9 +314,20 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         try:
-            self._send(routes.get(self.path, self.headers), head)
+            self._send(self._answer(routes), head)
         finally:
             self.server.slots.release()
+
+    def _answer(self, routes: Routes) -> Response:
+        """The route's response; a bug in a route is a logged 500, never an empty reply."""
+        try:
+            return routes.get(self.path, self.headers)
+        except Exception:
+            log.exception("error answering a request", extra={"path": self.path[:200]})
+            self.close_connection = True
+            return Response(
+                HTTPStatus.INTERNAL_SERVER_ERROR, b"500 internal server error\n", plain()
+            )
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Malformed requests (400, 414, 431, ...): plain text, configured headers, close."""

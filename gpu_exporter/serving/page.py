@@ -143,7 +143,7 @@ def render(
         else '<p class="empty">No sample has finished yet.</p>'
     )
     buttons = "".join(
-        f'<a class="window{" active" if w == window else ""}" href="/?window={w}" '
+        f'<a class="window{" active" if w == window else ""}" href="?window={w}" '
         f'data-window="{w}">{w}</a>'
         for w in (doc["windows"] if doc else ["5m", "1h", "12h"])
     )
@@ -153,14 +153,14 @@ def render(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<meta name="color-scheme" content="dark light">'
         "<title>GPU Exporter</title>"
-        '<link rel="stylesheet" href="/static/page.css">'
-        '<script src="/static/page.js" defer></script></head>'
+        '<link rel="stylesheet" href="static/page.css">'
+        '<script src="static/page.js" defer></script></head>'
         f'<body data-window="{escape(window)}">'
         f"<header><h1>GPU Exporter {version}</h1><p>{source}.</p>"
-        f'<nav><a href="{escape(telemetry_path)}">Metrics</a>'
-        f' <a href="/healthz">Readiness</a>: {escape(ready)}'
-        f' <a href="/livez">Liveness</a>: {escape(live)}'
-        ' <a href="/api/overview">JSON</a></nav>'
+        f'<nav><a href="{escape(telemetry_path.lstrip("/"))}">Metrics</a>'
+        f' <a href="healthz">Readiness</a>: {escape(ready)}'
+        f' <a href="livez">Liveness</a>: {escape(live)}'
+        ' <a href="api/overview">JSON</a></nav>'
         f'<div class="windows">History: {buttons}</div></header>'
         f'<main id="live">{body}</main></body></html>\n'
     ).encode()

@@ -57,8 +57,8 @@ async function refresh() {
   const query = `?window=${encodeURIComponent(windowName())}`;
   try {
     const [page, api] = await Promise.all([
-      fetch(`/${query}`, { credentials: "same-origin" }),
-      fetch(`/api/overview${query}`, { credentials: "same-origin" }),
+      fetch(`./${query}`, { credentials: "same-origin" }),
+      fetch(`api/overview${query}`, { credentials: "same-origin" }),
     ]);
     if (!page.ok || !api.ok) return;
     const fresh = new DOMParser().parseFromString(await page.text(), "text/html");
@@ -73,7 +73,7 @@ async function refresh() {
 
 async function start() {
   try {
-    const api = await fetch(`/api/overview?window=${encodeURIComponent(windowName())}`, {
+    const api = await fetch(`api/overview?window=${encodeURIComponent(windowName())}`, {
       credentials: "same-origin",
     });
     if (api.ok) draw(await api.json());

@@ -243,7 +243,7 @@ def test_web_ui_false_serves_the_link_page_and_keeps_no_history(tmp_path: Path) 
     try:
         page = exporter.get("/")
         assert page.status == 200
-        assert 'href="/metrics"' in page.text and "data-gpu-uuid" not in page.text
+        assert 'href="metrics"' in page.text and "data-gpu-uuid" not in page.text
         assert "Content-Security-Policy" not in page.headers
         for path in UI_PATHS[1:]:
             assert exporter.get(path).status == 404, path

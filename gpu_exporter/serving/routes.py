@@ -160,9 +160,9 @@ class Routes:
             "<!DOCTYPE html><html><head><title>GPU Exporter</title></head><body>"
             f"<h1>GPU Exporter {html.escape(__version__)}</h1>"
             f"<p>{source}.</p>"
-            f'<ul><li><a href="{path}">Metrics</a></li>'
-            f'<li><a href="/healthz">Readiness</a>: {html.escape(ready.reason)}</li>'
-            f'<li><a href="/livez">Liveness</a>: {html.escape(live.reason)}</li></ul>'
+            f'<ul><li><a href="{path.lstrip("/")}">Metrics</a></li>'
+            f'<li><a href="healthz">Readiness</a>: {html.escape(ready.reason)}</li>'
+            f'<li><a href="livez">Liveness</a>: {html.escape(live.reason)}</li></ul>'
             "</body></html>\n"
         ).encode()
 

@@ -19,6 +19,7 @@ from gpu_exporter.model import (
     Snapshot,
     UtilizationReading,
 )
+from gpu_exporter.sampling import history as history_module
 from gpu_exporter.sampling.history import (
     COARSE,
     FINE,
@@ -163,6 +164,25 @@ def test_more_gpus_at_once_than_the_cap_keep_the_first_and_churn_nothing() -> No
         history.add(snapshot(float(t), statics))
     kept = [history.gpu(s.uuid, WINDOWS["5m"]) for s in statics]
     assert [len(p.times) if p else None for p in kept] == [3, 3, None]
+
+
+def test_a_known_gpu_reuses_its_rings_instead_of_allocating_new_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each GPU's rings (about 200 KiB) are allocated once, not once per sample."""
+    made: list[object] = []
+    real = history_module.SeriesHistory
+
+    def counting(names: tuple[str, ...]) -> object:
+        made.append(names)
+        return real(names)
+
+    history = History()  # the host's series, made here
+    monkeypatch.setattr(history_module, "SeriesHistory", counting)
+    statics = [static(index) for index in range(2)]
+    for t in range(5):
+        history.add(snapshot(START + t, statics))
+    assert len(made) == 2
 
 
 def test_memory_for_eight_gpus_and_twelve_hours_stays_under_8_mib() -> None:

@@ -256,7 +256,10 @@ class History:
                 if uuid not in self._gpus and not self._make_room(t):
                     continue  # more GPUs than MAX_GPUS at once: the rest are not kept
                 values = self._device_values(uuid, device, t)
-                self._gpus.setdefault(uuid, SeriesHistory(GPU_SERIES)).add(t, values)
+                series = self._gpus.get(uuid)
+                if series is None:  # not setdefault: that would allocate the rings every sample
+                    series = self._gpus[uuid] = SeriesHistory(GPU_SERIES)
+                series.add(t, values)
                 seen |= self._add_process_cpu(uuid, device, t)
             for key in set(self._cpu) - seen:
                 del self._cpu[key]

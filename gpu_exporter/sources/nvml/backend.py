@@ -109,6 +109,11 @@ class _DeviceState:
         self.gpm_streams.clear()
 
 
+def _always(_value: Any) -> bool:
+    """A setting: re-read on the slow cadence whatever it says."""
+    return True
+
+
 class PynvmlBackend:
     """The real NVIDIA driver, through `pynvml`. Safe to call from several threads:
     each device is read by one thread at a time."""
@@ -396,15 +401,33 @@ class PynvmlBackend:
         """The graphics list: every interval while it lists a process; while empty, every
         SLOW_REFRESH_SECONDS, or at once when process utilization saw an unlisted PID."""
         key = "graphics_processes"
+        return self.slow(
+            state,
+            key,
+            lambda: self._process_list(state, state.device, key, _GRAPHICS_PROCESSES),
+            quiet_if=lambda procs: not procs,
+        )
+
+    def slow(
+        self,
+        state: _DeviceState,
+        key: str,
+        read: Callable[[], T | None],
+        quiet_if: Callable[[T], bool] = _always,
+    ) -> T | None:
+        """`read()` on the slow cadence: re-read every SLOW_REFRESH_SECONDS while
+        `quiet_if(value)` holds (by default always: a setting), and every interval while it
+        does not. A failed read drops the value: it is absent, never a stale copy."""
+        now = self.now()
         cached = state.slow.get(key)
-        if cached is not None and not cached[1] and self.now() - cached[0] < SLOW_REFRESH_SECONDS:
-            return []
-        procs = self._process_list(state, state.device, key, _GRAPHICS_PROCESSES)
-        if procs is None:
-            state.slow.pop(key, None)
+        if cached is not None and now - cached[0] < SLOW_REFRESH_SECONDS:
+            return cached[1]  # type: ignore[no-any-return]
+        value = read()
+        if value is not None and quiet_if(value):
+            state.slow[key] = (now, value)
         else:
-            state.slow[key] = (self.now(), procs)
-        return procs
+            state.slow.pop(key, None)
+        return value
 
     def _mig_processes(
         self, state: _DeviceState, slots: Sequence[mig.MigSlot]
@@ -577,11 +600,6 @@ class PynvmlBackend:
             pass  # the library is gone, and the set with it
 
 
-def _always(_value: Any) -> bool:
-    """A setting: re-read on the slow cadence whatever it says."""
-    return True
-
-
 class _NvmlReader:
     """One device's readings in one interval; the field values are fetched once."""
 
@@ -605,19 +623,8 @@ class _NvmlReader:
     def _slow(
         self, key: str, fn: Callable[..., T], *args: Any, quiet_if: Callable[[T], bool] = _always
     ) -> T | None:
-        """A value re-read every SLOW_REFRESH_SECONDS while `quiet_if(value)` holds (by
-        default always: a setting), and every interval while it does not. A failed read
-        drops the value: it is absent, never a stale copy."""
-        now = self._backend.now()
-        cached = self._state.slow.get(key)
-        if cached is not None and now - cached[0] < SLOW_REFRESH_SECONDS:
-            return cached[1]  # type: ignore[no-any-return]
-        value = self._q(key, fn, *args)
-        if value is not None and quiet_if(value):
-            self._state.slow[key] = (now, value)
-        else:
-            self._state.slow.pop(key, None)
-        return value
+        """`fn(*args)` on the backend's slow cadence (`PynvmlBackend.slow`)."""
+        return self._backend.slow(self._state, key, lambda: self._q(key, fn, *args), quiet_if)
 
     def _int_field(self, key: str) -> int | None:
         value = self._fields.get(key)

@@ -31,7 +31,6 @@ import http.client
 import json
 import os
 import platform
-import re
 import signal
 import statistics
 import subprocess
@@ -126,26 +125,26 @@ def wait_ready(port: int, timeout: float = 20.0) -> None:
     raise SystemExit("exporter did not start")
 
 
+def exporter_command(port: int, *extra: str) -> list[str]:
+    """gpu-exporter at a 1 s interval on 127.0.0.1:`port`, logging only errors."""
+    return [
+        sys.executable,
+        "-m",
+        "gpu_exporter",
+        "--collect.interval",
+        "1s",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--log.level",
+        "error",
+        *extra,
+    ]
+
+
 def start_exporter(scenario_path: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpu_exporter",
-            "--simulate",
-            str(GPUS),
-            "--simulate.scenario",
-            str(scenario_path),
-            "--collect.interval",
-            "1s",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--log.level",
-            "error",
-            *extra,
-        ],
-        cwd=REPO,
-    )
+    """The simulated host with the benchmark's processes placed by `scenario_path`."""
+    simulated = ["--simulate", str(GPUS), "--simulate.scenario", str(scenario_path)]
+    return subprocess.Popen(exporter_command(port, *simulated, *extra), cwd=REPO)
 
 
 def cpu_share(proc: psutil.Process, seconds: float) -> float:
@@ -212,7 +211,6 @@ def compat_scrapes(scenario_path: Path) -> tuple[float, int]:
 def render_cost(scenario_path: Path, *extra: str, renders: int = 200) -> float:
     """Mean ms to render one sample's exposition (text, gzip as a scraper asks for it),
     in-process, from one snapshot of the same host."""
-    sys.path.insert(0, str(REPO))
     from gpu_exporter.config import load_settings
     from gpu_exporter.daemon import make_backend, make_sampler, render
 
@@ -332,17 +330,7 @@ def side_by_side(pids: Sequence[int], tmp: Path) -> tuple[Side, Side]:
     port = free_port()
     ours = measure_side(
         "gpu-exporter",
-        [
-            sys.executable,
-            "-m",
-            "gpu_exporter",
-            "--collect.interval",
-            "1s",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--log.level",
-            "error",
-        ],
+        exporter_command(port),
         port,
         fake_env(pids, tmp / "calls-ours.json"),
     )
@@ -492,14 +480,6 @@ def report(f: Figures, ours: Side, theirs: Side) -> str:
     )
 
 
-def write(path: Path, table: str) -> None:
-    text = path.read_text()
-    pattern = re.compile(r"(<!-- BEGIN bench -->\n)(?:.*?\n)?(<!-- END bench -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{path} has no bench markers")
-    path.write_text(pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", metavar="README", help="record the figures in this file")
@@ -507,7 +487,9 @@ def main() -> int:
     table = report(*measure())
     print(table)
     if args.write:
-        write(Path(args.write), table)
+        from gpu_exporter.docs import write_section
+
+        write_section(args.write, "bench", table)
     return 0
 
 

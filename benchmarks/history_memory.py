@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import re
 import sys
 import tracemalloc
 from datetime import date
-from pathlib import Path
 
+from gpu_exporter.docs import write_section
 from gpu_exporter.model import (
     ActivityTotals,
     Attribution,
@@ -165,10 +164,7 @@ def main() -> int:
     if not args.json:
         print(result)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text()
-        pattern = re.compile(r"(<!-- BEGIN history -->\n)(?:.*?\n)?(<!-- END history -->)", re.S)
-        path.write_text(pattern.sub(lambda m: m.group(1) + result + "\n" + m.group(2), text))
+        write_section(args.write, "history", result)
     return 0 if ok else 1
 
 

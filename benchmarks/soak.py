@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -23,6 +22,7 @@ import psutil
 
 from gpu_exporter.config import load_settings
 from gpu_exporter.daemon import make_backend, make_sampler, render
+from gpu_exporter.docs import write_section
 
 SAMPLES = 2000
 WARM_UP = 200
@@ -85,10 +85,7 @@ def main() -> int:
     )
     print(result)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text()
-        pattern = re.compile(r"(<!-- BEGIN soak -->\n)(?:.*?\n)?(<!-- END soak -->)", re.S)
-        path.write_text(pattern.sub(lambda m: m.group(1) + result + "\n" + m.group(2), text))
+        write_section(args.write, "soak", result)
     return 0 if ok else 1
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from gpu_exporter.config import OPTIONS
 from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
@@ -97,19 +97,26 @@ def sections_in(text: str) -> tuple[str, ...]:
 def render(text: str, sections: Iterable[str] = README_SECTIONS) -> str:
     """`text` with each of `sections` replaced by its current content."""
     for name in sections:
-        make = SECTIONS[name]
-        pattern = re.compile(
-            rf"(<!-- BEGIN generated:{name} -->\n)(?:.*?\n)?(<!-- END generated:{name} -->)",
-            re.S,
-        )
-        if not pattern.search(text):
-            raise ValueError(f"the file has no generated:{name} section")
-        text = pattern.sub(_replacement(make()), text)
+        text = replace_section(text, f"generated:{name}", SECTIONS[name]())
     return text
 
 
-def _replacement(body: str) -> Callable[[re.Match[str]], str]:
-    return lambda m: m.group(1) + body + "\n" + m.group(2)
+def replace_section(text: str, marker: str, body: str) -> str:
+    """`text` with the lines between `<!-- BEGIN marker -->` and `<!-- END marker -->`
+    replaced by `body`; ValueError when `text` has no such markers. Also used by the
+    benchmarks to record their figures."""
+    pattern = re.compile(rf"(<!-- BEGIN {marker} -->\n)(?:.*?\n)?(<!-- END {marker} -->)", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"the file has no {marker} section")
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+
+
+def write_section(path: str, marker: str, body: str) -> None:
+    """`replace_section` on the file at `path`, in place."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(replace_section(text, marker, body))
 
 
 def main() -> int:

@@ -7,6 +7,7 @@ needs when a buffer is too small). Counts, never times.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import pynvml
@@ -15,7 +16,7 @@ import pytest
 from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
-from gpu_exporter.sources.nvml import PynvmlBackend
+from gpu_exporter.sources.nvml import PynvmlBackend, fields
 from tests.support.clock import FakeClock
 from tests.support.fake_host import advance, busy_h100
 from tests.support.fake_nvml import FakeNvmlLib, Install, h100
@@ -189,6 +190,75 @@ def test_one_field_call_per_interval_carries_every_field(install: Install) -> No
         M.NVML_FI_DEV_NVLINK_GET_STATE,
         M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     } <= batch
+
+
+def test_the_field_array_is_laid_out_as_pynvml_s() -> None:
+    ours, theirs = fields.FieldValue, M.c_nvmlFieldValue_t
+    assert ctypes.sizeof(ours) == ctypes.sizeof(theirs)
+    for name, _type in theirs._fields_:
+        assert getattr(ours, name).offset == getattr(theirs, name).offset, name
+        assert getattr(ours, name).size == getattr(theirs, name).size, name
+
+
+@pytest.mark.parametrize(
+    ("value_type", "member", "value"),
+    [
+        (M.NVML_VALUE_TYPE_DOUBLE, "dVal", 512.345),
+        (M.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 4_000_000_000),
+        (M.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 2**40 + 3),
+        (M.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**63 + 5),
+        (M.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -(2**40)),
+        (M.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -7),
+        (M.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65535),
+    ],
+)
+def test_every_value_type_is_read_as_its_union_member(
+    value_type: int, member: str, value: float
+) -> None:
+    batch = fields.FieldBatch((fields.FieldRequest("a", 1), fields.FieldRequest("b", 2, 3)))
+    assert [(e.fieldId, e.scopeId) for e in batch.array] == [(1, 0), (2, 3)]
+    for entry in batch.array:
+        entry.value.ullVal = 0xFFFF_FFFF_FFFF_FFFF  # the bytes beyond a short member
+        setattr(entry.value, member, value)
+        entry.valueType = value_type
+    batch.array[1].nvmlReturn = M.NVML_ERROR_NOT_SUPPORTED
+    assert batch.answers() == [(M.NVML_SUCCESS, float(value)), (M.NVML_ERROR_NOT_SUPPORTED, 0.0)]
+
+
+def test_the_field_batch_is_one_array_kept_between_intervals(
+    install: Install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arrays: list[Any] = []  # held, so a freed array's memory cannot come back as "the same"
+    answer = FakeNvmlLib.c_nvmlDeviceGetFieldValues
+
+    def spy(self: FakeNvmlLib, handle: Any, count: Any, ptr: Any) -> int:
+        arrays.append(ptr._obj)
+        return answer(self, handle, count, ptr)
+
+    monkeypatch.setattr(FakeNvmlLib, "c_nvmlDeviceGetFieldValues", spy)
+    _lib, backend, _clock = started(install, busy_h100())
+    backend.device_static(0)  # the link count
+    arrays.clear()
+    collectors = DEFAULT_COLLECTORS | {"nvlink"}
+    first = backend.device_reading(0, collectors)
+    second = backend.device_reading(0, collectors)
+    assert len(arrays) == 2 and arrays[0] is arrays[1]
+    assert first.nvlink == second.nvlink and first.nvlink is not None
+    assert len(first.nvlink.links) == 18 and first.nvlink.links[17].up
+    assert second.power is not None and second.power.watts == pytest.approx(512.345)
+
+
+def test_a_field_that_becomes_unsupported_leaves_the_kept_batch(install: Install) -> None:
+    gpu = busy_h100()
+    lib, backend, _clock = started(install, gpu)
+    backend.device_reading(0, DEFAULT_COLLECTORS)
+    assert M.NVML_FI_DEV_MEMORY_TEMP in lib.field_requests[-1]
+    gpu.field_errors[M.NVML_FI_DEV_MEMORY_TEMP] = M.NVML_ERROR_NOT_SUPPORTED
+    reading = backend.device_reading(0, DEFAULT_COLLECTORS)
+    assert reading.temperature is not None and reading.temperature.memory_celsius is None
+    backend.device_reading(0, DEFAULT_COLLECTORS)
+    assert M.NVML_FI_DEV_MEMORY_TEMP not in lib.field_requests[-1]
+    assert M.NVML_FI_DEV_ECC_CURRENT in lib.field_requests[-1]
 
 
 # Utilization from the sample buffers ----------------------------------------------------

@@ -102,6 +102,8 @@ class Device:
         self.handle = handle
         self.unsupported: set[str] = set()
         self.unsupported_fields: set[str] = set()
+        # the device's field-value arrays, kept between intervals (`fields.FieldBatch`)
+        self.field_batches: dict[Any, Any] = {}
 
 
 class NvmlCalls:

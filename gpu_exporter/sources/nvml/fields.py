@@ -3,21 +3,28 @@ call per device and interval.
 
 Each request has a key (unique per device, used to remember unsupported fields), an
 `NVML_FI_*` id, and a scope: the NVLink link for per-link fields (`scopeId`).
+
+A device's batch (about 100 fields on an H100 with 18 NVLink links) is a C array kept
+between intervals (`FieldBatch`), its field ids written once; each interval is one call
+through pynvml's function-pointer lookup into it and one `struct` pass over the answer.
+pynvml's wrapper builds a new array of its `_PrintableStructure` each time and every
+field access goes through Python, which cost more than the rest of a device's reading.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from typing import Any
+import ctypes
+import functools
+import struct
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, NamedTuple
 
 import pynvml
 
 from gpu_exporter.sources.nvml.calls import Device, NvmlCalls, Outcome, classify
 
 
-@dataclass(frozen=True)
-class FieldRequest:
+class FieldRequest(NamedTuple):
     key: str  # e.g. "ecc_corrected_errors", "nvlink/3/state"
     field_id: int  # NVML_FI_*
     scope: int = 0  # scopeId: the NVLink link for per-link fields
@@ -66,19 +73,25 @@ def _crc_data_field(link: int) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def device_requests(collectors: Collection[str]) -> list[FieldRequest]:
-    return [
+def device_requests(collectors: Collection[str]) -> tuple[FieldRequest, ...]:
+    return _device_requests(frozenset(collectors))
+
+
+@functools.lru_cache(maxsize=16)
+def _device_requests(collectors: frozenset[str]) -> tuple[FieldRequest, ...]:
+    return tuple(
         FieldRequest(key, field_id)
         for key, (field_id, collector) in _DEVICE_FIELDS.items()
         if collector in collectors
-    ]
+    )
 
 
 def nvlink_key(link: int, name: str) -> str:
     return f"nvlink/{link}/{name}"
 
 
-def nvlink_requests(links: int, *, data: bool) -> list[FieldRequest]:
+@functools.lru_cache(maxsize=16)
+def nvlink_requests(links: int, *, data: bool) -> tuple[FieldRequest, ...]:
     """Per-link state and error fields; with `data`, the data counters too."""
     per_link = {**_NVLINK_FIELDS, **(_NVLINK_DATA_FIELDS if data else {})}
     out: list[FieldRequest] = []
@@ -90,43 +103,110 @@ def nvlink_requests(links: int, *, data: bool) -> list[FieldRequest]:
         crc_data = _crc_data_field(link)
         if crc_data is not None:
             out.append(FieldRequest(nvlink_key(link, "crc_data"), crc_data))
-    return out
+    return tuple(out)
 
 
-_VALUE_MEMBERS: dict[int, str] = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+class FieldValue(ctypes.Structure):
+    """`nvmlFieldValue_t`, laid out as pynvml's `c_nvmlFieldValue_t` (a test compares
+    them), without its per-attribute Python hooks."""
+
+    _fields_ = [
+        ("fieldId", ctypes.c_uint32),
+        ("scopeId", ctypes.c_uint32),
+        ("timestamp", ctypes.c_int64),
+        ("latencyUsec", ctypes.c_int64),
+        ("valueType", pynvml._nvmlValueType_t),
+        ("nvmlReturn", pynvml._nvmlReturn_t),
+        ("value", pynvml.c_nvmlValue_t),
+    ]
+
+
+# (valueType, nvmlReturn, the value's 8 bytes) of each entry, read straight off the array
+_ENTRY = struct.Struct(
+    f"={FieldValue.valueType.offset}xII8s{ctypes.sizeof(FieldValue) - FieldValue.value.offset - 8}x"
+)
+_VALUE_FORMATS: dict[int, str] = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "=d",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "=I4x",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "=Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=I4x",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "=Q",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "=q",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "=i4x",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "=H6x",
 }
+# an unknown valueType is read as unsigned long long, as before
+_DECODERS: dict[int, Callable[[bytes], tuple[Any, ...]]] = {
+    value_type: struct.Struct(fmt).unpack for value_type, fmt in _VALUE_FORMATS.items()
+}
+_DEFAULT_DECODER = _DECODERS[pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG]
 
 
-def _number(field: Any) -> float:
-    """The numeric value of a `c_nvmlFieldValue_t` according to its `valueType`."""
-    member = _VALUE_MEMBERS.get(int(field.valueType), "ullVal")
-    return float(getattr(field.value, member))
+class FieldBatch:
+    """One device's wanted fields as a C array, ids and scopes written once."""
+
+    def __init__(self, requests: tuple[FieldRequest, ...]) -> None:
+        self.requests = requests
+        self.array = (FieldValue * len(requests))()
+        for entry, request in zip(self.array, requests, strict=True):
+            entry.fieldId = request.field_id
+            entry.scopeId = request.scope
+
+    def fetch(self, handle: Any) -> bool:
+        """One `nvmlDeviceGetFieldValues` into the array: True, or raises
+        `pynvml.NVMLError` (a missing symbol is NVML_ERROR_FUNCTION_NOT_FOUND)."""
+        fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        ret = fn(handle, ctypes.c_int32(len(self.requests)), ctypes.byref(self.array))
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return True
+
+    def answers(self) -> list[tuple[int, float]]:
+        """(nvmlReturn, value) of each request, in order; the value means something only
+        where nvmlReturn is NVML_SUCCESS."""
+        raw = memoryview(self.array).cast("B")
+        decoders = _DECODERS
+        out: list[tuple[int, float]] = []
+        for value_type, code, value in _ENTRY.iter_unpack(raw):
+            if code == pynvml.NVML_SUCCESS:
+                out.append((code, float(decoders.get(value_type, _DEFAULT_DECODER)(value)[0])))
+            else:
+                out.append((code, 0.0))
+        return out
+
+
+_BATCHES_PER_DEVICE = 4  # the interval's batch, the device-static one, a few in between
+
+
+def _batch(d: Device, requests: tuple[FieldRequest, ...]) -> FieldBatch:
+    """The device's batch for `requests`, made once (requests are cached tuples, so the
+    lookup is mostly identity checks)."""
+    batches: dict[tuple[FieldRequest, ...], FieldBatch] = d.field_batches
+    batch = batches.get(requests)
+    if batch is None:
+        if len(batches) >= _BATCHES_PER_DEVICE:
+            batches.clear()
+        batch = batches[requests] = FieldBatch(requests)
+    return batch
 
 
 def read_fields(calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]) -> dict[str, float]:
     """One nvmlDeviceGetFieldValues call for every wanted, supported field: key -> value."""
-    wanted = [r for r in requests if r.key not in d.unsupported_fields]
+    unsupported = d.unsupported_fields
+    wanted = tuple(r for r in requests if r.key not in unsupported)
     if not wanted:
         return {}
-    raw = calls.query(
-        d, "field_values", pynvml.nvmlDeviceGetFieldValues, [(r.field_id, r.scope) for r in wanted]
+    batch = _batch(d, wanted)
+    fetched = calls.call(
+        "nvmlDeviceGetFieldValues", batch.fetch, d.handle, device=d, key="field_values"
     )
-    if raw is None:
+    if not fetched:
         return {}
     out: dict[str, float] = {}
-    for request, field in zip(wanted, raw, strict=True):
-        code = int(field.nvmlReturn)
+    for request, (code, value) in zip(wanted, batch.answers(), strict=True):
         if code == pynvml.NVML_SUCCESS:
-            out[request.key] = _number(field)
+            out[request.key] = value
         elif classify(code) is Outcome.UNSUPPORTED:
-            d.unsupported_fields.add(request.key)
+            unsupported.add(request.key)
         else:
             error = pynvml.NVMLError(code)
             message = f"field {request.key}: {error}"

@@ -235,6 +235,7 @@ class Side:
 
     name: str
     cpu_cores: float
+    fake_cpu_cores: float  # of cpu_cores: inside the fake library's answers
     rss_mib: float
     scrape_p50_ms: float
     scrape_p99_ms: float
@@ -247,6 +248,15 @@ class Side:
     def cpu_ms(self) -> float:
         """CPU milliseconds per 1 s interval."""
         return 1000 * self.cpu_cores
+
+    @property
+    def own_cpu_ms(self) -> float:
+        """CPU milliseconds per 1 s interval less the fake's answers (the driver's part)."""
+        return 1000 * (self.cpu_cores - self.fake_cpu_cores)
+
+    @property
+    def fake_cpu_ms(self) -> float:
+        return 1000 * self.fake_cpu_cores
 
 
 def ensure_nvitop() -> Path:
@@ -273,8 +283,9 @@ def fake_env(pids: Sequence[int], calls_file: Path) -> dict[str, str]:
     )
 
 
-def nvml_calls(proc: psutil.Process, calls_file: Path) -> tuple[float, int, int]:
-    """(monotonic time, calls answered, lookups of missing functions) of the program."""
+def nvml_calls(proc: psutil.Process, calls_file: Path) -> tuple[float, int, int, float]:
+    """(monotonic time, calls answered, lookups of missing functions, CPU seconds spent
+    inside the fake's answers) of the program."""
     calls_file.unlink(missing_ok=True)
     at = time.monotonic()
     proc.send_signal(signal.SIGUSR1)
@@ -284,7 +295,7 @@ def nvml_calls(proc: psutil.Process, calls_file: Path) -> tuple[float, int, int]
             raise SystemExit(f"{proc.pid} wrote no NVML call counts")
         time.sleep(0.02)
     counts = json.loads(calls_file.read_text())
-    return at, int(counts["answered"]), int(counts["missing"])
+    return at, int(counts["answered"]), int(counts["missing"]), float(counts["fake_cpu_seconds"])
 
 
 def measure_side(name: str, command: Sequence[str], port: int, env: dict[str, str]) -> Side:
@@ -296,9 +307,9 @@ def measure_side(name: str, command: Sequence[str], port: int, env: dict[str, st
         wait_ready(port)
         proc = psutil.Process(program.pid)
         time.sleep(3.0)  # warm-up
-        t0, answered0, missing0 = nvml_calls(proc, calls_file)
+        t0, answered0, missing0, fake0 = nvml_calls(proc, calls_file)
         share = cpu_share(proc, CPU_WINDOW_SECONDS)
-        t1, answered1, missing1 = nvml_calls(proc, calls_file)
+        t1, answered1, missing1, fake1 = nvml_calls(proc, calls_file)
         rss = proc.memory_info().rss / 2**20
         latencies, body = scrape_latencies(port)
         time.sleep(1.5)  # idle again, mid-interval
@@ -314,6 +325,7 @@ def measure_side(name: str, command: Sequence[str], port: int, env: dict[str, st
     return Side(
         name=name,
         cpu_cores=share,
+        fake_cpu_cores=(fake1 - fake0) / (t1 - t0),
         rss_mib=rss,
         scrape_p50_ms=statistics.median(latencies),
         scrape_p99_ms=p99(latencies),
@@ -403,6 +415,8 @@ def side_by_side_table(ours: Side, theirs: Side) -> list[str]:
     rows: list[tuple[str, str, str, bool]] = [  # figure, Side field, format, with a ratio
         ("CPU at a 1 s interval, no scrapes (cores)", "cpu_cores", "{:.4f}", True),
         ("CPU per interval (ms)", "cpu_ms", "{:.2f}", True),
+        ("of which inside the fake library's answers (ms)", "fake_cpu_ms", "{:.2f}", True),
+        ("CPU per interval less the fake's answers (ms)", "own_cpu_ms", "{:.2f}", True),
         ("NVML calls per GPU per second", "nvml_calls_per_gpu_per_second", "{:.2f}", True),
         (
             "NVML lookups of functions the fake lacks, per GPU per second",

@@ -112,9 +112,10 @@ def render_options(settings: Settings) -> RenderOptions:
 
 
 def render(snapshot: Snapshot, settings: Settings, *, self_metrics: bool = True) -> Exposition:
-    """The exposition: the snapshot, then the exporter's own process metrics (`process_*`),
-    which textfile output leaves out (node_exporter serves its own under those names)."""
-    extra = _self_process().families() if self_metrics else []
+    """The exposition (written when first asked for): the snapshot, then the exporter's
+    own process metrics (`process_*`, read then), which textfile output leaves out
+    (node_exporter serves its own under those names)."""
+    extra = _self_process().families if self_metrics else ()
     return Exposition(snapshot, render_options(settings), extra=extra)
 
 
@@ -158,9 +159,14 @@ class Exporter:
         self.server: HttpServer | None = None  # set once the socket is bound
 
     def publish(self, snapshot: Snapshot) -> None:
+        """Keep the snapshot for the web side; render it now only if a scrape is expected
+        before the next sample (else the first scrape renders it, or nobody does)."""
         if self.state.history is not None:
             self.state.history.add(snapshot)
-        self.state.exposition = render(snapshot, self.settings)
+        exposition = render(snapshot, self.settings)
+        if self.state.scrapes.expected(within_seconds=self.settings.interval_seconds):
+            exposition.render()
+        self.state.exposition = exposition
         if not self._ready:
             self._ready = True
             up = sum(1 for d in snapshot.devices if d.up)

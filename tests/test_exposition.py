@@ -81,3 +81,34 @@ def test_snapshot_text_is_byte_identical_to_prometheus_client_with_awkward_label
     assert text(snapshot, options).encode() == generate_latest(registry)
     assert 'process="py\\"thon\\\\3"' in text(snapshot, options)
     assert "cmdline=\"train.py --note 'a\\nb'\"" in text(snapshot, options)
+
+
+def _client_text(fixed: list[Family]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed(fixed))  # type: ignore[arg-type]
+    return generate_latest(registry)
+
+
+def test_a_family_whose_rows_changed_is_written_afresh_and_the_rest_reused() -> None:
+    first = [
+        Family("kept", "gauge", "unchanged", ("gpu",), [(("0",), 1.0), (("1",), 2.0)]),
+        Family("moved", "gauge", "one value moves", ("gpu",), [(("0",), 1.0), (("1",), 2.0)]),
+        Family("nan", "gauge", "never equal to itself", (), [((), float("nan"))]),
+        Family("signed", "gauge", "plain", (), [((), 3.0)]),
+    ]
+    assert write_text(first).encode() == _client_text(first)
+    second = [
+        first[0],
+        Family("moved", "gauge", "one value moves", ("gpu",), [(("0",), 1.0), (("1",), 2.5)]),
+        first[2],
+        Family("signed", "gauge", "plain", (), [((), 3.0)]),
+    ]
+    written = write_text(second)
+    assert written.encode() == _client_text(second)
+    assert 'moved{gpu="1"} 2.5\n' in written and 'moved{gpu="1"} 2.0\n' not in written
+    # the same name and rows under other label names or another help: written afresh
+    relabelled = [Family("kept", "gauge", "unchanged", ("card",), first[0].rows)]
+    assert 'kept{card="0"} 1.0' in write_text(relabelled)
+    assert write_text(relabelled).encode() == _client_text(relabelled)
+    rehelped = [Family("kept", "gauge", "new help", ("gpu",), first[0].rows)]
+    assert "# HELP kept new help\n" in write_text(rehelped)

@@ -22,7 +22,7 @@ class BrokenRoutes(Routes):
     def is_probe(self, path: str) -> bool:
         return path == "/livez"
 
-    def get(self, path: str, headers: Any) -> Response:
+    def get(self, path: str, headers: Any, client: str = "") -> Response:
         if path == "/livez":
             return Response(200, b"alive\n", {"Content-Type": "text/plain"})
         raise ImportError("cannot import name 'HTTPSHandler'")

@@ -10,7 +10,9 @@ Python imports `sitecustomize` at start-up; this one does nothing unless asked:
 - FAKE_NVML_PIDS: comma-separated PIDs of the GPU processes, dealt over the GPUs in turn;
 - FAKE_NVML_CALLS: a file that SIGUSR1 makes the program write its NVML call counts to
   (JSON: `answered`, calls the fake answered; `missing`, lookups of functions the fake
-  lacks, which a real driver would answer; `by_function`).
+  lacks, which a real driver would answer; `by_function`; `fake_cpu_seconds`, the CPU
+  time the program's threads spent inside the fake's Python answering those calls, which
+  stands in for the driver's and is not the program's own).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ def _install() -> None:
     import json
     import signal
     import sys
+    import time
     from collections import Counter
     from typing import Any
 
@@ -33,15 +36,26 @@ def _install() -> None:
     gpus = int(os.environ["FAKE_NVML_GPUS"])
     pids = [int(p) for p in os.environ.get("FAKE_NVML_PIDS", "").split(",") if p]
     missing: Counter[str] = Counter()
+    fake_cpu = [0.0]  # seconds of thread CPU time inside the fake's answers
 
     class CountingFake(LiveFakeNvml):
         def __getattr__(self, name: str) -> Any:
             try:
-                return super().__getattr__(name)
+                answer = super().__getattr__(name)
             except AttributeError:
                 if not name.startswith("_"):
                     missing[name] += 1
                 raise
+            clock = time.thread_time
+
+            def timed(*args: Any) -> int:
+                started = clock()
+                try:
+                    return int(answer(*args))
+                finally:
+                    fake_cpu[0] += clock() - started
+
+            return timed
 
     lib = CountingFake([busy_h100(i, pids[i::gpus]) for i in range(gpus)])
     pynvml.nvmlLib = lib
@@ -55,6 +69,7 @@ def _install() -> None:
         counts = {
             "answered": sum(by_function.values()),
             "missing": sum(missing.values()),
+            "fake_cpu_seconds": fake_cpu[0],
             "by_function": dict(by_function),
             "missing_by_function": dict(missing),
         }

@@ -969,8 +969,10 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_exporter_stage_duration_seconds",
         "gauge",
         "Seconds each stage of the last sample took: devices (NVML reads), processes "
-        "(attribution), host, xid (reading the listener's counts) and render (the previous "
-        "sample's exposition). Stages of collectors that are off are absent.",
+        "(attribution), host, xid (reading the listener's counts) and render (publishing the "
+        "previous sample: its exposition is written then only when a scrape is expected "
+        "before the next sample, else by the first scrape). Stages of collectors that are "
+        "off are absent.",
         _stages_duration,
         "stage",
     ),

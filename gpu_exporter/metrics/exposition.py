@@ -1,15 +1,18 @@
-"""Rendering a Snapshot once, in every format a scrape may ask for.
+"""Rendering a Snapshot at most once, in every format a scrape may ask for.
 
-The sampler renders after each sample; scrapes only pick bytes out of the cache, so the
-cost of a scrape does not grow with the number of GPUs or processes. The OpenMetrics
-and gzip variants are rendered the first time a client asks for them.
+Nothing is written until it is needed: the text format when the first scrape asks for
+it, or ahead of that when the sampler expects a scrape before the next sample
+(`serving.scrape_clock`), so a predicted scrape only picks bytes out of the cache and
+its cost does not grow with the number of GPUs or processes. Samples nobody scrapes are
+never rendered. The OpenMetrics and gzip variants are rendered the first time a client
+asks for them.
 """
 
 from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpu_exporter.metrics.render import families
@@ -53,37 +56,57 @@ def _openmetrics(fixed: Sequence[Family]) -> bytes:
     return openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call,no-any-return]
 
 
+# One render at a time, whichever exposition and thread (the sampler rendering ahead, a
+# scrape rendering what was not): the writer's caches (`metrics.text`) are shared.
+_RENDERING = threading.Lock()
+
+
 class Exposition:
-    """The rendered bodies of one snapshot, plus the `extra` families (the exporter's own
-    process metrics) after the snapshot's."""
+    """The bodies of one snapshot, rendered on demand, plus the `extra` families (the
+    exporter's own process metrics, read when the text is written) after the snapshot's."""
 
     def __init__(
         self,
         snapshot: Snapshot,
         options: RenderOptions = DEFAULT_OPTIONS,
         *,
-        extra: Sequence[Family] = (),
+        extra: Callable[[], Sequence[Family]] | Sequence[Family] = (),
     ) -> None:
         self.snapshot = snapshot
-        rendered = families(snapshot, options)
-        rendered += extra
-        self._families = rendered
-        self._lock = threading.Lock()
-        self._bodies: dict[tuple[bool, bool], bytes] = {
-            (False, False): write_text(rendered).encode()  # the hot path
-        }
+        self._options = options
+        self._extra = extra
+        self._families: list[Family] | None = None
+        self._bodies: dict[tuple[bool, bool], bytes] = {}
+
+    @property
+    def rendered(self) -> bool:
+        """Whether the text format has been written (a scrape of it is a copy)."""
+        return (False, False) in self._bodies
+
+    def render(self) -> None:
+        """Write the text format now, ahead of the scrape that will ask for it."""
+        self.body(openmetrics=False, compressed=False)
+
+    def _rendered_families(self) -> list[Family]:
+        """Called with the lock held."""
+        if self._families is None:
+            rendered = families(self.snapshot, self._options)
+            rendered += self._extra() if callable(self._extra) else self._extra
+            self._families = rendered
+        return self._families
 
     def body(self, *, openmetrics: bool, compressed: bool) -> bytes:
         key = (openmetrics, compressed)
         body = self._bodies.get(key)
         if body is not None:
             return body
-        with self._lock:
+        with _RENDERING:
             body = self._bodies.get(key)
             if body is None:
                 plain = self._bodies.get((openmetrics, False))
                 if plain is None:
-                    plain = _openmetrics(self._families)
+                    fixed = self._rendered_families()
+                    plain = _openmetrics(fixed) if openmetrics else write_text(fixed).encode()
                     self._bodies[(openmetrics, False)] = plain
                 body = gzip.compress(plain, compresslevel=GZIP_LEVEL) if compressed else plain
                 self._bodies[key] = body

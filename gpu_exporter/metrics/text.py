@@ -75,32 +75,78 @@ def write_text(families: Iterable[Family]) -> str:
     """The Prometheus text format (0.0.4) of `families`, written directly.
 
     Byte-identical to `prometheus_client.generate_latest` over the same families (a test
-    pins that) at a fraction of its cost. Most series of a sample share their label
-    values (`gpu`, `uuid` on a hundred families; a process's dozen labels on each of its
-    families), so the written `{...}` part is kept per label names and values
-    (`_LabelCache`) and each row costs a dictionary lookup and one concatenation.
+    pins that) at a fraction of its cost. Two caches carry work over between samples:
+
+    - a family whose rows equal those it had last time (link states, error counters,
+      limits, identities: most of an exposition from one sample to the next) is not
+      written again: its text is reused (`_FamilyTexts`);
+    - most series share their label values (`gpu`, `uuid` on a hundred families; a
+      process's dozen labels on each of its families), so the written `{...}` part is
+      kept per label names and values (`_LabelCache`) and each row costs a dictionary
+      lookup and one concatenation.
     """
-    lines: list[str] = []
-    append = lines.append
+    parts: list[str] = []
+    append = parts.append
+    texts = _TEXTS
     for family in families:
         rows = family.rows
         if not rows:
             continue
-        name = family.name
-        help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
-        append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
-        names = family.label_names
-        if not names:
-            for _values, value in rows:
-                append(f"{name} {format_number(value)}\n")
-            continue
-        written = _LABELS.for_names(names, len(rows))
-        for values, value in rows:
-            labels = written.get(values)
-            if labels is None:
-                labels = written[values] = _write_labels(names, values)
-            append(name + labels + format_number(value) + "\n")
+        text = texts.unchanged(family)
+        if text is None:
+            text = _write_family(family)
+            texts.remember(family, text)
+        append(text)
+    return "".join(parts)
+
+
+def _write_family(family: Family) -> str:
+    lines: list[str] = []
+    append = lines.append
+    name = family.name
+    help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+    append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
+    names = family.label_names
+    rows = family.rows
+    if not names:
+        for _values, value in rows:
+            append(f"{name} {format_number(value)}\n")
+        return "".join(lines)
+    written = _LABELS.for_names(names, len(rows))
+    for values, value in rows:
+        labels = written.get(values)
+        if labels is None:
+            labels = written[values] = _write_labels(names, values)
+        append(name + labels + format_number(value) + "\n")
     return "".join(lines)
+
+
+class _FamilyTexts:
+    """The text last written for each family, with the rows it was written from.
+
+    Rows compare equal only when every label value and every value is the same (NaN
+    never equals itself, so a family holding one is always written afresh; 0.0 and -0.0
+    compare equal, and Prometheus reads them alike)."""
+
+    MAX_FAMILIES = 4096  # far above any exposition's; cleared beyond, never grown forever
+
+    def __init__(self) -> None:
+        self._texts: dict[tuple[str, str, str, LabelValues], tuple[Sequence[Row], str]] = {}
+
+    @staticmethod
+    def _key(family: Family) -> tuple[str, str, str, LabelValues]:
+        return (family.name, family.type, family.help, family.label_names)
+
+    def unchanged(self, family: Family) -> str | None:
+        kept = self._texts.get(self._key(family))
+        if kept is not None and kept[0] == family.rows:
+            return kept[1]
+        return None
+
+    def remember(self, family: Family, text: str) -> None:
+        if len(self._texts) >= self.MAX_FAMILIES:
+            self._texts.clear()
+        self._texts[self._key(family)] = (family.rows, text)
 
 
 def _write_labels(names: LabelValues, values: LabelValues) -> str:
@@ -127,6 +173,7 @@ class _LabelCache:
 
 
 _LABELS = _LabelCache()
+_TEXTS = _FamilyTexts()
 
 
 def to_client(family: Family) -> Metric:

@@ -11,8 +11,10 @@ One sample runs these stages, each timed and reported in the Snapshot's `stages`
 - `processes`: process attribution (collector `process`);
 - `host`: host CPU and memory (collector `host`);
 - `xid`: the Xid listener's counts (collector `xid`); success while it listens;
-- `render`: the previous snapshot's publication (its exposition), since a snapshot
-  cannot hold the cost of rendering itself.
+- `render`: the previous snapshot's publication (the live page's history; its
+  exposition, written then only when a scrape is expected before the next sample, else
+  by the first scrape that asks), since a snapshot cannot hold the cost of publishing
+  itself.
 """
 
 from __future__ import annotations

@@ -321,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, routes: Routes) -> Response:
         """The route's response; a bug in a route is a logged 500, never an empty reply."""
         try:
-            return routes.get(self.path, self.headers)
+            return routes.get(self.path, self.headers, client=str(self.client_address[0]))
         except Exception:
             log.exception("error answering a request", extra={"path": self.path[:200]})
             self.close_connection = True

@@ -22,6 +22,7 @@ from gpu_exporter.metrics.exposition import Exposition, wants_gzip, wants_openme
 from gpu_exporter.sampling.health import Verdict
 from gpu_exporter.sampling.history import History
 from gpu_exporter.serving import overview, page
+from gpu_exporter.serving.scrape_clock import ScrapeClock
 
 PROBE_PATHS = ("/healthz", "/livez")
 OVERVIEW_PATH = "/api/overview"
@@ -49,6 +50,7 @@ class ServingState:
 
     exposition: Exposition | None = None
     history: History | None = None  # None with --web.ui=false: no live page, no /api/
+    scrapes: ScrapeClock = field(default_factory=ScrapeClock)  # when /metrics is asked for
 
 
 class HealthView(Protocol):
@@ -77,9 +79,11 @@ class Routes:
         path = path.split("?", 1)[0]
         return path in PROBE_PATHS and path != self.telemetry_path
 
-    def get(self, path: str, headers: Any) -> Response:
+    def get(self, path: str, headers: Any, client: str = "") -> Response:
+        """The response to a GET of `path` from `client` (its address)."""
         path, _, query = path.partition("?")
         if path == self.telemetry_path:
+            self.state.scrapes.scraped(client)
             return self._metrics(headers)
         if path == "/healthz":
             return _probe(self.health.ready())

@@ -1,0 +1,83 @@
+"""When /metrics will next be scraped, learnt from when it was.
+
+The sampler takes a sample every interval (1 s at the finest), but Prometheus scrapes
+every 15 to 60 s: rendering every sample's exposition would write text nobody reads.
+An exposition is therefore rendered when it is first asked for, and ahead of time only
+when a scraper is expected before the next sample, so that a scrape still finds its
+bytes ready and costs a copy.
+
+Prometheus scrapes each target at a fixed period and offset, so the gap between a
+scraper's last two scrapes predicts its next one. Scrapers are told apart by address.
+A scraper seen once has no period yet: every exposition is rendered ahead for
+FIRST_SCRAPE_WINDOW_SECONDS after it, which covers its second scrape. A prediction that
+misses costs that one scrape the render (a few milliseconds), nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+FIRST_SCRAPE_WINDOW_SECONDS = 120.0  # render ahead this long after a new scraper's first scrape
+SLACK_SECONDS = 0.25  # a scrape this much early or late still finds its text rendered
+FORGET_AFTER_PERIODS = 3  # a scraper silent for this many periods (+ the window) is dropped
+MAX_SCRAPERS = 64  # addresses remembered; the stalest is dropped beyond
+
+
+@dataclass
+class _Scraper:
+    last: float  # monotonic seconds of its last scrape
+    period: float | None = None  # seconds between its last two scrapes
+
+
+class ScrapeClock:
+    """Scrape times per client address; thread-safe (scrapes arrive on server threads)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._scrapers: dict[str, _Scraper] = {}
+
+    def scraped(self, client: str) -> None:
+        """Note a scrape of /metrics by `client` (its address) now."""
+        now = self._clock()
+        with self._lock:
+            scraper = self._scrapers.get(client)
+            if scraper is None:
+                if len(self._scrapers) >= MAX_SCRAPERS:
+                    stalest = min(self._scrapers, key=lambda c: self._scrapers[c].last)
+                    del self._scrapers[stalest]
+                self._scrapers[client] = _Scraper(now)
+                return
+            scraper.period = now - scraper.last
+            scraper.last = now
+
+    def expected(self, within_seconds: float) -> bool:
+        """Whether some scraper is expected to scrape in the next `within_seconds`."""
+        start = self._clock()
+        end = start + within_seconds + SLACK_SECONDS
+        with self._lock:
+            for client, scraper in list(self._scrapers.items()):
+                since = start - scraper.last
+                if scraper.period is None:
+                    if since <= FIRST_SCRAPE_WINDOW_SECONDS:
+                        return True
+                    del self._scrapers[client]
+                    continue
+                if since > FORGET_AFTER_PERIODS * scraper.period + FIRST_SCRAPE_WINDOW_SECONDS:
+                    del self._scrapers[client]
+                    continue
+                if _next_scrape(scraper.last, scraper.period, start - SLACK_SECONDS) <= end:
+                    return True
+        return False
+
+
+def _next_scrape(last: float, period: float, after: float) -> float:
+    """The first of `last + k * period` (k >= 1) at or after `after`."""
+    if period <= 0:
+        return after
+    k = max(1, math.ceil((after - last) / period))
+    return last + k * period

@@ -1,0 +1,131 @@
+"""Rendering only for scrapes: when a scrape is expected (`serving.scrape_clock`), and the
+daemon rendering a sample ahead only then (issue 14)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_exporter.config import load_settings
+from gpu_exporter.daemon import Exporter
+from gpu_exporter.serving import scrape_clock
+from gpu_exporter.serving.scrape_clock import ScrapeClock
+from tests.support.clock import FakeClock
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def test_nobody_has_scraped_so_nothing_is_expected(clock: FakeClock) -> None:
+    assert not ScrapeClock(clock.monotonic).expected(within_seconds=1.0)
+
+
+def test_after_a_first_scrape_every_sample_is_rendered_until_the_period_is_known(
+    clock: FakeClock,
+) -> None:
+    scrapes = ScrapeClock(clock.monotonic)
+    scrapes.scraped("10.0.0.1")
+    clock.now += scrape_clock.FIRST_SCRAPE_WINDOW_SECONDS - 1
+    assert scrapes.expected(within_seconds=1.0)
+    clock.now += 2  # a one-off scrape (a person with curl) stops costing renders
+    assert not scrapes.expected(within_seconds=1.0)
+
+
+def test_a_periodic_scraper_is_expected_only_just_before_its_next_scrape(
+    clock: FakeClock,
+) -> None:
+    scrapes = ScrapeClock(clock.monotonic)
+    scrapes.scraped("10.0.0.1")
+    clock.now += 15.0
+    scrapes.scraped("10.0.0.1")  # period 15 s: next at +15, +30, ...
+    seen = []
+    for _ in range(60):  # a sample every second for a minute
+        clock.now += 1.0
+        seen.append(scrapes.expected(within_seconds=1.0))
+    # the samples published 1 s before each scrape (and the one at it, within the slack)
+    assert [i + 1 for i, due in enumerate(seen) if due] == [14, 15, 29, 30, 44, 45, 59, 60]
+
+
+def test_a_scraper_that_stops_is_forgotten(clock: FakeClock) -> None:
+    scrapes = ScrapeClock(clock.monotonic)
+    scrapes.scraped("10.0.0.1")
+    clock.now += 30.0
+    scrapes.scraped("10.0.0.1")
+    clock.now += 3 * 30.0 + scrape_clock.FIRST_SCRAPE_WINDOW_SECONDS + 1
+    assert not scrapes.expected(within_seconds=60.0)  # would be due, but it is gone
+
+
+def test_two_scrapers_at_different_offsets_are_both_expected(clock: FakeClock) -> None:
+    scrapes = ScrapeClock(clock.monotonic)
+    for t in (0.0, 10.0):  # A at 0, 10, 20, ...
+        clock.now = 1000.0 + t
+        scrapes.scraped("10.0.0.1")
+    for t in (4.0, 14.0):  # B at 4, 14, 24, ...
+        clock.now = 1000.0 + t
+        scrapes.scraped("10.0.0.2")
+    due = []
+    for t in range(15, 35):
+        clock.now = 1000.0 + t
+        if scrapes.expected(within_seconds=0.5):
+            due.append(t)
+    assert due == [20, 24, 30, 34]
+
+
+def test_a_continuous_scraper_makes_every_sample_rendered(clock: FakeClock) -> None:
+    scrapes = ScrapeClock(clock.monotonic)
+    for _ in range(100):
+        scrapes.scraped("127.0.0.1")
+        clock.now += 0.001
+    for _ in range(10):
+        clock.now += 1.0
+        assert scrapes.expected(within_seconds=1.0)
+
+
+def test_the_scrapers_remembered_are_bounded(clock: FakeClock) -> None:
+    scrapes = ScrapeClock(clock.monotonic)
+    for i in range(10 * scrape_clock.MAX_SCRAPERS):
+        clock.now += 0.01
+        scrapes.scraped(f"10.0.{i // 256}.{i % 256}")
+    assert len(scrapes._scrapers) == scrape_clock.MAX_SCRAPERS
+
+
+# The daemon ---------------------------------------------------------------------------
+
+
+def _exporter() -> Exporter:
+    args = ["--simulate", "2", "--collect.interval", "15s"]
+    return Exporter(load_settings(args), args)
+
+
+def test_a_sample_nobody_will_scrape_is_not_rendered_and_the_first_scrape_renders_it() -> None:
+    exporter = _exporter()
+    exporter.sampler.sample_once()
+    exposition = exporter.state.exposition
+    assert exposition is not None and not exposition.rendered
+    response = exporter.routes.get("/metrics", {}, client="127.0.0.1")
+    assert response.status == 200 and b"gpu_up{" in response.body
+    assert b"process_resident_memory_bytes" in response.body  # read when written
+    assert exposition.rendered
+
+
+def test_a_sample_with_a_scrape_due_is_rendered_before_it_is_asked_for() -> None:
+    exporter = _exporter()
+    exporter.sampler.sample_once()
+    exporter.routes.get("/metrics", {}, client="127.0.0.1")  # a scraper appears
+    exporter.sampler.sample_once()
+    exposition = exporter.state.exposition
+    assert exposition is not None and exposition.rendered
+    # and it is what a scrape gets, byte for byte
+    body = exposition.body(openmetrics=False, compressed=False)
+    assert exporter.routes.get("/metrics", {}, client="127.0.0.1").body == body
+
+
+def test_other_paths_are_not_scrapes() -> None:
+    exporter = _exporter()
+    exporter.sampler.sample_once()
+    for path in ("/healthz", "/livez", "/", "/api/overview"):
+        exporter.routes.get(path, {}, client="127.0.0.1")
+    exporter.sampler.sample_once()
+    exposition = exporter.state.exposition
+    assert exposition is not None and not exposition.rendered

@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,12 @@ PROCESSES_PER_GPU = 8
 CHILDREN_PER_PROCESS = 4
 SCRAPES = 1000
 CPU_WINDOW_SECONDS = 20.0
+PROMETHEUS_EVERY_SECONDS = 15.0  # Prometheus's default scrape interval
+PROMETHEUS_HEADERS = {  # what Prometheus 2.x sends by default
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+    "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
 NVLINK_LINKS = 18  # of each fake H100 (tests/support/fake_host.py)
 
 CHILD_TREE = (
@@ -110,12 +117,14 @@ def scenario(jobs: list[subprocess.Popen[bytes]]) -> dict[str, object]:
     return {"processes": processes}
 
 
-def wait_ready(port: int, timeout: float = 20.0) -> None:
+def wait_ready(port: int, timeout: float = 20.0, path: str = "/healthz") -> None:
+    """Until `path` answers 200. gpu-exporter's readiness probe is not a scrape, so the
+    exporter has seen no scraper when the measurements start."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/metrics")
+            conn.request("GET", path)
             if conn.getresponse().status == 200:
                 conn.close()
                 return
@@ -145,6 +154,31 @@ def start_exporter(scenario_path: Path, port: int, *extra: str) -> subprocess.Po
     """The simulated host with the benchmark's processes placed by `scenario_path`."""
     simulated = ["--simulate", str(GPUS), "--simulate.scenario", str(scenario_path)]
     return subprocess.Popen(exporter_command(port, *simulated, *extra), cwd=REPO)
+
+
+def cpu_share_scraped(proc: psutil.Process, port: int) -> float:
+    """CPU seconds per wall second while scraped as Prometheus does: every
+    PROMETHEUS_EVERY_SECONDS, asking for OpenMetrics first and gzip. The window starts
+    after two scrapes (a scraper's period is known from its second) and holds two more."""
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while True:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/metrics", headers=PROMETHEUS_HEADERS)
+            conn.getresponse().read()
+            conn.close()
+            if stop.wait(PROMETHEUS_EVERY_SECONDS):
+                return
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    try:
+        time.sleep(PROMETHEUS_EVERY_SECONDS + 5.0)
+        return cpu_share(proc, 2 * PROMETHEUS_EVERY_SECONDS)
+    finally:
+        stop.set()
+        scraper.join()
 
 
 def cpu_share(proc: psutil.Process, seconds: float) -> float:
@@ -236,6 +270,7 @@ class Side:
     name: str
     cpu_cores: float
     fake_cpu_cores: float  # of cpu_cores: inside the fake library's answers
+    scraped_cpu_cores: float  # scraped as Prometheus does (cpu_share_scraped)
     rss_mib: float
     scrape_p50_ms: float
     scrape_p99_ms: float
@@ -257,6 +292,10 @@ class Side:
     @property
     def fake_cpu_ms(self) -> float:
         return 1000 * self.fake_cpu_cores
+
+    @property
+    def scraped_cpu_ms(self) -> float:
+        return 1000 * self.scraped_cpu_cores
 
 
 def ensure_nvitop() -> Path:
@@ -298,19 +337,22 @@ def nvml_calls(proc: psutil.Process, calls_file: Path) -> tuple[float, int, int,
     return at, int(counts["answered"]), int(counts["missing"]), float(counts["fake_cpu_seconds"])
 
 
-def measure_side(name: str, command: Sequence[str], port: int, env: dict[str, str]) -> Side:
+def measure_side(
+    name: str, command: Sequence[str], port: int, env: dict[str, str], ready_path: str
+) -> Side:
     calls_file = Path(env["FAKE_NVML_CALLS"])
     program = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        wait_ready(port)
+        wait_ready(port, path=ready_path)
         proc = psutil.Process(program.pid)
         time.sleep(3.0)  # warm-up
         t0, answered0, missing0, fake0 = nvml_calls(proc, calls_file)
         share = cpu_share(proc, CPU_WINDOW_SECONDS)
         t1, answered1, missing1, fake1 = nvml_calls(proc, calls_file)
         rss = proc.memory_info().rss / 2**20
+        scraped = cpu_share_scraped(proc, port)
         latencies, body = scrape_latencies(port)
         time.sleep(1.5)  # idle again, mid-interval
         stop = time.monotonic()
@@ -326,6 +368,7 @@ def measure_side(name: str, command: Sequence[str], port: int, env: dict[str, st
         name=name,
         cpu_cores=share,
         fake_cpu_cores=(fake1 - fake0) / (t1 - t0),
+        scraped_cpu_cores=scraped,
         rss_mib=rss,
         scrape_p50_ms=statistics.median(latencies),
         scrape_p99_ms=p99(latencies),
@@ -345,6 +388,7 @@ def side_by_side(pids: Sequence[int], tmp: Path) -> tuple[Side, Side]:
         exporter_command(port),
         port,
         fake_env(pids, tmp / "calls-ours.json"),
+        ready_path="/healthz",
     )
     port = free_port()
     theirs = measure_side(
@@ -352,6 +396,7 @@ def side_by_side(pids: Sequence[int], tmp: Path) -> tuple[Side, Side]:
         [str(nvitop), "--bind-address", "127.0.0.1", "--port", str(port), "--interval", "1.0"],
         port,
         fake_env(pids, tmp / "calls-nvitop.json"),
+        ready_path="/metrics",  # it has no probe; it renders on every scrape anyway
     )
     return ours, theirs
 
@@ -417,6 +462,13 @@ def side_by_side_table(ours: Side, theirs: Side) -> list[str]:
         ("CPU per interval (ms)", "cpu_ms", "{:.2f}", True),
         ("of which inside the fake library's answers (ms)", "fake_cpu_ms", "{:.2f}", True),
         ("CPU per interval less the fake's answers (ms)", "own_cpu_ms", "{:.2f}", True),
+        (
+            f"CPU per interval, scraped every {PROMETHEUS_EVERY_SECONDS:g} s as Prometheus "
+            "does (ms, fake's answers included)",
+            "scraped_cpu_ms",
+            "{:.2f}",
+            True,
+        ),
         ("NVML calls per GPU per second", "nvml_calls_per_gpu_per_second", "{:.2f}", True),
         (
             "NVML lookups of functions the fake lacks, per GPU per second",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -10,9 +11,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gpu_exporter.metrics.exposition import wants_gzip, wants_openmetrics
 from gpu_exporter.metrics.render import families, text
 from gpu_exporter.metrics.specs import RenderOptions
-from gpu_exporter.metrics.text import Family, from_client, to_client, write_text
+from gpu_exporter.metrics.text import (
+    Family,
+    from_client,
+    to_client,
+    write_openmetrics,
+    write_text,
+)
 from gpu_exporter.model import Attribution, ProcessSample
 from tests.support.snapshots import fixed_snapshot
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class Awkward:
@@ -112,3 +121,38 @@ def test_a_family_whose_rows_changed_is_written_afresh_and_the_rest_reused() -> 
     assert write_text(relabelled).encode() == _client_text(relabelled)
     rehelped = [Family("kept", "gauge", "new help", ("gpu",), first[0].rows)]
     assert "# HELP kept new help\n" in write_text(rehelped)
+
+
+def test_openmetrics_writer_is_byte_identical_to_prometheus_client_s() -> None:
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
+    snapshot = fixed_snapshot(4)
+    fixed = families(snapshot, RenderOptions(dcgm=True)) + [
+        from_client(m) for m in Awkward().collect()
+    ]
+    fixed.append(Family("DCGM_FI_DEV_X", "counter", 'a "quoted" help', ("gpu",), [(("0",), 7.0)]))
+    assert any(f.type == "counter" and f.name.endswith("_total") for f in fixed)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed(fixed))  # type: ignore[arg-type]
+    ours = write_openmetrics(fixed)
+    assert ours.encode() == openmetrics_latest(registry)
+    assert ours.endswith("# EOF\n") and "# TYPE DCGM_FI_DEV_X unknown\n" in ours
+    assert write_openmetrics(fixed) == ours  # written again from the kept sample lines
+
+
+def test_a_scrape_for_openmetrics_does_not_load_prometheus_client() -> None:
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        "from gpu_exporter.metrics.exposition import Exposition\n"
+        "from tests.support.snapshots import fixed_snapshot\n"
+        "body = Exposition(fixed_snapshot(2)).body(openmetrics=True, compressed=True)\n"
+        "assert body, 'empty'\n"
+        "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip() == "[]"

@@ -3,8 +3,8 @@ prometheus_client, and how promptly an idle exporter leaves on SIGTERM.
 
 The lazy-import tests run the real program in a subprocess and read `sys.modules` as
 it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
-that checks a login, prometheus_client only for an OpenMetrics scrape, pynvml never
-with --simulate. (ssl is loaded by the standard library's http.client, which the HTTP
+that checks a login, prometheus_client never (the OpenMetrics body is ours too),
+pynvml never with --simulate. (ssl is loaded by the standard library's http.client, which the HTTP
 server needs, so it is not asked about.)
 """
 

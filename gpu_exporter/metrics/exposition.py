@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from gpu_exporter.metrics.render import families
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions
-from gpu_exporter.metrics.text import Family, to_client, write_text
+from gpu_exporter.metrics.text import Family, write_openmetrics, write_text
 from gpu_exporter.model import Snapshot
 
 # The classic text format: understood by every Prometheus version (our names are plain ASCII).
@@ -39,21 +38,6 @@ def wants_gzip(accept_encoding: str | None) -> bool:
         if token.strip().lower() == "gzip" and params.replace(" ", "") != "q=0":
             return True
     return False
-
-
-def _openmetrics(fixed: Sequence[Family]) -> bytes:
-    """prometheus_client's OpenMetrics writer over fixed families (imported only here)."""
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.openmetrics import exposition as openmetrics_format
-    from prometheus_client.registry import Collector
-
-    class Families(Collector):
-        def collect(self) -> Iterable[Any]:
-            return [to_client(f) for f in fixed]
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Families())
-    return openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call,no-any-return]
 
 
 # One render at a time, whichever exposition and thread (the sampler rendering ahead, a
@@ -106,7 +90,8 @@ class Exposition:
                 plain = self._bodies.get((openmetrics, False))
                 if plain is None:
                     fixed = self._rendered_families()
-                    plain = _openmetrics(fixed) if openmetrics else write_text(fixed).encode()
+                    write = write_openmetrics if openmetrics else write_text
+                    plain = write(fixed).encode()
                     self._bodies[(openmetrics, False)] = plain
                 body = gzip.compress(plain, compresslevel=GZIP_LEVEL) if compressed else plain
                 self._bodies[key] = body

@@ -1,9 +1,12 @@
-"""Metric families as plain values, and the one writer of the Prometheus text format.
+"""Metric families as plain values, and the one writer of the Prometheus text and
+OpenMetrics formats.
 
 `Family` is what the renderer produces from a Snapshot and what the exporter's own
-process metrics (`self_process`) are, so every family is written by `write_text`, with
-one float format and one escaping rule. `to_client` gives prometheus_client's families
-for the OpenMetrics format (prometheus_client is imported only then).
+process metrics (`self_process`) are, so every family is written by `write_text` or
+`write_openmetrics`, with one float format and one escaping rule, byte-identical to
+prometheus_client's writers. `to_client` and `from_client` convert to and from
+prometheus_client's families for the tests that compare the two (it is imported only
+then, never by the running exporter).
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def write_text(families: Iterable[Family]) -> str:
 
     - a family whose rows equal those it had last time (link states, error counters,
       limits, identities: most of an exposition from one sample to the next) is not
-      written again: its text is reused (`_FamilyTexts`);
+      written again: its sample lines are reused (`_FamilyTexts`);
     - most series share their label values (`gpu`, `uuid` on a hundred families; a
       process's dozen labels on each of its families), so the written `{...}` part is
       kept per label names and values (`_LabelCache`) and each row costs a dictionary
@@ -87,25 +90,53 @@ def write_text(families: Iterable[Family]) -> str:
     """
     parts: list[str] = []
     append = parts.append
-    texts = _TEXTS
     for family in families:
-        rows = family.rows
-        if not rows:
+        if not family.rows:
             continue
-        text = texts.unchanged(family)
-        if text is None:
-            text = _write_family(family)
-            texts.remember(family, text)
-        append(text)
+        name = family.name
+        help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+        append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
+        append(_samples(family))
     return "".join(parts)
 
 
-def _write_family(family: Family) -> str:
+def write_openmetrics(families: Iterable[Family]) -> str:
+    """The OpenMetrics text format (1.0.0) of `families`: what Prometheus asks for first.
+
+    Byte-identical to prometheus_client's OpenMetrics writer over `to_client` of the same
+    families (a test pins that). It differs from `write_text` in the headers only: a
+    counter's family is named without `_total` (its samples keep it), a counter whose
+    name lacks `_total` (dcgm-exporter's names) is typed `unknown`, double quotes in the
+    help text are escaped, and the exposition ends with `# EOF`.
+    """
+    parts: list[str] = []
+    append = parts.append
+    for family in families:
+        if not family.rows:
+            continue
+        kind: str = family.type
+        name = family.family_name
+        if kind == "counter" and name == family.name:
+            kind = "unknown"
+        append(f"# HELP {name} {escape_label_value(family.help)}\n# TYPE {name} {kind}\n")
+        append(_samples(family))
+    append("# EOF\n")
+    return "".join(parts)
+
+
+def _samples(family: Family) -> str:
+    """The sample lines of one family, reused while its rows do not change."""
+    text = _TEXTS.unchanged(family)
+    if text is None:
+        text = _write_samples(family)
+        _TEXTS.remember(family, text)
+    return text
+
+
+def _write_samples(family: Family) -> str:
     lines: list[str] = []
     append = lines.append
     name = family.name
-    help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
-    append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
     names = family.label_names
     rows = family.rows
     if not names:
@@ -122,7 +153,7 @@ def _write_family(family: Family) -> str:
 
 
 class _FamilyTexts:
-    """The text last written for each family, with the rows it was written from.
+    """The sample lines last written for each family, with the rows they came from.
 
     Rows compare equal only when every label value and every value is the same (NaN
     never equals itself, so a family holding one is always written afresh; 0.0 and -0.0
@@ -131,14 +162,10 @@ class _FamilyTexts:
     MAX_FAMILIES = 4096  # far above any exposition's; cleared beyond, never grown forever
 
     def __init__(self) -> None:
-        self._texts: dict[tuple[str, str, str, LabelValues], tuple[Sequence[Row], str]] = {}
-
-    @staticmethod
-    def _key(family: Family) -> tuple[str, str, str, LabelValues]:
-        return (family.name, family.type, family.help, family.label_names)
+        self._texts: dict[tuple[str, LabelValues], tuple[Sequence[Row], str]] = {}
 
     def unchanged(self, family: Family) -> str | None:
-        kept = self._texts.get(self._key(family))
+        kept = self._texts.get((family.name, family.label_names))
         if kept is not None and kept[0] == family.rows:
             return kept[1]
         return None
@@ -146,7 +173,7 @@ class _FamilyTexts:
     def remember(self, family: Family, text: str) -> None:
         if len(self._texts) >= self.MAX_FAMILIES:
             self._texts.clear()
-        self._texts[self._key(family)] = (family.rows, text)
+        self._texts[(family.name, family.label_names)] = (family.rows, text)
 
 
 def _write_labels(names: LabelValues, values: LabelValues) -> str:

@@ -244,7 +244,8 @@ def compat_scrapes(scenario_path: Path) -> tuple[float, int]:
 
 def render_cost(scenario_path: Path, *extra: str, renders: int = 200) -> float:
     """Mean ms to render one sample's exposition (text, gzip as a scraper asks for it),
-    in-process, from one snapshot of the same host."""
+    in-process, alternating between two samples taken a second apart, so each render
+    writes afresh the families that changed between samples, as in production."""
     from gpu_exporter.config import load_settings
     from gpu_exporter.daemon import make_backend, make_sampler, render
 
@@ -253,11 +254,14 @@ def render_cost(scenario_path: Path, *extra: str, renders: int = 200) -> float:
     )
     sampler = make_sampler(settings, make_backend(settings))
     try:
-        snapshot = sampler.sample_once()
-        render(snapshot, settings).body(openmetrics=False, compressed=True)  # warm
-        t0 = time.perf_counter()
-        for _ in range(renders):
+        first = sampler.sample_once()
+        time.sleep(1.0)
+        snapshots = (first, sampler.sample_once())
+        for snapshot in snapshots:  # warm
             render(snapshot, settings).body(openmetrics=False, compressed=True)
+        t0 = time.perf_counter()
+        for i in range(renders):
+            render(snapshots[i % 2], settings).body(openmetrics=False, compressed=True)
         return (time.perf_counter() - t0) * 1000 / renders
     finally:
         sampler.stop(0)
@@ -507,7 +511,9 @@ def report(f: Figures, ours: Side, theirs: Side) -> str:
             *side_by_side_table(ours, theirs),
             "",
             f"Issue 14 targets for gpu-exporter: CPU per interval <= 8 ms: "
-            f"{verdict(ours.cpu_cores <= 0.008)}; NVML calls per GPU per interval <= 16: "
+            f"{verdict(ours.cpu_cores <= 0.008)} ({ours.own_cpu_ms:.1f} ms less the fake's "
+            f"answers, {ours.scraped_cpu_ms:.1f} ms scraped every "
+            f"{PROMETHEUS_EVERY_SECONDS:g} s); NVML calls per GPU per interval <= 16: "
             f"{verdict(ours.nvml_calls_per_gpu_per_second <= 16)}; RSS <= 28 MiB: "
             f"{verdict(ours.rss_mib <= 28)}; idle SIGTERM to exit <= 0.3 s: "
             f"{verdict(ours.sigterm_exit_seconds <= 0.3)}; scrape p99 <= 1 ms: "

@@ -186,6 +186,8 @@ def test_the_idle_rule_picks_out_the_idle_but_allocated_gpu(fleet: Fleet) -> Non
         IDLE_RULE,
         MIG_IDLE_RULE,
     }
+    # the count is recorded from the rule above, possibly one evaluation later
+    fleet.prometheus.wait_for("name:gpu_idle_while_allocated:count == 1")
     counts = fleet.prometheus.query("name:gpu_idle_while_allocated:count")
     assert [float(r["value"][1]) for r in counts] == [1.0]
 

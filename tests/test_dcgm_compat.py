@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -435,14 +436,17 @@ def test_each_dcgm_series_agrees_with_its_gpu_equivalent(
     prometheus, _ = fleet
     name, equivalent = spec.name, spec.equivalent
     assert prometheus.query(f'{name}{{GPU_I_ID=""}}'), f"the simulated fleet serves no {name}"
+    # both at one evaluation time, a little in the past: a scrape ingested between the
+    # two queries must not put one value from one sample and the other from the next
+    at = time.time() - 2.0
     dcgm_values = {
         (r["metric"]["instance"], r["metric"]["gpu"]): float(r["value"][1])
-        for r in prometheus.query(f'max by (instance, gpu) ({name}{{GPU_I_ID=""}})')
+        for r in prometheus.query(f'max by (instance, gpu) ({name}{{GPU_I_ID=""}})', at=at)
     }
     equivalent = equivalent.replace("[1m]", f"[{WINDOW_SECONDS}s]")  # as old as the data
     ours = {
         (r["metric"]["instance"], r["metric"]["gpu"]): float(r["value"][1])
-        for r in prometheus.query(f"max by (instance, gpu) ({equivalent})")
+        for r in prometheus.query(f"max by (instance, gpu) ({equivalent})", at=at)
     }
     assert dcgm_values.keys() == ours.keys()
     for key, value in dcgm_values.items():

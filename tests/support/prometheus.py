@@ -39,9 +39,10 @@ class Prometheus:
             raise AssertionError(f"{path} {params}: {result.status} {payload}")
         return payload["data"]
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; returns the result vector."""
-        data = self.api("query", query=expr)
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query (at Unix time `at`, else now); returns the result vector."""
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        data = self.api("query", **params)
         return list(data["result"])
 
     def wait_for(self, expr: str, timeout: float = 60.0, minimum: int = 1) -> list[dict[str, Any]]:

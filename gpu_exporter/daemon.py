@@ -115,7 +115,7 @@ def render(snapshot: Snapshot, settings: Settings, *, self_metrics: bool = True)
     """The exposition (written when first asked for): the snapshot, then the exporter's
     own process metrics (`process_*`, read then), which textfile output leaves out
     (node_exporter serves its own under those names)."""
-    extra = _self_process().families if self_metrics else ()
+    extra = _self_process().families if self_metrics else tuple
     return Exposition(snapshot, render_options(settings), extra=extra)
 
 

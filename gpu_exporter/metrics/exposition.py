@@ -46,15 +46,16 @@ _RENDERING = threading.Lock()
 
 
 class Exposition:
-    """The bodies of one snapshot, rendered on demand, plus the `extra` families (the
-    exporter's own process metrics, read when the text is written) after the snapshot's."""
+    """The bodies of one snapshot, rendered on demand, plus the families `extra` returns
+    (the exporter's own process metrics, read when the text is written) after the
+    snapshot's."""
 
     def __init__(
         self,
         snapshot: Snapshot,
         options: RenderOptions = DEFAULT_OPTIONS,
         *,
-        extra: Callable[[], Sequence[Family]] | Sequence[Family] = (),
+        extra: Callable[[], Sequence[Family]] = tuple,
     ) -> None:
         self.snapshot = snapshot
         self._options = options
@@ -75,7 +76,7 @@ class Exposition:
         """Called with the lock held."""
         if self._families is None:
             rendered = families(self.snapshot, self._options)
-            rendered += self._extra() if callable(self._extra) else self._extra
+            rendered += self._extra()
             self._families = rendered
         return self._families
 

@@ -4,8 +4,8 @@ prometheus_client, and how promptly an idle exporter leaves on SIGTERM.
 The lazy-import tests run the real program in a subprocess and read `sys.modules` as
 it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
 that checks a login, prometheus_client never (the OpenMetrics body is ours too),
-pynvml never with --simulate. (ssl is loaded by the standard library's http.client, which the HTTP
-server needs, so it is not asked about.)
+pynvml never with --simulate, and ssl, http.client and the email package only with a
+TLS web config (the HTTP server reads requests itself, `serving.request_head`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -23,14 +24,16 @@ from prometheus_client import ProcessCollector
 
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.text import _go_float, from_client, write_text
-from tests.support.exporter import REPO, start_exporter
+from tests.support.certs import Pki
+from tests.support.exporter import REPO, free_port, start_exporter
+from tests.support.web import call, raw_request, tls_client, tls_config
 
 _PROBE = """
 import atexit, json, sys
 from gpu_exporter.cli import main
 report = sys.argv[1]
 def dump() -> None:
-    names = {"yaml", "bcrypt", "prometheus_client", "pynvml"}
+    names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
 atexit.register(dump)
@@ -53,6 +56,35 @@ def loaded(tmp_path: Path, *args: str) -> list[str]:
     return names
 
 
+def loaded_while_serving(
+    tmp_path: Path, *args: str, context: ssl.SSLContext | None = None
+) -> list[str]:
+    """The watched modules the program had loaded when it was stopped with SIGTERM after
+    serving a scrape, a probe and a malformed request."""
+    report = tmp_path / "modules.json"
+    port = free_port()
+    command = [sys.executable, "-c", _PROBE, str(report), *args]
+    command += ["--web.listen-address", f"127.0.0.1:{port}"]
+    program = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while program.poll() is None and time.monotonic() < deadline:
+            try:
+                if call(port, "/healthz", context=context).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        assert call(port, "/metrics", context=context).status == 200
+        if context is None:
+            assert raw_request(port, b"GET /metrics HTTP/one\r\n\r\n").status == 400
+    finally:
+        program.send_signal(signal.SIGTERM)
+        _, stderr = program.communicate(timeout=30)
+    assert program.returncode == 0, stderr.decode()
+    names: list[str] = json.loads(report.read_text())
+    return names
+
+
 def test_once_on_a_simulated_host_loads_no_yaml_bcrypt_prometheus_client_or_pynvml(
     tmp_path: Path,
 ) -> None:
@@ -70,6 +102,16 @@ def test_a_scenario_file_loads_yaml(tmp_path: Path) -> None:
     scenario.write_text("processes: []\n")
     args = ["--simulate", "2", "--once", "--simulate.scenario", str(scenario)]
     assert loaded(tmp_path, *args) == ["yaml"]
+
+
+def test_serving_without_tls_loads_no_ssl_http_client_or_email(tmp_path: Path) -> None:
+    assert loaded_while_serving(tmp_path, "--simulate", "1") == []
+
+
+def test_serving_with_tls_loads_ssl(pki: Pki, tmp_path: Path) -> None:
+    """The probe above can see ssl: a TLS web config loads it."""
+    args = ["--simulate", "1", "--web.config.file", str(tls_config(pki, tmp_path))]
+    assert "ssl" in loaded_while_serving(tmp_path, *args, context=tls_client(pki.ca.cert))
 
 
 # The exporter's own process metrics ------------------------------------------------------

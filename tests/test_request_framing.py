@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import http.client
 import io
 
 import pytest
 
 from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
+from gpu_exporter.serving.request_head import Headers, read_headers
 
 
-def headers(*lines: str) -> http.client.HTTPMessage:
+def headers(*lines: str) -> Headers:
     raw = "".join(f"{line}\r\n" for line in lines) + "\r\n"
-    return http.client.parse_headers(io.BytesIO(raw.encode("latin-1")))
+    return read_headers(io.BytesIO(raw.encode("latin-1")))
 
 
 @pytest.mark.parametrize(

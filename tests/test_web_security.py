@@ -203,6 +203,8 @@ def test_only_get_and_head_are_served_and_malformed_requests_get_400(
         (b"GET /metrics HTTP/one\r\n\r\n", 400),
         (b"GET /metrics\r\n\r\n", 400),  # HTTP/0.9
         (b"GET /metrics HTTP/1.1\r\nNo colon here\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nHost : x\r\n\r\n", 400),  # RFC 9112 5.1
+        (b"GET /metrics HTTP/1.1\r\nX-A: b\r\n folded\r\n\r\n", 400),  # obs-fold
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),  # TLS to plain HTTP
         (b"GET /metrics HTTP/9.9\r\n\r\n", 505),
         (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414),
@@ -283,6 +285,29 @@ def test_a_well_framed_body_is_never_read_as_a_request(
     responses, closed = exchange(exporter.port, request)
     assert [r.status for r in responses] == [200]
     assert closed  # after the response, instead of reading the body as the next request
+
+
+def test_connections_stay_open_as_the_version_and_connection_header_say(
+    started: Callable[..., Exporter],
+) -> None:
+    """HTTP/1.1 keeps the connection unless the client says close; HTTP/1.0 closes unless
+    it says keep-alive. A response after which the server closes says so."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    probe = b"GET /healthz HTTP/1.%d\r\nHost: x\r\n%s\r\n"
+    for version, connection, kept in (
+        (1, b"", True),
+        (1, b"Connection: close\r\n", False),
+        (0, b"", False),
+        (0, b"Connection: keep-alive\r\n", True),
+    ):
+        responses, closed = exchange(exporter.port, probe % (version, connection) * 2, timeout=1.0)
+        label = (version, connection)
+        assert [r.status for r in responses] == ([200, 200] if kept else [200]), label
+        assert closed is not kept, label
+        assert (responses[-1].headers.get("Connection") == "close") is not kept, label
+        assert responses[0].headers["Server"].startswith("gpu-exporter/"), label
+        assert responses[0].headers["Date"].endswith(" GMT"), label
 
 
 def test_absolute_form_request_targets_are_served(started: Callable[..., Exporter]) -> None:

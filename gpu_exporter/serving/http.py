@@ -1,7 +1,9 @@
 """The HTTP server: a threaded server that defends itself against hostile clients.
 
 Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request gets;
-`bind` binds the socket for a threaded server (one thread per connection):
+`bind` binds the socket for a threaded server (one thread per connection, on
+`socketserver`; request heads are read by `serving.request_head`, so a server without
+TLS never loads ssl):
 
 - TLS and basic auth from the web config file (`serving.web_config`), re-read when it
   or its certificates change; the TLS handshake runs in the connection's thread under the
@@ -30,18 +32,28 @@ import logging
 import math
 import os
 import socket
-import ssl
+import socketserver
 import sys
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
 from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
+from gpu_exporter.serving.request_head import (
+    BadRequest,
+    Headers,
+    NoRequest,
+    RequestLine,
+    http_date,
+    keeps_alive,
+    read_headers,
+    read_request_line,
+    response_head,
+)
 from gpu_exporter.serving.routes import Response, Routes, plain
 from gpu_exporter.serving.tls_settings import client_allowed
 from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_config
@@ -173,18 +185,22 @@ class _DeadlineReader(io.RawIOBase):
         return self._sock.recv_into(buffer)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(socketserver.StreamRequestHandler):
+    """One connection: its requests, one after the other, until either side closes."""
+
     server: HttpServer
-    protocol_version = "HTTP/1.1"
     timeout = READ_TIMEOUT_SECONDS  # handshake, request and write deadline
     server_version = f"gpu-exporter/{__version__}"
-    sys_version = ""
     _config: WebConfig
     _reader: _DeadlineReader
-    raw_requestline: bytes
 
     def setup(self) -> None:
         self._config = self.server.web.current()
+        self._tls = False
+        self.close_connection = True
+        self.command = ""
+        self.requestline = ""
+        self.headers = Headers()
         context = self._config.ssl_context
         if context is not None:
             self.request.settimeout(self.timeout)
@@ -194,6 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ConnectionAbortedError("plain HTTP request to the TLS port")
             tls = context.wrap_socket(self.request, server_side=True, do_handshake_on_connect=False)
             self.request = tls
+            self._tls = True
             try:
                 tls.do_handshake()  # bounded by the timeout above, in this connection's thread
                 sans = self._config.tls.client_allowed_sans if self._config.tls else None
@@ -202,51 +219,58 @@ class _Handler(BaseHTTPRequestHandler):
             except BaseException:
                 tls.close()
                 raise
-        super().setup()
-        # headers and body go out in separate writes: without this, Nagle's algorithm and
-        # the client's delayed ACK add ~40 ms to every keep-alive scrape
+        self.connection = self.request
+        self.connection.settimeout(self.timeout)
+        # the response goes out in one write, but a client's delayed ACK of a previous one
+        # must not hold it back either
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = _DeadlineReader(self.connection)
         self.rfile = io.BufferedReader(self._reader)
 
-    def version_string(self) -> str:
-        return self.server_version
+    def handle(self) -> None:
+        self._handle_one()
+        while not self.close_connection:
+            self._handle_one()
 
     def finish(self) -> None:
         try:
-            super().finish()
+            self.rfile.close()
         finally:
-            if isinstance(self.request, ssl.SSLSocket):
+            if self._tls:
                 self.request.close()
 
-    def handle_one_request(self) -> None:
+    def _handle_one(self) -> None:
+        """Read one request and answer it; a malformed one is answered and ends the
+        connection, as does a client that takes longer than the deadline to send it."""
         self._reader.deadline = time.monotonic() + self.timeout
-        super().handle_one_request()
-
-    def parse_request(self) -> bool:
+        self.close_connection = True
         self.command = ""
-        self.request_version = "HTTP/0.9"
-        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-        if len(self.requestline.split()) == 2:
-            # HTTP/0.9 sends no headers: answer now rather than wait for them
-            self.close_connection = True
-            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
-            return False
-        if not super().parse_request():
-            return False
-        if self.request_version == "HTTP/0.9":
-            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
-            return False
-        if self.headers.defects:  # e.g. a header line without a colon
-            self.send_error(HTTPStatus.BAD_REQUEST, "Malformed request header")
-            return False
-        problem = framing_error(self.headers, self.request_version)
+        try:
+            request = read_request_line(self.rfile)
+            self.command = request.method
+            self.requestline = f"{request.method} {request.target[:200]} {request.name}"
+            self.headers = read_headers(self.rfile)
+            path = self._admit(request)
+        except NoRequest:
+            return
+        except BadRequest as error:
+            self.send_error(error.status, str(error))
+            return
+        except TimeoutError as error:
+            log.debug("http: request timed out", extra={"error": repr(error)})
+            return
+        if path is not None:
+            self.path = path
+            self._serve(head=request.method == "HEAD")
+
+    def _admit(self, request: RequestLine) -> str | None:
+        """The path to serve, or None when the request was answered here (405)."""
+        problem = framing_error(self.headers, request.name)
         if problem is not None:  # the body's end is unknown: it could pass as a request
-            self.send_error(HTTPStatus.BAD_REQUEST, problem)
-            return False
-        if has_body(self.headers):
-            self.close_connection = True  # a body we do not read must not pass as a request
-        if self.command not in ALLOWED_METHODS:
+            raise BadRequest(HTTPStatus.BAD_REQUEST, problem)
+        # a body we do not read must not pass as a request: close after the response
+        self.close_connection = has_body(self.headers) or not keeps_alive(request, self.headers)
+        if request.method not in ALLOWED_METHODS:
             self.close_connection = True
             self._send(
                 Response(
@@ -256,19 +280,11 @@ class _Handler(BaseHTTPRequestHandler):
                 ),
                 head=False,
             )
-            return False
-        path = origin_form(self.path)
+            return None
+        path = origin_form(request.target)
         if path is None:
-            self.send_error(HTTPStatus.BAD_REQUEST, "Request target is not a path or URL")
-            return False
-        self.path = path
-        return True
-
-    def do_GET(self) -> None:
-        self._serve(head=False)
-
-    def do_HEAD(self) -> None:
-        self._serve(head=True)
+            raise BadRequest(HTTPStatus.BAD_REQUEST, "Request target is not a path or URL")
+        return path
 
     def _serve(self, *, head: bool) -> None:
         # a long keep-alive connection follows changes to the file too
@@ -329,37 +345,30 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.INTERNAL_SERVER_ERROR, b"500 internal server error\n", plain()
             )
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Malformed requests (400, 414, 431, ...): plain text, configured headers, close."""
-        self.log_error("code %d, message %s", code, message)
+    def send_error(self, code: int, message: str) -> None:
+        """Malformed requests (400, 414, 431, 505): plain text, configured headers, close."""
+        log.debug("http: bad request", extra={"status": int(code), "error": message})
         self.close_connection = True
-        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
-            self.request_version = "HTTP/1.0"  # unparsed or HTTP/0.9: answer with a status line
-        body = f"{int(code)} {message or HTTPStatus(code).phrase}\n".encode("latin-1", "replace")
-        self._send(
-            Response(code, body, {**plain(), "Connection": "close"}),
-            head=self.command == "HEAD",
-        )
+        body = f"{int(code)} {message}\n".encode("latin-1", "replace")
+        self._send(Response(code, body, plain()), head=self.command == "HEAD")
 
     def _send(self, response: Response, head: bool) -> None:
+        """The response in one write; `Connection: close` when the connection ends after it."""
         self.connection.settimeout(self.timeout)  # a client that does not read is dropped
-        self.send_response(response.status)
-        for name, value in response.headers.items():
-            self.send_header(name, value)
-        config = getattr(self, "_config", None)
-        if config is not None:
-            for name, value in config.headers.items():
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(response.body)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(response.body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http: " + format, *args)
+        fields = [("Server", self.server_version), ("Date", http_date(time.time()))]
+        fields.extend(response.headers.items())
+        if response.headers.get("Connection", "").lower() == "close":
+            self.close_connection = True
+        elif self.close_connection:
+            fields.append(("Connection", "close"))
+        fields.extend(self._config.headers.items())
+        fields.append(("Content-Length", str(len(response.body))))
+        head_bytes = response_head(response.status, fields)
+        self.connection.sendall(head_bytes if head else head_bytes + response.body)
+        log.debug('http: "%s" %d', self.requestline, int(response.status))
 
 
-class HttpServer(ThreadingHTTPServer):
+class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128

@@ -18,22 +18,23 @@ body is never taken for the next request on the connection (request smuggling):
 from __future__ import annotations
 
 import re
-from email.message import Message
 from urllib.parse import urlsplit
+
+from gpu_exporter.serving.request_head import Headers
 
 _DIGITS = re.compile(r"[0-9]+")
 _ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def _values(headers: Message, name: str) -> list[str] | None:
+def _values(headers: Headers, name: str) -> list[str] | None:
     """Every comma-separated value of every `name` header line; None if there is none."""
     lines = headers.get_all(name)
     if lines is None:
         return None
-    return [part.strip() for line in lines for part in str(line).split(",")]
+    return [part.strip() for line in lines for part in line.split(",")]
 
 
-def framing_error(headers: Message, version: str) -> str | None:
+def framing_error(headers: Headers, version: str) -> str | None:
     """Why the request's body framing cannot be trusted, or None when it can."""
     codings = _values(headers, "Transfer-Encoding")
     lengths = _values(headers, "Content-Length")
@@ -52,7 +53,7 @@ def framing_error(headers: Message, version: str) -> str | None:
     return None
 
 
-def has_body(headers: Message) -> bool:
+def has_body(headers: Headers) -> bool:
     """Whether a request whose framing is valid carries a body."""
     if headers.get_all("Transfer-Encoding") is not None:
         return True

@@ -4,8 +4,9 @@ prometheus_client, and how promptly an idle exporter leaves on SIGTERM.
 The lazy-import tests run the real program in a subprocess and read `sys.modules` as
 it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
 that checks a login, prometheus_client never (the OpenMetrics body is ours too),
-pynvml never with --simulate, and ssl, http.client and the email package only with a
-TLS web config (the HTTP server reads requests itself, `serving.request_head`).
+pynvml never with --simulate, ssl, http.client and the email package only with a
+TLS web config (the HTTP server reads requests itself, `serving.request_head`), and
+html and importlib.resources only once someone opens the live page.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import atexit, json, sys
 from gpu_exporter.cli import main
 report = sys.argv[1]
 def dump() -> None:
-    names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email"}
+    names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email",
+             "html", "importlib.resources"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
 atexit.register(dump)
@@ -57,10 +59,13 @@ def loaded(tmp_path: Path, *args: str) -> list[str]:
 
 
 def loaded_while_serving(
-    tmp_path: Path, *args: str, context: ssl.SSLContext | None = None
+    tmp_path: Path,
+    *args: str,
+    context: ssl.SSLContext | None = None,
+    pages: tuple[str, ...] = (),
 ) -> list[str]:
     """The watched modules the program had loaded when it was stopped with SIGTERM after
-    serving a scrape, a probe and a malformed request."""
+    serving a probe, a scrape, a malformed request and `pages`."""
     report = tmp_path / "modules.json"
     port = free_port()
     command = [sys.executable, "-c", _PROBE, str(report), *args]
@@ -77,6 +82,8 @@ def loaded_while_serving(
         assert call(port, "/metrics", context=context).status == 200
         if context is None:
             assert raw_request(port, b"GET /metrics HTTP/one\r\n\r\n").status == 400
+        for page in pages:
+            assert call(port, page, context=context).status == 200, page
     finally:
         program.send_signal(signal.SIGTERM)
         _, stderr = program.communicate(timeout=30)
@@ -104,8 +111,19 @@ def test_a_scenario_file_loads_yaml(tmp_path: Path) -> None:
     assert loaded(tmp_path, *args) == ["yaml"]
 
 
-def test_serving_without_tls_loads_no_ssl_http_client_or_email(tmp_path: Path) -> None:
+def test_serving_scrapes_without_tls_loads_no_ssl_http_client_email_or_page_modules(
+    tmp_path: Path,
+) -> None:
     assert loaded_while_serving(tmp_path, "--simulate", "1") == []
+
+
+def test_the_live_page_loads_html_and_its_assets_with_importlib_resources(tmp_path: Path) -> None:
+    assert loaded_while_serving(tmp_path, "--simulate", "1", pages=("/",)) == ["html"]
+    pages = ("/", "/static/page.js")
+    assert loaded_while_serving(tmp_path, "--simulate", "1", pages=pages) == [
+        "html",
+        "importlib.resources",
+    ]
 
 
 def test_serving_with_tls_loads_ssl(pki: Pki, tmp_path: Path) -> None:

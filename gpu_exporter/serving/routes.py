@@ -9,19 +9,17 @@ assets are read from the package once). The probes' decisions are made in
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass, field
 from functools import cache
 from http import HTTPStatus
-from importlib import resources
 from typing import Any, Protocol
 
 from gpu_exporter import __version__
 from gpu_exporter.metrics.exposition import Exposition, wants_gzip, wants_openmetrics
 from gpu_exporter.sampling.health import Verdict
 from gpu_exporter.sampling.history import History
-from gpu_exporter.serving import overview, page
+from gpu_exporter.serving import overview
 from gpu_exporter.serving.scrape_clock import ScrapeClock
 
 PROBE_PATHS = ("/healthz", "/livez")
@@ -122,6 +120,8 @@ class Routes:
         return Response(HTTPStatus.OK, body, ui_headers("application/json"))
 
     def _page(self, doc: overview.Document | None) -> Response:
+        from gpu_exporter.serving import page  # with `html`: only once someone looks
+
         body = page.render(
             doc,
             telemetry_path=self.telemetry_path,
@@ -150,6 +150,8 @@ class Routes:
         )
 
     def _landing(self) -> bytes:
+        import html  # its entity table is 0.5 MiB: loaded only once someone looks
+
         ready = self.health.ready()
         live = self.health.live()
         path = html.escape(self.telemetry_path)
@@ -184,6 +186,8 @@ def ui_headers(content_type: str) -> dict[str, str]:
 @cache
 def _asset(name: str) -> bytes:
     """A file of the page shipped in the package (`serving/static/`), read once."""
+    from importlib import resources  # brings tempfile, shutil, bz2, lzma: 1.5 MiB
+
     return resources.files("gpu_exporter.serving").joinpath("static").joinpath(name).read_bytes()
 
 

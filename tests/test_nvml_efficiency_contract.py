@@ -16,7 +16,7 @@ import pytest
 from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
-from gpu_exporter.sources.nvml import PynvmlBackend, fields
+from gpu_exporter.sources.nvml import PynvmlBackend, buffers, fields, gpm
 from tests.support.clock import FakeClock
 from tests.support.fake_host import advance, busy_h100
 from tests.support.fake_nvml import FakeNvmlLib, Install, h100
@@ -198,6 +198,65 @@ def test_the_field_array_is_laid_out_as_pynvml_s() -> None:
     for name, _type in theirs._fields_:
         assert getattr(ours, name).offset == getattr(theirs, name).offset, name
         assert getattr(ours, name).size == getattr(theirs, name).size, name
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (buffers.SampleEntry, M.c_nvmlSample_t),
+        (buffers.ProcessInfo, M.c_nvmlProcessInfo_v3_t),
+        (buffers.ProcessInfo, M.c_nvmlProcessInfo_v2_t),
+        (buffers.ProcessUtilization, M.c_nvmlProcessUtilizationSample_t),
+        (gpm.Metric, M.c_nvmlGpmMetric_t),
+        (gpm.MetricsRequest, M.c_nvmlGpmMetricsGet_t),
+    ],
+)
+def test_the_kept_c_structures_are_laid_out_as_pynvml_s(ours: Any, theirs: Any) -> None:
+    assert ctypes.sizeof(ours) == ctypes.sizeof(theirs)
+    for name, _type in theirs._fields_:
+        assert getattr(ours, name).offset == getattr(theirs, name).offset, name
+        assert getattr(ours, name).size == getattr(theirs, name).size, name
+
+
+def test_the_struct_layouts_read_every_field_where_ctypes_put_it() -> None:
+    """Written through ctypes (as the driver would), read back with `struct`: every
+    field at its place, at the top of its range, and only the first `n` entries."""
+    samples = buffers.sample_buffer()
+    samples.array[0].timeStamp = 2**64 - 1
+    samples.array[0].sampleValue.uiVal = 2**32 - 1
+    samples.array[1].timeStamp = 5
+    samples.array[1].sampleValue.uiVal = 97
+    assert samples.layout.size == ctypes.sizeof(buffers.SampleEntry)
+    assert list(samples.entries(2)) == [(2**64 - 1, 2**32 - 1), (5, 97)]
+    assert list(samples.entries(1)) == [(2**64 - 1, 2**32 - 1)]
+
+    processes = buffers.process_buffer()
+    processes.array[0].pid = 2**32 - 1
+    processes.array[0].usedGpuMemory = 2**64 - 1
+    processes.array[0].gpuInstanceId = 3
+    processes.array[1].pid = 42
+    processes.array[1].usedGpuMemory = 7 * 2**30
+    assert processes.layout.size == ctypes.sizeof(buffers.ProcessInfo)
+    assert list(processes.entries(2)) == [(2**32 - 1, 2**64 - 1), (42, 7 * 2**30)]
+
+    utilization = buffers.process_sample_buffer()
+    entry = utilization.array[0]
+    entry.pid, entry.timeStamp = 42, 2**64 - 1
+    entry.smUtil, entry.memUtil, entry.encUtil, entry.decUtil = 1, 2, 3, 4
+    assert utilization.layout.size == ctypes.sizeof(buffers.ProcessUtilization)
+    assert list(utilization.entries(1)) == [(42, 2**64 - 1, 1, 2, 3, 4)]
+
+    request = gpm.MetricsRequest()
+    request.metrics[0].nvmlReturn = M.NVML_ERROR_NOT_SUPPORTED
+    request.metrics[0].value = -1.5
+    request.metrics[1].value = 1e300
+    assert gpm.METRIC_ANSWER.size == ctypes.sizeof(gpm.Metric)
+    start = gpm.MetricsRequest.metrics.offset
+    raw = memoryview(request).cast("B")[start : start + 2 * gpm.METRIC_ANSWER.size]
+    assert list(gpm.METRIC_ANSWER.iter_unpack(raw)) == [
+        (M.NVML_ERROR_NOT_SUPPORTED, -1.5),
+        (M.NVML_SUCCESS, 1e300),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,10 @@ a caller-sized buffer instead, so here each answer is read with one call into an
 NVML_ERROR_INSUFFICIENT_SIZE it also says how many entries it needs: the buffer grows to
 that (with headroom) and the call is made once more.
 
+The arrays are of plain ctypes structures laid out as pynvml's (`SampleEntry`,
+`ProcessInfo`, `ProcessUtilization`; a test compares them) and are decoded with one
+`struct` pass: every field access on pynvml's `_PrintableStructure` goes through Python.
+
 The C functions are looked up through `pynvml._nvmlGetFunctionPointer`, as pynvml's own
 wrappers do (a missing symbol is NVML_ERROR_FUNCTION_NOT_FOUND); errors are raised as
 `pynvml.NVMLError` for `NvmlCalls.call` to classify. What comes back is plain Python
@@ -16,6 +20,7 @@ values, copied out of the reused array.
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import Any, NamedTuple
 
 import pynvml
@@ -23,12 +28,49 @@ import pynvml
 _NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 
 
-class Buffer:
-    """One reusable C array of `struct`; grown when NVML says it is too small."""
+class SampleEntry(ctypes.Structure):
+    """`nvmlSample_t`, as pynvml's `c_nvmlSample_t`."""
 
-    def __init__(self, struct: Any, size: int) -> None:
-        self.struct = struct
-        self.array: Any = (struct * size)()
+    _fields_ = [("timeStamp", ctypes.c_ulonglong), ("sampleValue", pynvml.c_nvmlValue_t)]
+
+
+class ProcessInfo(ctypes.Structure):
+    """`nvmlProcessInfo_v2_t`/`_v3_t` (one layout), as pynvml's `c_nvmlProcessInfo_v3_t`."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+class ProcessUtilization(ctypes.Structure):
+    """`nvmlProcessUtilizationSample_t`, as pynvml's `c_nvmlProcessUtilizationSample_t`."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    ]
+
+
+# How one entry reads with `struct` (native order and alignment); a test checks the sizes
+SAMPLE_FORMAT = struct.Struct("@QI4x")  # timestamp, value as `uiVal`
+PROCESS_FORMAT = struct.Struct("@IQ8x")  # pid, used memory (the instance ids unused)
+PROCESS_UTILIZATION_FORMAT = struct.Struct("@IQIIII")
+
+
+class Buffer:
+    """One reusable C array of `entry`; grown when NVML says it is too small."""
+
+    def __init__(self, entry: Any, layout: struct.Struct, size: int) -> None:
+        self.entry = entry
+        self.layout = layout
+        self.array: Any = (entry * size)()
 
     def __len__(self) -> int:
         return len(self.array)
@@ -36,7 +78,11 @@ class Buffer:
     def grow(self, needed: int) -> None:
         """Room for `needed` entries and half as many again (the answer may grow)."""
         size = max(needed + needed // 2 + 4, 2 * len(self.array))
-        self.array = (self.struct * size)()
+        self.array = (self.entry * size)()
+
+    def entries(self, n: int) -> Any:
+        """The first `n` entries as tuples of the layout's fields."""
+        return self.layout.iter_unpack(memoryview(self.array).cast("B")[: n * self.layout.size])
 
 
 class Sample(NamedTuple):
@@ -97,8 +143,7 @@ def samples(handle: Any, buffer: Buffer, sampling_type: int, since_us: int) -> l
         )
 
     n = _call_growing(buffer, call)
-    array = buffer.array
-    return [Sample(int(array[i].timeStamp), int(array[i].sampleValue.uiVal)) for i in range(n)]
+    return [Sample(timestamp, value) for timestamp, value in buffer.entries(n)]
 
 
 def process_list(handle: Any, buffer: Buffer, symbol: str) -> list[ProcessEntry]:
@@ -109,12 +154,10 @@ def process_list(handle: Any, buffer: Buffer, symbol: str) -> list[ProcessEntry]
         return int(fn(handle, ctypes.byref(count), buffer.array))
 
     n = _call_growing(buffer, call)
-    array = buffer.array
-    out: list[ProcessEntry] = []
-    for i in range(n):
-        used = int(array[i].usedGpuMemory)
-        out.append(ProcessEntry(int(array[i].pid), None if used == _NOT_AVAILABLE else used))
-    return out
+    return [
+        ProcessEntry(pid, None if used == _NOT_AVAILABLE else used)
+        for pid, used in buffer.entries(n)
+    ]
 
 
 def process_utilization(handle: Any, buffer: Buffer, since_us: int) -> list[ProcessSample]:
@@ -126,29 +169,18 @@ def process_utilization(handle: Any, buffer: Buffer, since_us: int) -> list[Proc
         return int(fn(handle, buffer.array, ctypes.byref(count), since))
 
     n = _call_growing(buffer, call)
-    array = buffer.array
-    return [
-        ProcessSample(
-            int(s.pid),
-            int(s.timeStamp),
-            int(s.smUtil),
-            int(s.memUtil),
-            int(s.encUtil),
-            int(s.decUtil),
-        )
-        for s in (array[i] for i in range(n))
-    ]
+    return [ProcessSample._make(entry) for entry in buffer.entries(n)]
 
 
 def sample_buffer() -> Buffer:
     """Room for the driver's whole ring (about 100 entries per type on current drivers)."""
-    return Buffer(pynvml.c_nvmlSample_t, 128)
+    return Buffer(SampleEntry, SAMPLE_FORMAT, 128)
 
 
 def process_buffer() -> Buffer:
     """The `_v2` and `_v3` process lists share one layout (pid, memory, GI, CI)."""
-    return Buffer(pynvml.c_nvmlProcessInfo_v3_t, 32)
+    return Buffer(ProcessInfo, PROCESS_FORMAT, 32)
 
 
 def process_sample_buffer() -> Buffer:
-    return Buffer(pynvml.c_nvmlProcessUtilizationSample_t, 64)
+    return Buffer(ProcessUtilization, PROCESS_UTILIZATION_FORMAT, 64)

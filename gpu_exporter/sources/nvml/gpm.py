@@ -4,11 +4,17 @@ Per device, or per MIG GPU instance, a `GpmStream` keeps two GPM samples allocat
 and reused: each interval it takes a new sample into the older one and asks
 `nvmlGpmMetricsGet` for the metrics between the two. That is two NVML calls per interval.
 The samples are freed when the stream is closed (on NVML re-initialisation and at exit).
+
+The metrics request is a plain ctypes structure laid out as pynvml's
+`c_nvmlGpmMetricsGet_t` (`MetricsRequest`; a test compares them), kept by the stream
+with its metric ids written once, and its answers are read with one `struct` pass:
+pynvml's structure sends every field access through Python.
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +54,32 @@ DEVICE_METRICS: tuple[int, ...] = (*_RATIOS, *_PIPES, *_PCIE, *_NVLINK)
 INSTANCE_METRICS: tuple[int, ...] = (*_RATIOS, *_PIPES)  # bus traffic is per GPU
 
 
+class Metric(ctypes.Structure):
+    """`nvmlGpmMetric_t`, as pynvml's `c_nvmlGpmMetric_t`."""
+
+    _fields_ = [
+        ("metricId", ctypes.c_uint),
+        ("nvmlReturn", pynvml._nvmlReturn_t),
+        ("value", ctypes.c_double),
+        ("metricInfo", pynvml.c_metricInfo_t),
+    ]
+
+
+class MetricsRequest(ctypes.Structure):
+    """`nvmlGpmMetricsGet_t`, as pynvml's `c_nvmlGpmMetricsGet_t`."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("numMetrics", ctypes.c_uint),
+        ("sample1", pynvml.c_nvmlGpmSample_t),
+        ("sample2", pynvml.c_nvmlGpmSample_t),
+        ("metrics", Metric * pynvml.NVML_GPM_METRIC_MAX),
+    ]
+
+
+METRIC_ANSWER = struct.Struct("@4xid24x")  # of one `Metric`: its return code and value
+
+
 def supported(calls: NvmlCalls, d: Device) -> bool:
     """`nvmlGpmQueryDeviceSupport` (remembered by the caller: it does not change)."""
     answer = calls.query(d, "gpm_support", pynvml.nvmlGpmQueryDeviceSupport)
@@ -67,7 +99,8 @@ class GpmStream:
     _samples: list[Any] = field(default_factory=list)
     _next: int = 0  # which sample the next take fills
     _taken_at: float | None = None  # when the other sample was taken
-    _request: Any = None
+    _request: MetricsRequest | None = None
+    _requested: tuple[int, ...] = ()  # the metric ids written into the request
     _unsupported: set[int] = field(default_factory=set)
 
     def read(self) -> GpmReading | None:
@@ -107,34 +140,36 @@ class GpmStream:
                 self.close()
                 return False
             self._samples.append(sample)
-        self._request = pynvml.c_nvmlGpmMetricsGet_t()
+        self._request, self._requested = MetricsRequest(), ()
         return True
 
     def _metrics(self, sample1: Any, sample2: Any) -> dict[int, float] | None:
-        wanted = [m for m in self.metric_ids if m not in self._unsupported]
-        if not wanted:
-            return None
+        wanted = tuple(m for m in self.metric_ids if m not in self._unsupported)
         request = self._request
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(wanted)
+        if not wanted or request is None:
+            return None
+        if wanted != self._requested:
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(wanted)
+            for i, metric in enumerate(wanted):
+                request.metrics[i].metricId = metric
+            self._requested = wanted
         request.sample1, request.sample2 = sample1, sample2
-        for i, metric in enumerate(wanted):
-            request.metrics[i].metricId = metric
-        answer = self.calls.call(
+        answered = self.calls.call(
             "nvmlGpmMetricsGet",
-            pynvml.nvmlGpmMetricsGet,
+            _metrics_get,
             request,
             device=self.device,
             key=f"{self.key}/metrics",
         )
-        if answer is None:
+        if answered is None:
             return None
+        start = MetricsRequest.metrics.offset
+        raw = memoryview(request).cast("B")[start : start + len(wanted) * METRIC_ANSWER.size]
         out: dict[int, float] = {}
-        for i, metric in enumerate(wanted):
-            entry = answer.metrics[i]
-            code = int(entry.nvmlReturn)
+        for metric, (code, value) in zip(wanted, METRIC_ANSWER.iter_unpack(raw), strict=True):
             if code == pynvml.NVML_SUCCESS:
-                out[metric] = float(entry.value)
+                out[metric] = value
             elif classify(code) is Outcome.UNSUPPORTED:
                 self._unsupported.add(metric)
             else:
@@ -143,6 +178,15 @@ class GpmStream:
                     "nvmlGpmMetricsGet", code, f"metric {metric}: {error}", self.device, None
                 )
         return out
+
+
+def _metrics_get(request: MetricsRequest) -> bool:
+    """`nvmlGpmMetricsGet` into `request`, through pynvml's function lookup as its own
+    wrapper does; raises `pynvml.NVMLError` (classified by `NvmlCalls.call`)."""
+    ret = pynvml._nvmlGetFunctionPointer("nvmlGpmMetricsGet")(ctypes.byref(request))
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+    return True
 
 
 def _ratio(percent: float) -> float:

@@ -11,14 +11,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gpu_exporter.metrics.exposition import wants_gzip, wants_openmetrics
 from gpu_exporter.metrics.render import families, text
 from gpu_exporter.metrics.specs import RenderOptions
-from gpu_exporter.metrics.text import (
-    Family,
-    from_client,
-    to_client,
-    write_openmetrics,
-    write_text,
-)
+from gpu_exporter.metrics.text import Family, write_openmetrics, write_text
 from gpu_exporter.model import Attribution, ProcessSample
+from tests.support.client_families import from_client, to_client
 from tests.support.snapshots import fixed_snapshot
 
 REPO = Path(__file__).resolve().parents[1]

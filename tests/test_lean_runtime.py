@@ -24,8 +24,9 @@ import pytest
 from prometheus_client import ProcessCollector
 
 from gpu_exporter.metrics.self_process import ProcessMetrics
-from gpu_exporter.metrics.text import _go_float, from_client, write_text
+from gpu_exporter.metrics.text import _go_float, write_text
 from tests.support.certs import Pki
+from tests.support.client_families import from_client
 from tests.support.exporter import REPO, free_port, start_exporter
 from tests.support.web import call, raw_request, tls_client, tls_config
 

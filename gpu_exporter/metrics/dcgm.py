@@ -15,7 +15,7 @@ What is kept from dcgm-exporter, so that its dashboards and alert rules work unc
 
 What is not: a series the device cannot answer is absent, never blank or 0. In the
 OpenMetrics format, where a counter's samples must end in `_total`, DCGM's counters are
-typed `unknown`, so their names stay the same (`metrics.text.to_client`).
+typed `unknown`, so their names stay the same (`metrics.text.write_openmetrics`).
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ OpenMetrics formats.
 `Family` is what the renderer produces from a Snapshot and what the exporter's own
 process metrics (`self_process`) are, so every family is written by `write_text` or
 `write_openmetrics`, with one float format and one escaping rule, byte-identical to
-prometheus_client's writers. `to_client` and `from_client` convert to and from
-prometheus_client's families for the tests that compare the two (it is imported only
-then, never by the running exporter).
+prometheus_client's writers (the tests compare the two; prometheus_client is a
+development dependency only).
 """
 
 from __future__ import annotations
@@ -14,12 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpu_exporter.metrics.specs import LabelValues, MetricType
-
-if TYPE_CHECKING:
-    from prometheus_client.core import Metric
 
 Row = tuple[LabelValues, float]
 
@@ -103,8 +98,8 @@ def write_text(families: Iterable[Family]) -> str:
 def write_openmetrics(families: Iterable[Family]) -> str:
     """The OpenMetrics text format (1.0.0) of `families`: what Prometheus asks for first.
 
-    Byte-identical to prometheus_client's OpenMetrics writer over `to_client` of the same
-    families (a test pins that). It differs from `write_text` in the headers only: a
+    Byte-identical to prometheus_client's OpenMetrics writer over the same families (a
+    test pins that). It differs from `write_text` in the headers only: a
     counter's family is named without `_total` (its samples keep it), a counter whose
     name lacks `_total` (dcgm-exporter's names) is typed `unknown`, double quotes in the
     help text are escaped, and the exposition ends with `# EOF`.
@@ -201,41 +196,3 @@ class _LabelCache:
 
 _LABELS = _LabelCache()
 _TEXTS = _FamilyTexts()
-
-
-def to_client(family: Family) -> Metric:
-    """prometheus_client's family of the same series (for the OpenMetrics format).
-
-    A counter whose name does not end in `_total` (dcgm-exporter's names) is typed
-    `unknown`: an OpenMetrics counter's samples must end in `_total`, and renaming them
-    would break the queries the names are kept for.
-    """
-    from prometheus_client.core import (  # only for an OpenMetrics scrape
-        CounterMetricFamily,
-        GaugeMetricFamily,
-        UnknownMetricFamily,
-    )
-
-    labels = list(family.label_names)
-    out: GaugeMetricFamily | CounterMetricFamily | UnknownMetricFamily
-    if family.type == "counter" and not family.name.endswith("_total"):
-        out = UnknownMetricFamily(family.name, family.help, labels=labels)
-    elif family.type == "counter":
-        out = CounterMetricFamily(family.family_name, family.help, labels=labels)
-    else:
-        out = GaugeMetricFamily(family.family_name, family.help, labels=labels)
-    for values, value in family.rows:
-        out.add_metric(list(values), value)
-    return out
-
-
-def from_client(metric: Metric) -> Family:
-    """A prometheus_client gauge or counter family as a `Family` (`_created` dropped)."""
-    if metric.type not in ("gauge", "counter"):
-        raise ValueError(f"{metric.name}: unsupported metric type {metric.type}")
-    kind: MetricType = "counter" if metric.type == "counter" else "gauge"
-    name = metric.name + "_total" if kind == "counter" else metric.name
-    samples = [s for s in metric.samples if s.name == name]
-    label_names = tuple(sorted({k for s in samples for k in s.labels}))
-    rows = [(tuple(s.labels.get(k, "") for k in label_names), s.value) for s in samples]
-    return Family(name, kind, metric.documentation, label_names, rows)

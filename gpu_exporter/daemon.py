@@ -24,7 +24,7 @@ from gpu_exporter.config import (
     load_settings,
     parse_listen_address,
 )
-from gpu_exporter.malloc_arenas import limit_malloc_arenas
+from gpu_exporter.malloc_settings import tune_malloc
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.specs import RenderOptions
@@ -238,7 +238,7 @@ class Exporter:
 
 
 def serve(settings: Settings, args: Sequence[str]) -> int:
-    limit_malloc_arenas()  # before any thread starts
+    tune_malloc()  # before any thread starts
     exporter = Exporter(settings, args)
     host, port = parse_listen_address(settings.listen_address)
     try:

@@ -161,12 +161,14 @@ class Exporter:
 
     def publish(self, snapshot: Snapshot) -> None:
         """Keep the snapshot for the web side; render it now only if a scrape is expected
-        before the next sample (else the first scrape renders it, or nobody does)."""
+        before the next sample, in the format that scraper asks for (else the first
+        scrape renders it, or nobody does)."""
         if self.state.history is not None:
             self.state.history.add(snapshot)
         exposition = render(snapshot, self.settings)
-        if self.state.scrapes.expected(within_seconds=self.settings.interval_seconds):
-            exposition.render()
+        exposition.render(
+            self.state.scrapes.expected(within_seconds=self.settings.interval_seconds)
+        )
         self.state.exposition = exposition
         if not self._ready:
             self._ready = True

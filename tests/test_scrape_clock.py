@@ -7,6 +7,7 @@ import pytest
 
 from gpu_exporter.config import load_settings
 from gpu_exporter.daemon import Exporter
+from gpu_exporter.metrics.exposition import TEXT, BodyFormat
 from gpu_exporter.serving import scrape_clock
 from gpu_exporter.serving.scrape_clock import ScrapeClock
 from tests.support.clock import FakeClock
@@ -82,6 +83,24 @@ def test_a_continuous_scraper_makes_every_sample_rendered(clock: FakeClock) -> N
         assert scrapes.expected(within_seconds=1.0)
 
 
+def test_each_expected_scraper_is_expected_to_ask_for_what_it_asked_for_last(
+    clock: FakeClock,
+) -> None:
+    prometheus, curl = BodyFormat(openmetrics=True, compressed=True), TEXT
+    scrapes = ScrapeClock(clock.monotonic)
+    for t in (0.0, 10.0):  # Prometheus at 0, 10, 20, ...
+        clock.now = 1000.0 + t
+        scrapes.scraped("10.0.0.1", prometheus)
+    clock.now = 1015.0
+    scrapes.scraped("10.0.0.2", curl)  # a first scrape: expected for a while
+    clock.now = 1016.0
+    assert scrapes.expected(within_seconds=1.0) == {curl}
+    clock.now = 1019.5
+    assert scrapes.expected(within_seconds=1.0) == {prometheus, curl}
+    scrapes.scraped("10.0.0.2", BodyFormat(openmetrics=False, compressed=True))
+    assert scrapes.expected(within_seconds=1.0) == {prometheus}  # its period is 4.5 s now
+
+
 def test_the_scrapers_remembered_are_bounded(clock: FakeClock) -> None:
     scrapes = ScrapeClock(clock.monotonic)
     for i in range(10 * scrape_clock.MAX_SCRAPERS):
@@ -102,11 +121,11 @@ def test_a_sample_nobody_will_scrape_is_not_rendered_and_the_first_scrape_render
     exporter = _exporter()
     exporter.sampler.sample_once()
     exposition = exporter.state.exposition
-    assert exposition is not None and not exposition.rendered
+    assert exposition is not None and not exposition.rendered()
     response = exporter.routes.get("/metrics", {}, client="127.0.0.1")
     assert response.status == 200 and b"gpu_up{" in response.body
     assert b"process_resident_memory_bytes" in response.body  # read when written
-    assert exposition.rendered
+    assert exposition.rendered()
 
 
 def test_a_sample_with_a_scrape_due_is_rendered_before_it_is_asked_for() -> None:
@@ -115,10 +134,29 @@ def test_a_sample_with_a_scrape_due_is_rendered_before_it_is_asked_for() -> None
     exporter.routes.get("/metrics", {}, client="127.0.0.1")  # a scraper appears
     exporter.sampler.sample_once()
     exposition = exporter.state.exposition
-    assert exposition is not None and exposition.rendered
+    assert exposition is not None and exposition.rendered()
     # and it is what a scrape gets, byte for byte
     body = exposition.body(openmetrics=False, compressed=False)
     assert exporter.routes.get("/metrics", {}, client="127.0.0.1").body == body
+
+
+def test_a_sample_is_rendered_ahead_in_the_format_prometheus_asks_for() -> None:
+    exporter = _exporter()
+    exporter.sampler.sample_once()
+    prometheus = {
+        "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        "Accept-Encoding": "gzip",
+    }
+    exporter.routes.get("/metrics", prometheus, client="10.0.0.9")  # a scraper appears
+    exporter.sampler.sample_once()
+    exposition = exporter.state.exposition
+    assert exposition is not None
+    assert exposition.rendered(BodyFormat(openmetrics=True, compressed=True))
+    assert not exposition.rendered(TEXT)  # nobody asked for it: not written
+    body = exposition.body(openmetrics=True, compressed=True)
+    response = exporter.routes.get("/metrics", prometheus, client="10.0.0.9")
+    assert response.body is body  # the scrape copied what was ready
+    assert response.headers["Content-Encoding"] == "gzip"
 
 
 def test_other_paths_are_not_scrapes() -> None:
@@ -128,4 +166,4 @@ def test_other_paths_are_not_scrapes() -> None:
         exporter.routes.get(path, {}, client="127.0.0.1")
     exporter.sampler.sample_once()
     exposition = exporter.state.exposition
-    assert exposition is not None and not exposition.rendered
+    assert exposition is not None and not exposition.rendered()

@@ -16,7 +16,7 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 from gpu_exporter import __version__
-from gpu_exporter.metrics.exposition import Exposition, wants_gzip, wants_openmetrics
+from gpu_exporter.metrics.exposition import BodyFormat, Exposition, wants_gzip, wants_openmetrics
 from gpu_exporter.sampling.health import Verdict
 from gpu_exporter.sampling.history import History
 from gpu_exporter.serving import overview
@@ -81,8 +81,7 @@ class Routes:
         """The response to a GET of `path` from `client` (its address)."""
         path, _, query = path.partition("?")
         if path == self.telemetry_path:
-            self.state.scrapes.scraped(client)
-            return self._metrics(headers)
+            return self._metrics(headers, client)
         if path == "/healthz":
             return _probe(self.health.ready())
         if path == "/livez":
@@ -131,14 +130,15 @@ class Routes:
         )
         return Response(HTTPStatus.OK, body, ui_headers("text/html; charset=utf-8"))
 
-    def _metrics(self, headers: Any) -> Response:
+    def _metrics(self, headers: Any, client: str) -> Response:
+        openmetrics = wants_openmetrics(headers.get("Accept"))
+        compressed = wants_gzip(headers.get("Accept-Encoding"))
+        self.state.scrapes.scraped(client, BodyFormat(openmetrics, compressed))
         exposition = self.state.exposition
         if exposition is None:
             return Response(
                 HTTPStatus.SERVICE_UNAVAILABLE, b"no sample has finished yet\n", plain()
             )
-        openmetrics = wants_openmetrics(headers.get("Accept"))
-        compressed = wants_gzip(headers.get("Accept-Encoding"))
         out = {
             "Content-Type": exposition.content_type(openmetrics=openmetrics),
             "Vary": "Accept, Accept-Encoding",

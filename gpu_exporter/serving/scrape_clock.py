@@ -7,7 +7,9 @@ when a scraper is expected before the next sample, so that a scrape still finds 
 bytes ready and costs a copy.
 
 Prometheus scrapes each target at a fixed period and offset, so the gap between a
-scraper's last two scrapes predicts its next one. Scrapers are told apart by address.
+scraper's last two scrapes predicts its next one. Scrapers are told apart by address,
+and each is expected to ask for what it asked for last (Prometheus: OpenMetrics, gzip),
+which is what is rendered ahead for it.
 A scraper seen once has no period yet: every exposition is rendered ahead for
 FIRST_SCRAPE_WINDOW_SECONDS after it, which covers its second scrape. A prediction that
 misses costs that one scrape the render (a few milliseconds), nothing else.
@@ -21,6 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpu_exporter.metrics.exposition import TEXT, BodyFormat
+
 FIRST_SCRAPE_WINDOW_SECONDS = 120.0  # render ahead this long after a new scraper's first scrape
 SLACK_SECONDS = 0.25  # a scrape this much early or late still finds its text rendered
 FORGET_AFTER_PERIODS = 3  # a scraper silent for this many periods (+ the window) is dropped
@@ -30,6 +34,7 @@ MAX_SCRAPERS = 64  # addresses remembered; the stalest is dropped beyond
 @dataclass
 class _Scraper:
     last: float  # monotonic seconds of its last scrape
+    wants: BodyFormat  # what its last scrape asked for
     period: float | None = None  # seconds between its last two scrapes
 
 
@@ -41,8 +46,8 @@ class ScrapeClock:
         self._lock = threading.Lock()
         self._scrapers: dict[str, _Scraper] = {}
 
-    def scraped(self, client: str) -> None:
-        """Note a scrape of /metrics by `client` (its address) now."""
+    def scraped(self, client: str, wants: BodyFormat = TEXT) -> None:
+        """Note a scrape of /metrics by `client` (its address) now, asking for `wants`."""
         now = self._clock()
         with self._lock:
             scraper = self._scrapers.get(client)
@@ -50,29 +55,33 @@ class ScrapeClock:
                 if len(self._scrapers) >= MAX_SCRAPERS:
                     stalest = min(self._scrapers, key=lambda c: self._scrapers[c].last)
                     del self._scrapers[stalest]
-                self._scrapers[client] = _Scraper(now)
+                self._scrapers[client] = _Scraper(now, wants)
                 return
             scraper.period = now - scraper.last
             scraper.last = now
+            scraper.wants = wants
 
-    def expected(self, within_seconds: float) -> bool:
-        """Whether some scraper is expected to scrape in the next `within_seconds`."""
+    def expected(self, within_seconds: float) -> set[BodyFormat]:
+        """What the scrapers expected in the next `within_seconds` will ask for (empty:
+        no scrape is expected)."""
         start = self._clock()
         end = start + within_seconds + SLACK_SECONDS
+        out: set[BodyFormat] = set()
         with self._lock:
             for client, scraper in list(self._scrapers.items()):
                 since = start - scraper.last
                 if scraper.period is None:
                     if since <= FIRST_SCRAPE_WINDOW_SECONDS:
-                        return True
-                    del self._scrapers[client]
+                        out.add(scraper.wants)
+                    else:
+                        del self._scrapers[client]
                     continue
                 if since > FORGET_AFTER_PERIODS * scraper.period + FIRST_SCRAPE_WINDOW_SECONDS:
                     del self._scrapers[client]
                     continue
                 if _next_scrape(scraper.last, scraper.period, start - SLACK_SECONDS) <= end:
-                    return True
-        return False
+                    out.add(scraper.wants)
+        return out
 
 
 def _next_scrape(last: float, period: float, after: float) -> float:

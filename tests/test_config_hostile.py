@@ -97,6 +97,14 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "processes[0].sm_ratio must be between 0 and 1",
     ),
     "xid event without code": ("events: [{gpu: 0}]\n", "events[0]: an xid event needs"),
+    "instance on a GPU without MIG": (
+        "processes: [{gpu: 0, pid: 5, gpu_instance: 2}]\n",
+        "processes[0].gpu_instance: GPU 0 is not MIG-partitioned, not instance 2",
+    ),
+    "instance the MIG GPU lacks": (
+        "processes: [{gpu: 3, pid: 5, gpu_instance: 4}]\n",
+        "processes[0].gpu_instance: GPU 3 has instances 2, 3, 9, not instance 4",
+    ),
     "alias": ("a: &a [1]\nb: *a\n", "aliases (*name) are not allowed"),
 }
 

@@ -28,21 +28,17 @@ pytestmark = pytest.mark.e2e
 
 IDLE_RULE = "instance_gpu:gpu_idle_while_allocated:ratio_rate30m"
 MIG_IDLE_RULE = "instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m"
-# Recording rules the simulated fleet cannot give data: no simulated process sits on an
-# idle MIG instance (a scenario's processes carry no MIG instance; the built-in ones sit
-# on the busy instance). promtool's unit tests cover them (a test below checks that each
-# has a case with samples); here they must evaluate and stay empty.
-NO_DATA_IN_THE_SIMULATED_FLEET = {MIG_IDLE_RULE}
 GIB = 1024**3
 
 
 def scenarios() -> dict[str, dict[str, Any]]:
     """node name -> (GPU count, scenario). GPU index modulo 4 picks the profile:
     0 input-starved, 1 idle (memory held, no kernels), 2 near-OOM and launch-bound,
-    3 busy-hot and MIG-partitioned (instance 2 busy, 3 and 9 empty)."""
+    3 busy-hot and MIG-partitioned (instance 2 busy, 3 and 9 with no activity)."""
     me = os.getpid()  # a real process, so attribution has something to read
     return {
-        # a process holds the idle GPU 1: idle while allocated
+        # a process holds the idle GPU 1, and the idle MIG instance 3 of GPU 3: idle
+        # while allocated
         "node-a": {
             "gpus": 4,
             "scenario": {
@@ -50,7 +46,8 @@ def scenarios() -> dict[str, dict[str, Any]]:
                     {"gpu": 0, "pid": me, "memory_bytes": 40 * GIB, "sm_ratio": 0.45},
                     {"gpu": 1, "pid": me, "memory_bytes": 30 * GIB, "sm_ratio": 0.0},
                     {"gpu": 2, "pid": me, "memory_bytes": 78 * GIB, "sm_ratio": 0.7},
-                    {"gpu": 3, "pid": me, "memory_bytes": 64 * GIB, "sm_ratio": 0.97},
+                    {"gpu": 3, "pid": me, "memory_bytes": 1 * GIB, "gpu_instance": 2},
+                    {"gpu": 3, "pid": me, "memory_bytes": 4 * GIB, "gpu_instance": 3},
                 ]
             },
         },
@@ -140,19 +137,7 @@ def test_the_rules_load_and_evaluate_without_errors(fleet: Fleet) -> None:
             assert rule["health"] != "err", (rule["name"], rule.get("lastError"))
 
 
-def test_rules_without_data_here_have_promtool_cases_with_samples() -> None:
-    tests = yaml.safe_load((EXAMPLES / "tests" / "gpu-recording.test.yml").read_text())
-    with_samples = {
-        case["expr"].split("{")[0].strip()
-        for test in tests["tests"]
-        for case in test.get("promql_expr_test", [])
-        if case.get("exp_samples")
-    }
-    assert with_samples >= NO_DATA_IN_THE_SIMULATED_FLEET
-    assert set(recording_rules()) >= NO_DATA_IN_THE_SIMULATED_FLEET
-
-
-@pytest.mark.parametrize("record", sorted(set(recording_rules()) - NO_DATA_IN_THE_SIMULATED_FLEET))
+@pytest.mark.parametrize("record", sorted(recording_rules()))
 def test_every_recording_rule_returns_data(fleet: Fleet, record: str) -> None:
     result = fleet.prometheus.wait_for(record)
     for series in result:
@@ -292,15 +277,26 @@ def test_mig_rules_see_each_instance_and_its_processes(fleet: Fleet) -> None:
         activity = by_instance(record)
         assert set(activity) == keys, record
         assert all((v > 0) == (gi == "2") for (_node, gi), v in activity.items()), record
-    # the built-in inference server holds node-b's instance 2; node-a's scenario puts
-    # its process on the MIG GPU without an instance, which no instance counts
+    # the built-in inference server holds node-b's instance 2; node-a's scenario puts a
+    # process on its busy instance 2 and one on its idle instance 3
     processes = by_instance("instance_gpu_instance:gpu_mig_processes:count")
-    assert processes == {key: float(key == ("node-b", "2")) for key in keys}
-    # held but busy, even while its 30-minute rate reads low on a young series
-    assert fleet.prometheus.query(recording_rules()[MIG_IDLE_RULE]) == []
-    assert fleet.prometheus.query(MIG_IDLE_RULE) == []
-    counts = fleet.prometheus.wait_for("name:gpu_mig_idle_while_allocated:count")
-    assert [float(r["value"][1]) for r in counts] == [0.0]
+    held = {("node-b", "2"), ("node-a", "2"), ("node-a", "3")}
+    assert processes == {key: float(key in held) for key in keys}
+    # only the held instance without activity is idle while allocated: not the held
+    # busy ones (even while a young series' 30-minute rate reads low), not the empty 9
+    for expr in (recording_rules()[MIG_IDLE_RULE], MIG_IDLE_RULE):
+        idle = fleet.prometheus.wait_for(expr)
+        assert {
+            (
+                fleet.node_of(r["metric"]["instance"]),
+                r["metric"]["gpu"],
+                r["metric"]["gpu_instance"],
+            )
+            for r in idle
+        } == {("node-a", "3", "3")}, expr
+    fleet.prometheus.wait_for("name:gpu_mig_idle_while_allocated:count == 1")
+    counts = fleet.prometheus.query("name:gpu_mig_idle_while_allocated:count")
+    assert [float(r["value"][1]) for r in counts] == [1.0]
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +313,7 @@ def global_prometheus(fleet: Fleet) -> Iterator[Prometheus]:
 def test_a_global_prometheus_federates_the_recording_rules(
     fleet: Fleet, global_prometheus: Prometheus
 ) -> None:
-    expected = set(recording_rules()) - NO_DATA_IN_THE_SIMULATED_FLEET
+    expected = set(recording_rules())
     for record in expected:
         fleet.prometheus.wait_for(record)
     names: set[str] = set()

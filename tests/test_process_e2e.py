@@ -170,6 +170,29 @@ def test_process_series_match_the_real_process(trees: Trees, run: Callable[..., 
     assert one(s, "gpu_host_memory_total_bytes") == psutil.virtual_memory().total
 
 
+def test_a_process_placed_on_a_mig_instance_is_exported_with_it(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    """The scenario can put a process on an instance of the simulated MIG GPU (GPU 3:
+    instances 2, 3 and 9, only 2 busy): its series carry the instance, the instance's
+    memory holds it, and the idle instance now has a process (the MIG idle rule's case)."""
+    job = trees.spawn(0)
+    placed = {"gpu": 3, "pid": job.pid, "memory_bytes": 2 * GIB, "gpu_instance": 3}
+    exporter = run([placed], "--simulate", "4")
+    s = exporter.wait_for(has_pid(job.pid))
+    labels = {"pid": str(job.pid), "gpu": "3"}
+    (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(job.pid)]
+    assert (found["gpu_instance"], found["compute_instance"]) == ("3", "0")
+    assert one(s, "gpu_process_memory_used_bytes", **labels) == 2 * GIB
+    instance = one(s, "gpu_mig_memory_used_bytes", gpu="3", gpu_instance="3")
+    idle = one(s, "gpu_mig_memory_used_bytes", gpu="3", gpu_instance="9")
+    assert instance == idle + 2 * GIB  # both hold 13 MiB of their own
+    assert one(s, "gpu_processes", gpu="3") == 1
+    assert one(s, "gpu_memory_used_bytes", gpu="3") == sum(
+        values(s, "gpu_mig_memory_used_bytes", gpu="3")
+    )
+
+
 def test_tree_cpu_counter_rises_with_the_busy_children(
     trees: Trees, run: Callable[..., Exporter]
 ) -> None:

@@ -19,6 +19,7 @@ tests and demos that drive the real program. It is re-read when it changes; see
       - {gpu: 1, xid: 79}
     processes:                        # replace the built-in processes (real PIDs allowed)
       - {gpu: 0, pid: 1234, memory_bytes: 1073741824, sm_ratio: 0.5}
+      - {gpu: 3, pid: 1235, memory_bytes: 1073741824, gpu_instance: 3}  # on a MIG instance
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpu_exporter.model import DeviceReading
+from gpu_exporter.sources.simulated_layout import mig_instances
 from gpu_exporter.yamlfile import YamlFileError, one_line, read_yaml
 
 SAMPLES = "utilization.samples"
@@ -59,6 +61,7 @@ class SimulatedProcess:
     sm_ratio: float | None = None
     memory_controller_ratio: float | None = None
     context: str = "compute"
+    gpu_instance: int | None = None  # a MIG GPU instance of its GPU (`simulated_layout`)
 
 
 @dataclass(frozen=True)
@@ -173,8 +176,18 @@ def _process(data: Any, n: int) -> SimulatedProcess:
     if context not in ("compute", "graphics"):
         raise ScenarioError(f"{where}.context must be compute or graphics, not {context!r}")
     memory = raw.get("memory_bytes")
+    gpu = _int(raw["gpu"], f"{where}.gpu")
+    gpu_instance = raw.get("gpu_instance")
+    if gpu_instance is not None:
+        gpu_instance = _int(gpu_instance, f"{where}.gpu_instance")
+        ids = [i.gpu_instance for i in mig_instances(gpu)]
+        if gpu_instance not in ids:
+            have = f"has instances {', '.join(map(str, ids))}" if ids else "is not MIG-partitioned"
+            raise ScenarioError(
+                f"{where}.gpu_instance: GPU {gpu} {have}, not instance {gpu_instance}"
+            )
     return SimulatedProcess(
-        gpu=_int(raw["gpu"], f"{where}.gpu"),
+        gpu=gpu,
         pid=_int(raw["pid"], f"{where}.pid", minimum=1),
         memory_bytes=_int(memory, f"{where}.memory_bytes") if memory is not None else None,
         sm_ratio=_ratio(raw.get("sm_ratio"), f"{where}.sm_ratio"),
@@ -182,6 +195,7 @@ def _process(data: Any, n: int) -> SimulatedProcess:
             raw.get("memory_controller_ratio"), f"{where}.memory_controller_ratio"
         ),
         context=context,
+        gpu_instance=gpu_instance,
     )
 
 

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from gpu_exporter.model import (
@@ -79,6 +79,12 @@ from gpu_exporter.sources.scenario import (
     ScenarioError,
     load_scenario,
 )
+from gpu_exporter.sources.simulated_layout import (
+    MIG_INSTANCES,
+    MIG_PROFILE,
+    SimulatedInstance,
+    profile,
+)
 from gpu_exporter.sources.simulated_tenants import (
     PROFILE_PROCESSES,
     builtin_pid,
@@ -94,28 +100,7 @@ MEMORY_RESERVED_BYTES = 529 * 1024**2
 SAMPLE_PERIOD_US = 166_667  # the driver fills its utilization buffer about 6 times a second
 BUFFER_SAMPLES = 100  # entries the driver keeps per buffer
 POWER_LIMIT_WATTS = 700.0
-PROFILES = ("input-starved", "idle-allocated", "near-oom", "busy-hot")
 NVLINK_LINKS = 18  # H100 SXM
-MIB = 1024**2
-
-
-@dataclass(frozen=True)
-class SimulatedInstance:
-    """A MIG GPU instance of the busy-hot GPU (one compute instance each)."""
-
-    gpu_instance: int
-    profile: str
-    memory_total_bytes: int
-    memory_used_bytes: int
-    busy: bool  # runs the inference server
-
-
-MIG_INSTANCES: tuple[SimulatedInstance, ...] = (
-    SimulatedInstance(2, "3g.40gb", 40448 * MIB, 35 * 1024 * MIB, busy=True),
-    SimulatedInstance(3, "2g.20gb", 20096 * MIB, 13 * MIB, busy=False),
-    SimulatedInstance(9, "1g.10gb", 9984 * MIB, 13 * MIB, busy=False),
-)
-MIG_PROFILE = "busy-hot"
 
 
 class SimulatedBackend:
@@ -241,7 +226,7 @@ class SimulatedBackend:
 
     @staticmethod
     def profile(index: int) -> str:
-        return PROFILES[index % len(PROFILES)]
+        return profile(index)
 
     def _uuid(self, index: int) -> str:
         """Stable per (host, index), like a real board's UUID."""
@@ -344,8 +329,18 @@ class SimulatedBackend:
             "busy-hot": 0.0,
         }[self.profile(index)]
         if self.is_mig(index):
-            return sum(i.memory_used_bytes for i in MIG_INSTANCES)
+            return sum(self.instance_memory_used_bytes(index, i) for i in MIG_INSTANCES)
         return int(MEMORY_TOTAL_BYTES * used)
+
+    def instance_memory_used_bytes(self, index: int, instance: SimulatedInstance) -> int:
+        """A MIG instance's used memory: its own, and that of the scenario's processes on
+        it (at most its total)."""
+        placed = sum(
+            p.memory_bytes or 0
+            for p in self._current().processes or ()
+            if p.gpu == index and p.gpu_instance == instance.gpu_instance
+        )
+        return min(instance.memory_total_bytes, instance.memory_used_bytes + placed)
 
     def energy_joules(self, index: int, t: float) -> float:
         """Joules since 'driver load': the integral of the profile's mean power."""
@@ -390,6 +385,8 @@ class SimulatedBackend:
                 pid=p.pid,
                 context="graphics" if p.context == "graphics" else "compute",
                 used_memory_bytes=p.memory_bytes,
+                gpu_instance=p.gpu_instance,
+                compute_instance=0 if p.gpu_instance is not None else None,
             )
             for p in scenario
             if p.gpu == index
@@ -654,7 +651,7 @@ class _SimulatedReader:
             instances={
                 i.gpu_instance: MigInstanceReading(
                     memory_total_bytes=i.memory_total_bytes,
-                    memory_used_bytes=i.memory_used_bytes,
+                    memory_used_bytes=self._backend.instance_memory_used_bytes(self._index, i),
                     gpm=(
                         self._backend.gpm_reading(self._index, self._t, i.gpu_instance)
                         if gpm

@@ -439,8 +439,11 @@ def test_request_cap_turns_away_requests_beyond_slow_readers_but_never_probes(
         held = _held_by_slow_readers(exporter.port, 2)
         try:
             if third == 503:
+                # generous: on a loaded machine the slow readers' threads (and a render
+                # of 1024 GPUs, if a sample lands in between) can take seconds to start
                 eventually(
                     lambda: exporter.get(cheap).status == 503,
+                    timeout=20.0,
                     what="a request beyond the cap gets 503",
                 )
                 result = exporter.get(cheap)
@@ -456,7 +459,7 @@ def test_request_cap_turns_away_requests_beyond_slow_readers_but_never_probes(
             for sock in held:
                 sock.close()
         # the slots come back when the slow readers go away
-        eventually(lambda: exporter.get(cheap).status == 404, what="slots released")
+        eventually(lambda: exporter.get(cheap).status == 404, timeout=20.0, what="slots released")
     finally:
         exporter.stop()
 

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 READ_TIMEOUT_SECONDS = 10.0
 WEB_CONFIG_CHECK_SECONDS = 1.0  # how often the web config files' mtimes are looked at
 ALLOWED_METHODS = ("GET", "HEAD")
+ONE_WRITE_BYTES = 16 * 1024  # a body up to this size is joined to the head and sent at once
 
 
 class LiveWebConfig:
@@ -353,7 +354,8 @@ class _Handler(socketserver.StreamRequestHandler):
         self._send(Response(code, body, plain()), head=self.command == "HEAD")
 
     def _send(self, response: Response, head: bool) -> None:
-        """The response in one write; `Connection: close` when the connection ends after it."""
+        """The response, in one write when small; `Connection: close` when the connection
+        ends after it."""
         self.connection.settimeout(self.timeout)  # a client that does not read is dropped
         fields = [("Server", self.server_version), ("Date", http_date(time.time()))]
         fields.extend(response.headers.items())
@@ -364,7 +366,13 @@ class _Handler(socketserver.StreamRequestHandler):
         fields.extend(self._config.headers.items())
         fields.append(("Content-Length", str(len(response.body))))
         head_bytes = response_head(response.status, fields)
-        self.connection.sendall(head_bytes if head else head_bytes + response.body)
+        if head or not response.body:
+            self.connection.sendall(head_bytes)
+        elif len(response.body) <= ONE_WRITE_BYTES:
+            self.connection.sendall(head_bytes + response.body)
+        else:  # an exposition: no copy of it just to join the head
+            self.connection.sendall(head_bytes)
+            self.connection.sendall(response.body)
         log.debug('http: "%s" %d', self.requestline, int(response.status))
 
 

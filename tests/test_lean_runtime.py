@@ -39,6 +39,8 @@ def dump() -> None:
              "html", "importlib.resources"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
+    with open(report + ".switch", "w") as out:
+        out.write(repr(sys.getswitchinterval()))
 atexit.register(dump)
 sys.argv = ["gpu-exporter", *sys.argv[2:]]
 raise SystemExit(main())
@@ -125,6 +127,17 @@ def test_the_live_page_loads_html_and_its_assets_with_importlib_resources(tmp_pa
         "html",
         "importlib.resources",
     ]
+
+
+def test_the_serving_program_hands_the_interpreter_lock_on_within_a_millisecond(
+    tmp_path: Path,
+) -> None:
+    """A scrape thread waits at most 1 ms for the lock while the sampler runs Python
+    (Python's default is 5 ms); `--once` serves nothing and keeps the default."""
+    loaded_while_serving(tmp_path, "--simulate", "1")
+    assert float((tmp_path / "modules.json.switch").read_text()) == pytest.approx(0.001)
+    loaded(tmp_path, "--simulate", "1", "--once")
+    assert float((tmp_path / "modules.json.switch").read_text()) == pytest.approx(0.005)
 
 
 def test_serving_with_tls_loads_ssl(pki: Pki, tmp_path: Path) -> None:

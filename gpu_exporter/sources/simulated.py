@@ -83,6 +83,7 @@ from gpu_exporter.sources.simulated_layout import (
     MIG_INSTANCES,
     MIG_PROFILE,
     SimulatedInstance,
+    mig_instances,
     profile,
 )
 from gpu_exporter.sources.simulated_tenants import (
@@ -266,7 +267,7 @@ class SimulatedBackend:
         return 0.97 + 0.03 * activity.wave(t, 20.0), 0.60 + 0.1 * activity.wave(t, 30.0)
 
     def is_mig(self, index: int) -> bool:
-        return self.profile(index) == MIG_PROFILE
+        return bool(mig_instances(index))
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
         """The MIG devices of a MIG-partitioned GPU; empty for the others."""

@@ -82,7 +82,14 @@ class Buffer:
 
     def entries(self, n: int) -> Any:
         """The first `n` entries as tuples of the layout's fields."""
-        return self.layout.iter_unpack(memoryview(self.array).cast("B")[: n * self.layout.size])
+        return unpack(self.array, self.layout, n)
+
+
+def unpack(block: Any, layout: struct.Struct, n: int, start: int = 0) -> Any:
+    """The `n` entries of `layout` from byte `start` of a ctypes object, as tuples: one
+    `struct` pass instead of an attribute access per field."""
+    raw = memoryview(block).cast("B")
+    return layout.iter_unpack(raw[start : start + n * layout.size])
 
 
 class Sample(NamedTuple):

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import pynvml
 
+from gpu_exporter.sources.nvml.buffers import unpack
 from gpu_exporter.sources.nvml.calls import Device, NvmlCalls, Outcome, classify
 
 
@@ -163,10 +164,9 @@ class FieldBatch:
     def answers(self) -> list[tuple[int, float]]:
         """(nvmlReturn, value) of each request, in order; the value means something only
         where nvmlReturn is NVML_SUCCESS."""
-        raw = memoryview(self.array).cast("B")
         decoders = _DECODERS
         out: list[tuple[int, float]] = []
-        for value_type, code, value in _ENTRY.iter_unpack(raw):
+        for value_type, code, value in unpack(self.array, _ENTRY, len(self.requests)):
             if code == pynvml.NVML_SUCCESS:
                 out.append((code, float(decoders.get(value_type, _DEFAULT_DECODER)(value)[0])))
             else:

@@ -24,6 +24,7 @@ import pynvml
 
 from gpu_exporter.model import GpmReading
 from gpu_exporter.sources.backend import DeviceLost, NvmlUnavailable
+from gpu_exporter.sources.nvml.buffers import unpack
 from gpu_exporter.sources.nvml.calls import Device, NvmlCalls, Outcome, classify
 
 MIB = 2**20
@@ -164,10 +165,9 @@ class GpmStream:
         )
         if answered is None:
             return None
-        start = MetricsRequest.metrics.offset
-        raw = memoryview(request).cast("B")[start : start + len(wanted) * METRIC_ANSWER.size]
+        answers = unpack(request, METRIC_ANSWER, len(wanted), MetricsRequest.metrics.offset)
         out: dict[int, float] = {}
-        for metric, (code, value) in zip(wanted, METRIC_ANSWER.iter_unpack(raw), strict=True):
+        for metric, (code, value) in zip(wanted, answers, strict=True):
             if code == pynvml.NVML_SUCCESS:
                 out[metric] = value
             elif classify(code) is Outcome.UNSUPPORTED:

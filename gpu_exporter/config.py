@@ -18,7 +18,6 @@ from typing import Any, NoReturn
 
 from gpu_exporter import __version__
 from gpu_exporter.metrics.catalogue import COLLECTORS
-from gpu_exporter.sources.scenario import ScenarioError, load_scenario
 from gpu_exporter.yamlfile import YamlFileError, read_yaml
 
 DEFAULT_PORT = 9872
@@ -468,6 +467,9 @@ def validate(s: Settings) -> None:
     if s.simulate_scenario is not None and s.simulate is None:
         raise ConfigError("--simulate.scenario: needs --simulate N")
     if s.simulate_scenario is not None:
+        # imported here: only a simulated host with a scenario needs its parser
+        from gpu_exporter.sources.scenario import ScenarioError, load_scenario
+
         try:
             load_scenario(s.simulate_scenario)
         except ScenarioError as error:

@@ -324,7 +324,7 @@ class CgroupLabels:
 class HostProcess:
     """What the host knows of one PID, in base units; "" or None where unknown."""
 
-    process: str = ""  # command name (psutil's name(): comm, completed from the cmdline)
+    process: str = ""  # command name: comm, completed from the cmdline when cut
     user: str = ""  # user name, or the numeric uid when it has none
     cmdline: str | None = None  # only read with --collector.process.cmdline
     labels: CgroupLabels = field(default_factory=CgroupLabels)

@@ -5,8 +5,10 @@ The lazy-import tests run the real program in a subprocess and read `sys.modules
 it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
 that checks a login, prometheus_client never (the OpenMetrics body is ours too),
 pynvml never with --simulate, ssl, http.client and the email package only with a
-TLS web config (the HTTP server reads requests itself, `serving.request_head`), and
-html and importlib.resources only once someone opens the live page.
+TLS web config (the HTTP server reads requests itself, `serving.request_head`),
+html and importlib.resources only once someone opens the live page, psutil never (the
+host and process collectors read /proc themselves), tempfile only to write `--output`,
+and the scenario parser and dcgm-exporter's name table only when they are asked for.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from gpu_exporter.cli import main
 report = sys.argv[1]
 def dump() -> None:
     names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email",
-             "html", "importlib.resources"}
+             "html", "importlib.resources", "psutil", "tempfile", "gpu_exporter.metrics.dcgm"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
     with open(report + ".switch", "w") as out:
@@ -101,6 +103,12 @@ def test_once_on_a_simulated_host_loads_no_yaml_bcrypt_prometheus_client_or_pynv
     assert loaded(tmp_path, "--simulate", "2", "--once") == []
 
 
+def test_writing_a_textfile_loads_tempfile(tmp_path: Path) -> None:
+    output = tmp_path / "gpu.prom"
+    assert loaded(tmp_path, "--simulate", "2", "--once", "--output", str(output)) == ["tempfile"]
+    assert output.read_text().startswith("# HELP")
+
+
 def test_a_config_file_loads_yaml(tmp_path: Path) -> None:
     config = tmp_path / "config.yml"
     config.write_text("collect.interval: 2s\n")
@@ -112,6 +120,22 @@ def test_a_scenario_file_loads_yaml(tmp_path: Path) -> None:
     scenario.write_text("processes: []\n")
     args = ["--simulate", "2", "--once", "--simulate.scenario", str(scenario)]
     assert loaded(tmp_path, *args) == ["yaml"]
+
+
+def test_the_program_on_a_driver_loads_no_simulator_or_scenario_parser() -> None:
+    """What `--simulate` needs is imported by it alone (the tests above all simulate)."""
+    code = (
+        "import sys, gpu_exporter.cli, gpu_exporter.daemon; "
+        "print(sorted(m for m in sys.modules if 'simulat' in m or 'scenario' in m))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_dcgm_name_table_is_loaded_only_in_compat_mode(tmp_path: Path) -> None:
+    assert loaded(tmp_path, "--simulate", "2", "--once", "--compat.dcgm") == [
+        "gpu_exporter.metrics.dcgm"
+    ]
 
 
 def test_serving_scrapes_without_tls_loads_no_ssl_http_client_email_or_page_modules(
@@ -126,6 +150,7 @@ def test_the_live_page_loads_html_and_its_assets_with_importlib_resources(tmp_pa
     assert loaded_while_serving(tmp_path, "--simulate", "1", pages=pages) == [
         "html",
         "importlib.resources",
+        "tempfile",  # importlib.resources brings it
     ]
 
 

@@ -1,17 +1,17 @@
-"""Process attribution over a fake /proc root and a fake psutil: trees, caching, failures, cap."""
+"""Process attribution over a fake /proc root: trees, caching, identity, failures, cap."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from gpu_exporter.attribution.processes import CMDLINE_MAX_CHARS, ProcessAttributor
+from gpu_exporter.attribution.identity import CMDLINE_MAX_CHARS
+from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.attribution.proctree import ProcTable, parse_stat
 from gpu_exporter.model import (
     CgroupLabels,
@@ -31,19 +31,7 @@ BOOT = 1_700_000_000.0
 CONTAINER = "ab" * 32
 
 
-# A fake /proc and a fake psutil ------------------------------------------------------------
-
-
-class NoSuchProcess(Exception):
-    pass
-
-
-class ZombieProcess(NoSuchProcess):
-    pass
-
-
-class AccessDenied(Exception):
-    pass
+# A fake /proc ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -55,25 +43,23 @@ class FakeProc:
     start_ticks: int = 1000
     rss_pages: int = 0
     user: str = "alice"
-    name: str | None = None  # psutil's name(), when it differs from comm
     cmdline: list[str] = field(default_factory=list)
     cgroup: str = "0::/\n"
-    deny: frozenset[str] = frozenset()  # psutil methods answering AccessDenied
-    vanish: bool = False  # psutil says NoSuchProcess (it exited after the walk)
+    deny: frozenset[str] = frozenset()  # files we may not read ("status", "cmdline")
+    vanish: bool = False  # its identity files are gone (it exited after the walk)
 
 
 class FakeHost:
-    """Writes a /proc tree and plays psutil over the same processes."""
-
-    NoSuchProcess = NoSuchProcess
-    ZombieProcess = ZombieProcess
-    AccessDenied = AccessDenied
+    """Writes a /proc tree, and reads its files for the attributor (`read`), counting
+    identity lookups and playing permission errors and processes that exit mid-read."""
 
     def __init__(self, root: Path, *, host_namespace: bool = True) -> None:
         root.mkdir()
         self.root = root
+        (root / "stat").write_text(f"cpu  1 2 3 4\nbtime {BOOT:.0f}\nprocesses 5\n")
         self.procs: dict[int, FakeProc] = {}
-        self.lookups: list[int] = []
+        self.lookups: list[int] = []  # PIDs whose identity was read, in order
+        self.users: dict[int, str] = {}  # uid -> account name
         if host_namespace:  # the kernel's threads are visible in the host's PID namespace
             self.add(FakeProc(pid=2, ppid=0, comm="kthreadd", user="root"))
 
@@ -87,7 +73,18 @@ class FakeHost:
         rest += ["0"] * 20
         (d / "stat").write_text(f"{proc.pid} ({proc.comm}) {' '.join(rest)}\n")
         (d / "cgroup").write_text(proc.cgroup)
+        uid = self.uid(proc.user)
+        (d / "status").write_text(f"Name:\t{proc.comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+        (d / "cmdline").write_bytes(b"".join(w.encode() + b"\0" for w in proc.cmdline))
         return proc
+
+    def uid(self, user: str) -> int:
+        for uid, name in self.users.items():
+            if name == user:
+                return uid
+        uid = 1000 + len(self.users)
+        self.users[uid] = user
+        return uid
 
     def remove(self, pid: int) -> None:
         del self.procs[pid]
@@ -95,42 +92,21 @@ class FakeHost:
             f.unlink()
         (self.root / str(pid)).rmdir()
 
-    # psutil's surface ---------------------------------------------------------------
+    # the attributor's seams ---------------------------------------------------------
 
-    def boot_time(self) -> float:
-        return BOOT
+    def read(self, path: str) -> bytes:
+        parts = Path(path).relative_to(self.root).parts
+        proc = self.procs.get(int(parts[0])) if parts[0].isdigit() else None
+        if proc is not None and parts[1] == "status":
+            self.lookups.append(proc.pid)
+        if proc is not None and proc.vanish:
+            raise FileNotFoundError(path)
+        if proc is not None and parts[1] in proc.deny:
+            raise PermissionError(path)
+        return Path(path).read_bytes()
 
-    def Process(self, pid: int) -> FakePsutilProcess:  # noqa: N802 (psutil's name)
-        self.lookups.append(pid)
-        proc = self.procs.get(pid)
-        if proc is None or proc.vanish:
-            raise NoSuchProcess(pid)
-        return FakePsutilProcess(proc)
-
-
-class FakePsutilProcess:
-    def __init__(self, proc: FakeProc) -> None:
-        self._p = proc
-
-    @contextmanager
-    def oneshot(self) -> Iterator[None]:
-        yield
-
-    def _check(self, what: str) -> None:
-        if what in self._p.deny:
-            raise AccessDenied(what)
-
-    def name(self) -> str:
-        self._check("name")
-        return self._p.name or self._p.comm
-
-    def username(self) -> str:
-        self._check("username")
-        return self._p.user
-
-    def cmdline(self) -> list[str]:
-        self._check("cmdline")
-        return self._p.cmdline
+    def name_of(self, uid: int) -> str:
+        return self.users.get(uid, str(uid))
 
 
 @pytest.fixture
@@ -142,8 +118,9 @@ def host(tmp_path: Path) -> FakeHost:
 
 def attributor(host: FakeHost, **kwargs: object) -> ProcessAttributor:
     return ProcessAttributor(
-        psutil_module=host,
         proc_root=str(host.root),
+        read=host.read,
+        name_of=host.name_of,
         clock_ticks=TICKS,
         page_size=PAGE,
         **kwargs,  # type: ignore[arg-type]
@@ -296,7 +273,7 @@ def test_pid_from_another_namespace_keeps_its_gpu_series_with_empty_labels(
     assert p.memory_used_bytes == 3 * 2**30 and p.sm_ratio == 0.5
     assert p.memory_controller_ratio == 0.25
     assert p.cpu_seconds is None and p.workers is None and p.start_time_seconds is None
-    assert host.lookups == []  # not in the walk: psutil is not even asked
+    assert host.lookups == []  # not in the walk: its identity is not even read
 
 
 def test_process_that_exits_after_the_walk_keeps_what_the_walk_saw(host: FakeHost) -> None:
@@ -311,14 +288,19 @@ def test_process_that_exits_after_the_walk_keeps_what_the_walk_saw(host: FakeHos
 
 def test_access_denied_leaves_that_label_empty_and_keeps_the_rest(host: FakeHost) -> None:
     host.add(
-        FakeProc(
-            10, 1, "python", deny=frozenset({"username", "cmdline"}), cmdline=["python", "x.py"]
-        )
+        FakeProc(10, 1, "python", deny=frozenset({"status", "cmdline"}), cmdline=["python", "x"])
     )
-    host.add(FakeProc(11, 1, "python", deny=frozenset({"name"}), user="bob"))
-    out = by_pid(attributor(host, cmdline=True)({0: raw([gpu(10), gpu(11)])})[0].processes)
+    host.add(
+        FakeProc(11, 1, "a_very_long_nam", deny=frozenset({"cmdline"}), cmdline=["x"], user="bob")
+    )
+    a = attributor(host, cmdline=True)
+    out = by_pid(a({0: raw([gpu(10), gpu(11)])})[0].processes)
     assert (out["10"].process, out["10"].user, out["10"].cmdline) == ("python", "", None)
-    assert (out["11"].process, out["11"].user) == ("python", "bob")
+    # the cut name cannot be completed: the kernel's 15 characters are kept
+    eleven = out["11"]
+    assert (eleven.process, eleven.user, eleven.cmdline) == ("a_very_long_nam", "bob", None)
+    a({0: raw([gpu(10), gpu(11)])})
+    assert host.lookups == [10, 11]  # what was denied is not asked again every sample
 
 
 def test_unreadable_cgroup_file_leaves_the_attribution_labels_empty(host: FakeHost) -> None:
@@ -373,10 +355,30 @@ def test_command_line_is_read_only_when_enabled_and_truncated(host: FakeHost) ->
     assert on.cmdline.startswith("python train.py --token=xxx")
 
 
-def test_full_name_from_psutil_beats_the_truncated_comm(host: FakeHost) -> None:
-    host.add(FakeProc(10, 1, "tritonserver_lo", name="tritonserver_long_name"))
+def test_a_name_the_kernel_cut_is_completed_from_the_command_line(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "tritonserver_lo", cmdline=["/opt/bin/tritonserver_long_name", "-v"]))
+    # a command line whose first word does not continue the name leaves the kernel's name
+    host.add(FakeProc(11, 1, "python3.11_work", cmdline=["/usr/bin/python3", "w.py"]))
+    host.add(FakeProc(12, 1, "short", cmdline=["/usr/bin/shortened"]))  # not cut: kept
+    out = by_pid(attributor(host)({0: raw([gpu(10), gpu(11), gpu(12)])})[0].processes)
+    assert out["10"].process == "tritonserver_long_name"
+    assert out["11"].process == "python3.11_work"
+    assert out["12"].process == "short"
+    assert all(p.cmdline is None for p in out.values())  # read for the name, not exported
+
+
+def test_a_uid_without_an_account_is_its_number(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
+    (host.root / "10" / "status").write_text("Name:\tpython\nUid:\t4321\t0\t0\t0\n")
     (p,) = attributor(host)({0: raw([gpu(10)])})[0].processes
-    assert p.process == "tritonserver_long_name"
+    assert p.user == "4321"  # the real UID, not the effective one
+
+
+def test_start_time_is_left_out_when_the_boot_time_is_unreadable(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python", start_ticks=500))
+    (host.root / "stat").write_text("cpu 1 2 3 4\n")
+    (p,) = attributor(host)({0: raw([gpu(10)])})[0].processes
+    assert p.start_time_seconds is None and p.process == "python"
 
 
 # Utilization ------------------------------------------------------------------------------

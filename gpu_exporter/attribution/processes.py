@@ -4,15 +4,15 @@
 on every GPU (`DeviceRaw.processes`, `.process_utilization`) and adds the host's side of
 each PID:
 
-- command name, user, optional command line, and the cgroup labels (`cgroups.py`),
+- command name, user, optional command line, and the cgroup labels (`identity.py`),
   cached per (pid, start time), so a reused PID is looked up afresh;
 - CPU seconds of the process and all its descendants, the descendant count, resident
   memory and start time, read fresh from one walk of /proc per sample (`proctree.py`).
 
 A PID the walk does not see (another PID namespace, or a process that exited after
-NVML listed it) keeps its GPU series with empty labels and no host values. psutil's
-NoSuchProcess and AccessDenied are expected: what could be read is kept, the rest is
-"" or left out. Nothing is made up.
+NVML listed it) keeps its GPU series with empty labels and no host values. A process that
+exits while it is read, or a file we may not read, are expected: what could be read is
+kept, the rest is "" or left out. Nothing is made up.
 
 Per GPU, the `limit` processes using the most GPU memory keep their own series; the
 rest are summed into one series with `process="other"` and an empty `pid`.
@@ -23,18 +23,20 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from types import ModuleType
-from typing import Any
+from dataclasses import replace
 
-import psutil
-
-from gpu_exporter.attribution.cgroups import parse_cgroup
+from gpu_exporter.attribution.identity import (
+    FileReader,
+    Identity,
+    UserName,
+    identify,
+    read_file,
+    user_name,
+)
 from gpu_exporter.attribution.namespace import sees_host_pid_namespace
-from gpu_exporter.attribution.proctree import ProcStat, ProcTable, StatFiles
+from gpu_exporter.attribution.proctree import ProcTable, StatFiles, boot_time_seconds
 from gpu_exporter.model import (
     Attribution,
-    CgroupLabels,
     DeviceRaw,
     GpuProcess,
     HostProcess,
@@ -44,28 +46,18 @@ from gpu_exporter.model import (
 
 log = logging.getLogger(__name__)
 
-CMDLINE_MAX_CHARS = 256
 OTHER = "other"
 
 HostProcessLookup = Callable[[int], HostProcess | None]
 """Answers for PIDs the backend itself knows (the simulated tenants); None: ask /proc."""
 
 
-@dataclass(frozen=True)
-class _Identity:
-    """The slow-changing facts of one (pid, start time), cached between samples."""
-
-    process: str
-    user: str
-    cmdline: str | None
-    labels: CgroupLabels
-
-
 class ProcessAttributor:
     """Builds each GPU's process series once per sample. Used on the sampler thread only.
 
-    `psutil_module`, `proc_root` and `lookup` are seams for tests; `lookup` answers
-    for PIDs that have no /proc entry on this host (the simulated backend's).
+    `proc_root`, `read` and `name_of` (files and accounts) and `lookup` are seams for
+    tests; `lookup` answers for PIDs that have no /proc entry on this host (the simulated
+    backend's).
     """
 
     def __init__(
@@ -73,21 +65,23 @@ class ProcessAttributor:
         *,
         limit: int = 32,
         cmdline: bool = False,
-        psutil_module: ModuleType | Any = psutil,
         proc_root: str = "/proc",
+        read: FileReader = read_file,
+        name_of: UserName = user_name,
         lookup: HostProcessLookup | None = None,
         clock_ticks: int | None = None,
         page_size: int | None = None,
     ) -> None:
         self.limit = max(0, limit)
         self.cmdline = cmdline
-        self._psutil = psutil_module
         self._proc_root = proc_root
+        self._read = read
+        self._name_of = name_of
         self._lookup = lookup
         self._clock_ticks = clock_ticks
         self._page_size = page_size
         self._boot_time: float | None = None
-        self._cache: dict[tuple[int, int], _Identity] = {}
+        self._cache: dict[tuple[int, int], Identity] = {}
         self._stat_files = StatFiles()
         self._members: set[int] = set()  # last sample's GPU process trees
         self.sees_host_pid_namespace = sees_host_pid_namespace(proc_root)
@@ -139,7 +133,14 @@ class ProcessAttributor:
             key = (pid, stat.start_ticks)
             identity = self._cache.get(key)
             if identity is None:
-                identity, complete = self._identify(stat)
+                identity, complete = identify(
+                    self._proc_root,
+                    pid,
+                    stat.comm,
+                    cmdline=self.cmdline,
+                    read=self._read,
+                    name_of=self._name_of,
+                )
                 if complete:
                     self._cache[key] = identity
             used.add(key)
@@ -147,6 +148,7 @@ class ProcessAttributor:
             members.add(pid)
             members.update(descendants)
             ticks = self._ticks()
+            boot = self._boot()
             out[pid] = HostProcess(
                 process=identity.process,
                 user=identity.user,
@@ -155,50 +157,12 @@ class ProcessAttributor:
                 cpu_seconds=table.tree_cpu_ticks(pid, descendants) / ticks,
                 workers=len(descendants),
                 resident_memory_bytes=stat.rss_pages * self._pages(),
-                start_time_seconds=self._boot() + stat.start_ticks / ticks,
+                start_time_seconds=None if boot is None else boot + stat.start_ticks / ticks,
             )
         for key in set(self._cache) - used:  # exited processes leave the cache
             del self._cache[key]
         self._members = members  # their stat files stay open for the next walk
         return out
-
-    def _identify(self, stat: ProcStat) -> tuple[_Identity, bool]:
-        """Name, user, command line and cgroup of one process.
-
-        Returns the identity and whether it is complete enough to cache (not when the
-        process vanished half-way: the next sample will not ask again anyway).
-        """
-        ps = self._psutil
-        name, user, cmdline, complete = stat.comm, "", None, True
-        try:
-            proc = ps.Process(stat.pid)
-            with proc.oneshot():
-                try:
-                    name = proc.name() or stat.comm
-                except ps.AccessDenied:
-                    pass
-                try:
-                    user = proc.username()
-                except ps.AccessDenied:
-                    pass
-                if self.cmdline:
-                    try:
-                        cmdline = " ".join(proc.cmdline())[:CMDLINE_MAX_CHARS] or None
-                    except ps.AccessDenied:
-                        pass
-        except ps.NoSuchProcess:  # includes ZombieProcess
-            complete = False
-        except ps.AccessDenied:
-            pass
-        labels = CgroupLabels()
-        try:
-            with open(f"{self._proc_root}/{stat.pid}/cgroup", encoding="utf-8") as handle:
-                labels = parse_cgroup(handle.read())
-        except FileNotFoundError:
-            complete = False
-        except (OSError, UnicodeDecodeError):
-            pass
-        return _Identity(name, user, cmdline, labels), complete
 
     def _ticks(self) -> int:
         if self._clock_ticks is None:
@@ -210,9 +174,10 @@ class ProcessAttributor:
             self._page_size = os.sysconf("SC_PAGE_SIZE")
         return self._page_size
 
-    def _boot(self) -> float:
+    def _boot(self) -> float | None:
+        """The boot time in Unix seconds; None (start times left out) while unreadable."""
         if self._boot_time is None:
-            self._boot_time = float(self._psutil.boot_time())
+            self._boot_time = boot_time_seconds(self._proc_root)
         return self._boot_time
 
     # One GPU -----------------------------------------------------------------------

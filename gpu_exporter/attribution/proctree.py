@@ -252,3 +252,17 @@ def _read_stat(path: str, dir_fd: int | None = None) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def boot_time_seconds(proc_root: str = "/proc") -> float | None:
+    """When the host booted, in Unix seconds (`btime` of `/proc/stat`); None when unread.
+
+    A process's start time is its stat line's start ticks after this."""
+    try:
+        with open(f"{proc_root}/stat", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

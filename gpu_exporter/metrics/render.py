@@ -9,7 +9,6 @@ is skipped; a value the device did not report is left out, never written as 0 or
 from __future__ import annotations
 
 from gpu_exporter.metrics.catalogue import METRICS
-from gpu_exporter.metrics.dcgm import DCGM_METRICS
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions
 from gpu_exporter.metrics.text import Family, write_text
 from gpu_exporter.model import Snapshot
@@ -18,7 +17,12 @@ from gpu_exporter.model import Snapshot
 def families(snapshot: Snapshot, options: RenderOptions = DEFAULT_OPTIONS) -> list[Family]:
     """Every family with at least one series, in catalogue order."""
     out: list[Family] = []
-    for spec in METRICS + (DCGM_METRICS if options.dcgm else ()):
+    specs = METRICS
+    if options.dcgm:  # imported here: its name table is loaded only with --compat.dcgm
+        from gpu_exporter.metrics.dcgm import DCGM_METRICS
+
+        specs += DCGM_METRICS
+    for spec in specs:
         if spec.collector is not None and spec.collector not in snapshot.collectors:
             continue
         rows = [(labels, float(value)) for labels, value in spec.rows(snapshot, options)]

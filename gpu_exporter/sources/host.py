@@ -1,62 +1,96 @@
-"""Host context next to the GPUs (collector `host`): CPU, memory and load via psutil.
+"""Host context next to the GPUs (collector `host`): CPU, memory and load, read from /proc.
 
 With the process CPU counters this shows an input pipeline that cannot keep the GPU
 fed. Turn it off with `--no-collector.host` where node_exporter already runs.
+
+The CPU counters are the first line of `/proc/stat` and the memory is `MemTotal` and
+`MemAvailable` of `/proc/meminfo`, the same files and fields node_exporter and psutil
+read, in their units: CPU seconds (the kernel's ticks over `SC_CLK_TCK`) and bytes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from types import ModuleType
-from typing import Any
-
-import psutil
+from collections.abc import Callable
 
 from gpu_exporter.model import HostSample
 
 log = logging.getLogger(__name__)
 
-# /proc/stat fields that are not busy time: idle, iowait, and guest time (already in user)
+# The fields of the `cpu` line of /proc/stat, in order (proc(5)); older kernels stop early.
+CPU_FIELDS: tuple[str, ...] = ("user", "nice", "system", "idle", "iowait", "irq", "softirq")
+CPU_FIELDS += ("steal", "guest", "guest_nice")
+# not busy time: idle, iowait, and guest time (already counted in user and nice)
 _NOT_BUSY = frozenset({"idle", "iowait", "guest", "guest_nice"})
 LOG_EVERY_SECONDS = 300.0
 
 
 class HostReader:
-    """Reads one `HostSample` per call; None (series left out) when psutil fails."""
+    """Reads one `HostSample` per call; None (series left out) when a file cannot be read.
+
+    `proc_root`, `cpu_count`, `loadavg` and `clock_ticks` are seams for tests."""
 
     def __init__(
         self,
-        psutil_module: ModuleType | Any = psutil,
-        monotonic: Any = time.monotonic,
+        proc_root: str = "/proc",
+        *,
+        cpu_count: Callable[[], int | None] = os.cpu_count,
+        loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
+        clock_ticks: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._psutil = psutil_module
+        self._proc_root = proc_root
+        self._cpu_count = cpu_count
+        self._loadavg = loadavg
+        self._ticks = clock_ticks if clock_ticks is not None else os.sysconf("SC_CLK_TCK")
         self._monotonic = monotonic
         self._logged_at: float | None = None
 
     def __call__(self) -> HostSample | None:
-        ps = self._psutil
         try:
-            times = ps.cpu_times()
-            cpus = ps.cpu_count(logical=True)
-            memory = ps.virtual_memory()
-            load1 = float(ps.getloadavg()[0])
-        except (OSError, AttributeError, RuntimeError) as error:
+            times = self._cpu_seconds()
+            total, available = self._memory_bytes()
+            load1 = float(self._loadavg()[0])
+        except (OSError, ValueError) as error:
             self._log_failure(error)
             return None
-        if cpus is None:  # psutil could not tell: no count is better than a made-up one
+        cpus = self._cpu_count()
+        if cpus is None:  # the count is unknown: no count is better than a made-up one
             self._log_failure(RuntimeError("CPU count unknown"))
             return None
-        busy = sum(float(value) for name, value in times._asdict().items() if name not in _NOT_BUSY)
-        iowait = getattr(times, "iowait", None)
         return HostSample(
-            cpu_busy_seconds=busy,
-            cpu_iowait_seconds=float(iowait) if iowait is not None else None,
+            cpu_busy_seconds=sum(v for name, v in times.items() if name not in _NOT_BUSY),
+            cpu_iowait_seconds=times.get("iowait"),
             cpus=int(cpus),
-            memory_total_bytes=int(memory.total),
-            memory_available_bytes=int(memory.available),
+            memory_total_bytes=total,
+            memory_available_bytes=available,
             load1=load1,
         )
+
+    def _cpu_seconds(self) -> dict[str, float]:
+        """The host's CPU seconds by mode, from the first (all CPUs) line of /proc/stat."""
+        with open(f"{self._proc_root}/stat", "rb") as handle:
+            first = handle.readline().split()
+        if not first or first[0] != b"cpu" or len(first) < 5:
+            raise ValueError("/proc/stat has no cpu line")
+        return {name: int(v) / self._ticks for name, v in zip(CPU_FIELDS, first[1:], strict=False)}
+
+    def _memory_bytes(self) -> tuple[int, int]:
+        """(MemTotal, MemAvailable) in bytes; ValueError on a kernel without MemAvailable
+        (before 3.14): an estimate would be a made-up value."""
+        fields: dict[bytes, int] = {}
+        with open(f"{self._proc_root}/meminfo", "rb") as handle:
+            for line in handle:
+                key, _, rest = line.partition(b":")
+                if key in (b"MemTotal", b"MemAvailable"):
+                    fields[key] = int(rest.split()[0]) * 1024  # the file counts kB
+                    if len(fields) == 2:
+                        break
+        if len(fields) < 2:
+            raise ValueError("/proc/meminfo has no MemTotal or no MemAvailable")
+        return fields[b"MemTotal"], fields[b"MemAvailable"]
 
     def _log_failure(self, error: Exception) -> None:
         now = self._monotonic()

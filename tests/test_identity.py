@@ -1,0 +1,74 @@
+"""Process identity read from /proc: the same name, user and command line as psutil gives
+for every process on this machine, and the command-line splitting rules."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpu_exporter.attribution.identity import identify, real_uid, split_cmdline
+from gpu_exporter.attribution.proctree import boot_time_seconds, parse_stat
+
+
+def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
+    # one whose name the kernel cuts at 15 characters
+    program = tmp_path / "python_with_a_long_name"
+    program.symlink_to(sys.executable)
+    long_name = subprocess.Popen([str(program), "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        compared = 0
+        cut = ("", "")
+        for proc in psutil.process_iter():
+            try:
+                with open(f"/proc/{proc.pid}/stat", "rb") as handle:
+                    comm = parse_stat(handle.read()).comm
+                with proc.oneshot():
+                    theirs = (proc.name(), proc.username(), " ".join(proc.cmdline()) or None)
+            except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+                continue
+            identity, complete = identify("/proc", proc.pid, comm, cmdline=True)
+            if not complete:
+                continue  # it exited in between
+            ours = (identity.process, identity.user, identity.cmdline)
+            assert ours == (theirs[0], theirs[1], theirs[2] and theirs[2][:256]), proc.pid
+            compared += 1
+            if proc.pid == long_name.pid:
+                cut = (comm, identity.process)
+        assert compared >= 3
+        assert cut == ("python_with_a_l", "python_with_a_long_name")
+    finally:
+        long_name.kill()
+        long_name.wait()
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"", []),  # a kernel thread or a zombie
+        (b"python\0train.py\0--lr=0.1\0", ["python", "train.py", "--lr=0.1"]),
+        (b"python\0\0x\0", ["python", "", "x"]),  # an empty argument is kept
+        (b"nginx: worker process\0", ["nginx:", "worker", "process"]),  # setproctitle
+        (b"postgres: writer   ", ["postgres:", "writer", "", ""]),  # no NUL at all
+        (b"caf\xc3\xa9\0\xff\0", ["café", "\ufffd"]),  # undecodable bytes never break a label
+    ],
+)
+def test_command_lines_split_as_psutil_splits_them(data: bytes, words: list[str]) -> None:
+    assert split_cmdline(data) == words
+
+
+def test_the_real_uid_is_the_first_of_the_uid_line() -> None:
+    assert real_uid(b"Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n") == 1000
+    assert real_uid(b"Name:\tx\n") is None
+    with open("/proc/self/status", "rb") as handle:
+        assert real_uid(handle.read()) == os.getuid()
+
+
+def test_boot_time_is_psutils() -> None:
+    assert boot_time_seconds() == psutil.boot_time()

@@ -8,6 +8,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpu_exporter.metrics import specs as specs_module
+from gpu_exporter.metrics import text as text_module
 from gpu_exporter.metrics.exposition import wants_gzip, wants_openmetrics
 from gpu_exporter.metrics.render import families, text
 from gpu_exporter.metrics.specs import RenderOptions
@@ -116,6 +118,53 @@ def test_a_family_whose_rows_changed_is_written_afresh_and_the_rest_reused() -> 
     assert write_text(relabelled).encode() == _client_text(relabelled)
     rehelped = [Family("kept", "gauge", "new help", ("gpu",), first[0].rows)]
     assert "# HELP kept new help\n" in write_text(rehelped)
+
+
+def test_a_process_s_families_share_one_label_tuple_and_nothing_is_kept_after() -> None:
+    snapshot = fixed_snapshot(2)
+    devices = tuple(
+        dataclasses.replace(
+            device,
+            attribution=Attribution(
+                processes=tuple(
+                    ProcessSample(
+                        str(pid),
+                        "python",
+                        "alice",
+                        "compute",
+                        memory_used_bytes=2**30,
+                        sm_ratio=0.5,
+                        workers=2,
+                        resident_memory_bytes=2**20,
+                    )
+                    for pid in (10, 11)
+                ),
+                unattributed_memory_bytes=0,
+                process_count=2,
+            ),
+        )
+        for device in snapshot.devices
+    )
+    snapshot = dataclasses.replace(
+        snapshot, devices=devices, collectors=snapshot.collectors | {"process"}
+    )
+    fixed = families(snapshot, RenderOptions(cmdline=True))
+    process = [f for f in fixed if f.label_names[:3] == ("gpu", "uuid", "pid")]
+    assert len(process) >= 3 and all(len(f.rows) == 4 for f in process)
+    first = {labels: labels for labels, _value in process[0].rows}
+    assert first
+    for family in process[1:]:
+        for labels, _value in family.rows:
+            assert labels is first.get(labels, labels)  # equal values: the same object
+    assert specs_module._PROCESS_ROW_LABELS._kept == {}
+
+
+def test_the_reuse_cache_holds_the_newest_rows_so_older_equal_ones_are_freed() -> None:
+    older = Family("held", "gauge", "h", ("gpu",), [(("0",), 1.0)])
+    newer = Family("held", "gauge", "h", ("gpu",), [(("0",), 1.0)])
+    assert write_text([older]) == write_text([newer])
+    kept_rows, _text = text_module._TEXTS._texts[("held", ("gpu",))]
+    assert kept_rows is newer.rows and kept_rows is not older.rows
 
 
 def test_openmetrics_writer_is_byte_identical_to_prometheus_client_s() -> None:

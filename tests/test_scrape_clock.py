@@ -3,6 +3,8 @@ daemon rendering a sample ahead only then (issue 14)."""
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from gpu_exporter.config import load_settings
@@ -157,6 +159,10 @@ def test_a_sample_is_rendered_ahead_in_the_format_prometheus_asks_for() -> None:
     response = exporter.routes.get("/metrics", prometheus, client="10.0.0.9")
     assert response.body is body  # the scrape copied what was ready
     assert response.headers["Content-Encoding"] == "gzip"
+    # only the gzip body is kept; the plain one it came from is written again if asked for
+    assert not exposition.rendered(BodyFormat(openmetrics=True))
+    plain = exposition.body(openmetrics=True, compressed=False)
+    assert plain == gzip.decompress(body) and plain.endswith(b"# EOF\n")
 
 
 def test_other_paths_are_not_scrapes() -> None:

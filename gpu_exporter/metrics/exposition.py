@@ -105,7 +105,8 @@ class Exposition:
                     fixed = self._rendered_families()
                     write = write_openmetrics if openmetrics else write_text
                     plain = write(fixed).encode()
-                    self._bodies[BodyFormat(openmetrics)] = plain
+                    if not compressed:  # else only the gzip body is kept (a seventh of it)
+                        self._bodies[BodyFormat(openmetrics)] = plain
                 body = gzip.compress(plain, compresslevel=GZIP_LEVEL) if compressed else plain
                 self._bodies[key] = body
         return body

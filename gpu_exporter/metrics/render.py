@@ -9,7 +9,7 @@ is skipped; a value the device did not report is left out, never written as 0 or
 from __future__ import annotations
 
 from gpu_exporter.metrics.catalogue import METRICS
-from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions
+from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions, end_of_render
 from gpu_exporter.metrics.text import Family, write_text
 from gpu_exporter.model import Snapshot
 
@@ -28,6 +28,7 @@ def families(snapshot: Snapshot, options: RenderOptions = DEFAULT_OPTIONS) -> li
         rows = [(labels, float(value)) for labels, value in spec.rows(snapshot, options)]
         if rows:
             out.append(Family(spec.name, spec.type, spec.help, spec.label_names(options), rows))
+    end_of_render()
     return out
 
 

@@ -165,15 +165,46 @@ class ProcessMetric(MetricSpec):
             attribution = device.attribution
             if not device.up or attribution is None:
                 continue
-            gpu = (str(device.index), device.uuid)
             for p in attribution.processes:
                 value = self.extract(p)
-                if value is None:
-                    continue
-                labels = gpu + process_label_values(p)
-                if options.cmdline:
-                    labels += (p.cmdline or "",)
-                yield labels, value
+                if value is not None:
+                    yield _PROCESS_ROW_LABELS.of(device, p, options.cmdline), value
+
+
+class _ProcessRowLabels:
+    """The label values of one process series, made once per process and shared by all
+    its families (a dozen families of a hundred processes would otherwise each hold their
+    own copy). Kept during one render (`render.families` forgets them at its end); an
+    entry holds its process, so its id is not reused while it is kept."""
+
+    MAX_ENTRIES = 8192
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, bool], tuple[ProcessSample, LabelValues]] = {}
+
+    def of(self, device: DeviceSample, p: ProcessSample, cmdline: bool) -> LabelValues:
+        key = (id(p), cmdline)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] is p:
+            return kept[1]
+        labels = (str(device.index), device.uuid) + process_label_values(p)
+        if cmdline:
+            labels += (p.cmdline or "",)
+        if len(self._kept) >= self.MAX_ENTRIES:
+            self._kept.clear()
+        self._kept[key] = (p, labels)
+        return labels
+
+    def forget(self) -> None:
+        self._kept.clear()
+
+
+_PROCESS_ROW_LABELS = _ProcessRowLabels()
+
+
+def end_of_render() -> None:
+    """Forget the label values shared within one render."""
+    _PROCESS_ROW_LABELS.forget()
 
 
 def process_label_values(p: ProcessSample) -> LabelValues:

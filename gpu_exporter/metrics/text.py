@@ -124,7 +124,9 @@ def _samples(family: Family) -> str:
     text = _TEXTS.unchanged(family)
     if text is None:
         text = _write_samples(family)
-        _TEXTS.remember(family, text)
+    # remembered with the newest rows even when unchanged: the older equal rows are freed,
+    # so one generation of rows is held (by the cache and the latest exposition) not two
+    _TEXTS.remember(family, text)
     return text
 
 

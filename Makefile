@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-history soak docs screenshot clean
+.PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history soak docs screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md
+
+bench-rss: $(STAMP)
+	$(BIN)/python benchmarks/rss_scraped.py --write benchmarks/README.md
 
 bench-history: $(STAMP)
 	$(BIN)/python benchmarks/history_memory.py --write benchmarks/README.md

@@ -102,6 +102,15 @@ def spawn_jobs() -> list[subprocess.Popen[bytes]]:
     ]
 
 
+def stop_jobs(jobs: list[subprocess.Popen[bytes]]) -> None:
+    """Kill the process trees `spawn_jobs` started, children first."""
+    for job in jobs:
+        for child in psutil.Process(job.pid).children(recursive=True):
+            child.kill()
+        job.kill()
+        job.wait()
+
+
 def scenario(jobs: list[subprocess.Popen[bytes]]) -> dict[str, object]:
     processes = []
     for i, job in enumerate(jobs):
@@ -435,11 +444,7 @@ def measure() -> tuple[Figures, Side, Side]:
             if exporter is not None and exporter.poll() is None:
                 exporter.terminate()
                 exporter.wait(10)
-            for job in jobs:
-                for child in psutil.Process(job.pid).children(recursive=True):
-                    child.kill()
-                job.kill()
-                job.wait()
+            stop_jobs(jobs)
     figures = Figures(
         scrape_p50_ms=statistics.median(latencies),
         scrape_p99_ms=p99(latencies),

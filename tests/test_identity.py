@@ -12,7 +12,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpu_exporter.attribution.identity import identify, real_uid, split_cmdline
+from gpu_exporter.attribution.identity import (
+    CMDLINE_MAX_CHARS,
+    MAX_READ_BYTES,
+    identify,
+    read_file,
+    real_uid,
+    split_cmdline,
+)
 from gpu_exporter.attribution.proctree import boot_time_seconds, parse_stat
 
 
@@ -61,6 +68,26 @@ def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
 )
 def test_command_lines_split_as_psutil_splits_them(data: bytes, words: list[str]) -> None:
     assert split_cmdline(data) == words
+
+
+def test_a_command_line_of_megabytes_is_read_only_as_far_as_it_is_used(tmp_path: Path) -> None:
+    huge = b"python\0train.py\0" + b"--x=" + b"y" * 2**21 + b"\0"
+    proc = tmp_path / "10"
+    proc.mkdir()
+    (proc / "cmdline").write_bytes(huge)
+    (proc / "status").write_bytes(b"Uid:\t0\t0\t0\t0\n")
+    (proc / "cgroup").write_bytes(b"0::/\n")
+    read: list[int] = []
+
+    def reader(path: str) -> bytes:
+        data = read_file(path)
+        read.append(len(data))
+        return data
+
+    identity, complete = identify(str(tmp_path), 10, "python", cmdline=True, read=reader)
+    assert complete and max(read) == MAX_READ_BYTES
+    assert identity.cmdline == ("python train.py --x=" + "y" * 300)[:CMDLINE_MAX_CHARS]
+    assert split_cmdline(huge[:MAX_READ_BYTES])[:2] == ["python", "train.py"]
 
 
 def test_the_real_uid_is_the_first_of_the_uid_line() -> None:

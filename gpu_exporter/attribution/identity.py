@@ -27,6 +27,7 @@ from gpu_exporter.attribution.cgroups import parse_cgroup
 from gpu_exporter.model import CgroupLabels
 
 CMDLINE_MAX_CHARS = 256
+MAX_READ_BYTES = 65536  # of any one file; a longer command line is cut
 COMM_MAX_CHARS = 15  # TASK_COMM_LEN - 1: the kernel cuts longer names here
 
 FileReader = Callable[[str], bytes]
@@ -49,8 +50,10 @@ class Identity:
 
 
 def read_file(path: str) -> bytes:
+    """The first MAX_READ_BYTES of a file: a command line can be megabytes long, and only
+    its first 256 characters are ever used."""
     with open(path, "rb") as handle:
-        return handle.read()
+        return handle.read(MAX_READ_BYTES)
 
 
 def user_name(uid: int) -> str:
@@ -124,7 +127,8 @@ def split_cmdline(data: bytes) -> list[str]:
     text = data.decode("utf-8", "replace")
     if not text:
         return []
-    sep = "\x00" if text.endswith("\x00") else " "
+    cut = len(data) >= MAX_READ_BYTES  # its end was not read: NULs inside tell the separator
+    sep = "\x00" if text.endswith("\x00") or (cut and "\x00" in text) else " "
     if text.endswith(sep):
         text = text[:-1]
     words = text.split(sep)

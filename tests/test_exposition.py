@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpu_exporter.metrics import specs as specs_module
 from gpu_exporter.metrics import text as text_module
-from gpu_exporter.metrics.exposition import wants_gzip, wants_openmetrics
+from gpu_exporter.metrics.exposition import Exposition, wants_gzip, wants_openmetrics
 from gpu_exporter.metrics.render import families, text
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.metrics.text import Family, write_openmetrics, write_text
@@ -157,6 +157,14 @@ def test_a_process_s_families_share_one_label_tuple_and_nothing_is_kept_after() 
         for labels, _value in family.rows:
             assert labels is first.get(labels, labels)  # equal values: the same object
     assert specs_module._PROCESS_ROW_LABELS._kept == {}
+
+
+def test_a_label_value_that_cannot_be_utf8_costs_one_character_not_the_scrape() -> None:
+    odd = Family("odd_label", "gauge", "h", ("user",), [(("caf\udce9",), 1.0)])
+    exposition = Exposition(fixed_snapshot(1), extra=lambda: [odd])
+    body = exposition.body(openmetrics=False, compressed=False)
+    assert b'odd_label{user="caf?"} 1.0\n' in body
+    body.decode("utf-8")
 
 
 def test_the_reuse_cache_holds_the_newest_rows_so_older_equal_ones_are_freed() -> None:

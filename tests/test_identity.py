@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpu_exporter.attribution import identity as identity_module
 from gpu_exporter.attribution.identity import (
     CMDLINE_MAX_CHARS,
     MAX_READ_BYTES,
@@ -19,6 +20,7 @@ from gpu_exporter.attribution.identity import (
     read_file,
     real_uid,
     split_cmdline,
+    user_name,
 )
 from gpu_exporter.attribution.proctree import boot_time_seconds, parse_stat
 
@@ -95,6 +97,17 @@ def test_the_real_uid_is_the_first_of_the_uid_line() -> None:
     assert real_uid(b"Name:\tx\n") is None
     with open("/proc/self/status", "rb") as handle:
         assert real_uid(handle.read()) == os.getuid()
+
+
+def test_an_account_name_that_is_not_utf8_gets_replacement_characters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Entry:
+        pw_name = os.fsdecode(b"caf\xe9")  # as pwd returns a Latin-1 name from /etc/passwd
+
+    monkeypatch.setattr(identity_module.pwd, "getpwuid", lambda uid: Entry())
+    assert user_name(1000) == "caf\ufffd"
+    assert user_name(0).encode("utf-8")
 
 
 def test_boot_time_is_psutils() -> None:

@@ -9,6 +9,7 @@ CPU rates are compared with psutil's own view of the same tree over the same win
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -288,6 +289,19 @@ def test_command_line_only_when_enabled_and_truncated(
     (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(job.pid)]
     assert found["cmdline"] == " ".join(job.cmdline())[:256]
     assert len(found["cmdline"]) == 256
+
+
+def test_a_command_line_that_is_not_utf8_is_exported_with_replacement_characters(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    """Arguments are bytes to the kernel: a label value must still be UTF-8, and the
+    scrape must not fail over one process's argument."""
+    job = trees.spawn(0, os.fsdecode(b"--name=caf\xe9-latin1"))
+    exporter = run([{"gpu": 0, "pid": job.pid, "memory_bytes": GIB}], "--collector.process.cmdline")
+    s = exporter.wait_for(has_pid(job.pid, "gpu_process_workers"))
+    (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(job.pid)]
+    assert found["cmdline"].endswith(" --name=caf\ufffd-latin1")
+    assert exporter.get("/metrics").status == 200
 
 
 def test_no_host_series_with_the_host_collector_off(run: Callable[..., Exporter]) -> None:

@@ -57,11 +57,13 @@ def read_file(path: str) -> bytes:
 
 
 def user_name(uid: int) -> str:
-    """The account name of `uid`, or the number as text when no account has it."""
+    """The account name of `uid`, or the number as text when no account has it. A name
+    that is not UTF-8 in the account database is read with replacement characters."""
     try:
-        return pwd.getpwuid(uid).pw_name
+        name = pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 class _Gone(Exception):

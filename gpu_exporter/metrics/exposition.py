@@ -104,7 +104,9 @@ class Exposition:
                 if plain is None:
                     fixed = self._rendered_families()
                     write = write_openmetrics if openmetrics else write_text
-                    plain = write(fixed).encode()
+                    # "replace": a text no label should hold (a lone surrogate) costs one
+                    # character, never the whole scrape
+                    plain = write(fixed).encode("utf-8", "replace")
                     if not compressed:  # else only the gzip body is kept (a seventh of it)
                         self._bodies[BodyFormat(openmetrics)] = plain
                 body = gzip.compress(plain, compresslevel=GZIP_LEVEL) if compressed else plain

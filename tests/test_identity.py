@@ -25,11 +25,20 @@ from gpu_exporter.attribution.identity import (
 from gpu_exporter.attribution.proctree import boot_time_seconds, parse_stat
 
 
+def _utf8(text: str | None) -> str | None:
+    """psutil's text as the exporter writes it: bytes that are not UTF-8 (which psutil
+    keeps as surrogates, and no label may hold) as replacement characters."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
-    # one whose name the kernel cuts at 15 characters
+    # one whose name the kernel cuts at 15 characters, with an argument that is not UTF-8
     program = tmp_path / "python_with_a_long_name"
     program.symlink_to(sys.executable)
-    long_name = subprocess.Popen([str(program), "-c", "import time; time.sleep(30)"])
+    sleep = "import time; time.sleep(30)"
+    long_name = subprocess.Popen([str(program), "-c", sleep, os.fsdecode(b"caf\xe9")])
     try:
         time.sleep(0.3)
         compared = 0
@@ -38,18 +47,21 @@ def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
             try:
                 with open(f"/proc/{proc.pid}/stat", "rb") as handle:
                     comm = parse_stat(handle.read()).comm
+                before = identify("/proc", proc.pid, comm, cmdline=True)
                 with proc.oneshot():
                     theirs = (proc.name(), proc.username(), " ".join(proc.cmdline()) or None)
             except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
                 continue
             identity, complete = identify("/proc", proc.pid, comm, cmdline=True)
-            if not complete:
-                continue  # it exited in between
+            if not complete or (identity, complete) != before:
+                continue  # it exited or ran another program in between
             ours = (identity.process, identity.user, identity.cmdline)
-            assert ours == (theirs[0], theirs[1], theirs[2] and theirs[2][:256]), proc.pid
+            cmdline = _utf8(theirs[2])
+            assert ours == (_utf8(theirs[0]), _utf8(theirs[1]), cmdline and cmdline[:256]), proc.pid
             compared += 1
             if proc.pid == long_name.pid:
                 cut = (comm, identity.process)
+                assert identity.cmdline is not None and identity.cmdline.endswith(" caf\ufffd")
         assert compared >= 3
         assert cut == ("python_with_a_l", "python_with_a_long_name")
     finally:

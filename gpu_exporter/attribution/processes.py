@@ -4,8 +4,8 @@
 on every GPU (`DeviceRaw.processes`, `.process_utilization`) and adds the host's side of
 each PID:
 
-- command name, user, optional command line, and the cgroup labels (`identity.py`),
-  cached per (pid, start time), so a reused PID is looked up afresh;
+- command name, user, optional command line, and the cgroup labels (`identity.py`,
+  `cgroups.py`), cached per (pid, start time), so a reused PID is looked up afresh;
 - CPU seconds of the process and all its descendants, the descendant count, resident
   memory and start time, read fresh from one walk of /proc per sample (`proctree.py`).
 

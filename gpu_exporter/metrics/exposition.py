@@ -79,7 +79,7 @@ class Exposition:
         """Whether `fmt` has been written (a scrape of it is a copy)."""
         return fmt in self._bodies
 
-    def render(self, formats: Iterable[BodyFormat] = (TEXT,)) -> None:
+    def render(self, formats: Iterable[BodyFormat]) -> None:
         """Write `formats` now, ahead of the scrapes that will ask for them."""
         for fmt in formats:
             self.body(openmetrics=fmt.openmetrics, compressed=fmt.compressed)

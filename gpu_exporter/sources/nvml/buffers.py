@@ -117,11 +117,6 @@ class ProcessSample(NamedTuple):
     decoder_percent: int
 
 
-def _check(ret: int) -> None:
-    if ret != pynvml.NVML_SUCCESS:
-        raise pynvml.NVMLError(ret)
-
-
 def _call_growing(buffer: Buffer, call: Any) -> int:
     """`call(count)` with the buffer's size; once more after growing on INSUFFICIENT_SIZE.
 
@@ -133,7 +128,7 @@ def _call_growing(buffer: Buffer, call: Any) -> int:
         buffer.grow(int(count.value))
         count = ctypes.c_uint(len(buffer))
         ret = call(count)
-    _check(ret)
+    pynvml._nvmlCheckReturn(ret)
     return min(int(count.value), len(buffer))
 
 

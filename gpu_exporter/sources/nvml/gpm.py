@@ -183,9 +183,9 @@ class GpmStream:
 def _metrics_get(request: MetricsRequest) -> bool:
     """`nvmlGpmMetricsGet` into `request`, through pynvml's function lookup as its own
     wrapper does; raises `pynvml.NVMLError` (classified by `NvmlCalls.call`)."""
-    ret = pynvml._nvmlGetFunctionPointer("nvmlGpmMetricsGet")(ctypes.byref(request))
-    if ret != pynvml.NVML_SUCCESS:
-        raise pynvml.NVMLError(ret)
+    pynvml._nvmlCheckReturn(
+        pynvml._nvmlGetFunctionPointer("nvmlGpmMetricsGet")(ctypes.byref(request))
+    )
     return True
 
 

@@ -16,14 +16,16 @@ $(STAMP): pyproject.toml
 
 # Debian packages the tests use: promtool and prometheus (rule tests, fleet tests),
 # systemd-analyze from systemd (unit verification), chromium (the live page in a real
-# browser, driven by Playwright through /usr/bin/chromium; never `playwright install`).
+# browser, driven by Playwright through /usr/bin/chromium; never `playwright install`),
+# a C compiler (a probe built against NVIDIA's nvml.h: tests/test_nvml_header.py).
 system-deps:
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null && \
-	  command -v systemd-analyze >/dev/null && test -x /usr/bin/chromium || { \
+	  command -v systemd-analyze >/dev/null && test -x /usr/bin/chromium && \
+	  command -v cc >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
-	    prometheus systemd chromium >/dev/null; }
+	    prometheus systemd chromium gcc libc6-dev >/dev/null; }
 
 demo: $(STAMP)
 	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host (Ctrl-C stops it):"

@@ -157,6 +157,20 @@ def test_xid_event_is_counted_and_logged_with_its_meaning(tmp_path: Path, scenar
         exporter.stop()
 
 
+def test_an_xid_for_a_gpu_that_fell_off_the_bus_is_counted(tmp_path: Path, scenario: Path) -> None:
+    """The README's own pairing: GPU 1 lost, and its Xid 79 delivered. The listener
+    once died on it (the simulated event asked the lost GPU for its UUID)."""
+    exporter = start(tmp_path, scenario, 2)
+    try:
+        write_scenario(scenario, {"faults": {"lost": [1]}, "events": [{"gpu": 1, "xid": 79}]})
+        s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", xid="79") == [1.0])
+        assert up(s, "1") == [0.0]
+        assert values(s, "gpu_exporter_stage_success", stage="xid") == [1.0]
+        assert "Xid listener failed" not in exporter.log()
+    finally:
+        exporter.stop()
+
+
 def test_xid_listener_is_rearmed_after_nvml_reinitialises(tmp_path: Path, scenario: Path) -> None:
     exporter = start(tmp_path, scenario, 1)
     try:

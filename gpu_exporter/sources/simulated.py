@@ -486,7 +486,9 @@ class SimulatedBackend:
                 return None
             event = scenario.events[self._events_delivered]
             self._events_delivered += 1
-        device_uuid = self.device_static(event.gpu).uuid
+        # the driver names the event's device by the handle registered before it was
+        # lost, so an Xid 79 for a GPU that fell off the bus still arrives
+        device_uuid = self._uuid(event.gpu)
         kind = event.kind if event.kind in ("xid", "ecc_single_bit", "ecc_double_bit") else "other"
         return DeviceEvent(uuid=device_uuid, kind=kind, xid=event.xid, event_type=8)  # type: ignore[arg-type]
 

@@ -18,6 +18,8 @@ from gpu_exporter.sources.backend import Backend, EventSet, NvmlUnavailable
 
 log = logging.getLogger(__name__)
 
+RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # after a run fails unexpectedly
+
 XID_MEANINGS: dict[int, str] = {
     13: "graphics engine exception: usually an application bug (illegal instruction or address)",
     31: "GPU memory page fault: an application accessed an illegal address",
@@ -114,22 +116,40 @@ class XidListener:
             return dict(self._state)
 
     def _run(self, stop: threading.Event) -> None:
+        """Open, listen, repeat. An unexpected failure (a bug, a backend that raises what
+        it should not) is logged and the listener opens a fresh event set after a
+        backoff, so no failure ends the thread while the exporter runs."""
+        failures = 0
         while not stop.is_set():
             self._arm.wait()
             if stop.is_set():
                 return
             self._arm.clear()
-            events = self._open()
-            if events is None:
-                continue
-            log.debug("Xid listener waiting on NVML events")
             try:
-                self._listening = stop
-                self._listen(events, stop)
-            finally:
-                if self._listening is stop:
-                    self._listening = None
-                events.close()
+                self._open_and_listen(stop)
+                failures = 0
+            except Exception:
+                backoff = RESTART_BACKOFF_SECONDS[min(failures, len(RESTART_BACKOFF_SECONDS) - 1)]
+                failures += 1
+                log.exception(
+                    "Xid listener failed; restarting", extra={"retry_in_seconds": backoff}
+                )
+                if stop.wait(backoff):
+                    return
+                self._arm.set()
+
+    def _open_and_listen(self, stop: threading.Event) -> None:
+        events = self._open()
+        if events is None:
+            return
+        log.debug("Xid listener waiting on NVML events")
+        try:
+            self._listening = stop
+            self._listen(events, stop)
+        finally:
+            if self._listening is stop:
+                self._listening = None
+            events.close()
 
     def _open(self) -> EventSet | None:
         try:

@@ -380,7 +380,7 @@ def _flatten(data: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
         if not isinstance(key, str):
             raise ValueError(f"config keys must be text, not {key!r}")
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and name not in _BY_KEY and name not in _COLLECTOR_KEYS:
+        if isinstance(value, Mapping):  # no setting takes a mapping: always a level of keys
             flat.update(_flatten(value, f"{name}."))
         else:
             flat[name] = value

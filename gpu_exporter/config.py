@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -476,7 +477,21 @@ def validate(s: Settings) -> None:
             raise ConfigError(f"--simulate.scenario: {error}") from None
     if s.output is not None and not s.once:
         raise ConfigError("--output: needs --once")
+    if s.output is not None:
+        _check_output(s.output)
     parse_listen_address(s.listen_address)
+
+
+def _check_output(path: str) -> None:
+    """`--output` must be writable before a sample is taken: the error comes first and
+    alone, not after the start-up log lines."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ConfigError(f"--output {path}: is a directory")
+    if not os.path.isdir(directory):
+        raise ConfigError(f"--output {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output {path}: directory {directory} is not writable")
 
 
 _FIELD_FLAGS: dict[str, str] = {o.field: o.key for o in OPTIONS}

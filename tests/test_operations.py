@@ -7,11 +7,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.exporter import (
     command,
     free_port,
     http_get,
     parse_samples,
+    refused,
     run_exporter,
     start_exporter,
     values,
@@ -84,6 +87,21 @@ def test_once_checks_the_web_config_it_is_given(tmp_path: Path) -> None:
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "web config /nonexistent.yml: cannot read" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("missing/x.prom", "does not exist"),
+        (".", "is a directory"),
+    ],
+)
+def test_once_with_an_output_it_cannot_write_prints_one_line_before_sampling(
+    tmp_path: Path, where: str, expected: str
+) -> None:
+    line = refused(["--simulate", "1", "--once", "--output", str(tmp_path / where)])
+    assert line.startswith(f"gpu-exporter: error: --output {tmp_path / where}: ")
+    assert expected in line
 
 
 def test_once_without_a_driver_writes_nvml_up_0_and_says_no_retry(tmp_path: Path) -> None:

@@ -74,6 +74,8 @@ CSV_TYPES = {
 def known_h100() -> object:
     gpu = h100(0)
     gpu.power_milliwatts = 312_500
+    gpu.encoder_percent = 7  # 7 / 100 * 100 is 7.000000000000001 in floating point
+    gpu.decoder_percent = 29  # and 29 / 100 * 100 is 28.999999999999996
     gpu.gpm_supported = True
     gpu.gpm = {
         M.NVML_GPM_METRIC_GRAPHICS_UTIL: 75.0,
@@ -156,13 +158,13 @@ def test_every_dcgm_series_is_the_truth_in_dcgms_unit_and_type(install: Install)
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 7.0,
         "DCGM_FI_DEV_GPU_UTIL": 87.0,  # percent
         "DCGM_FI_DEV_MEM_COPY_UTIL": 41.0,
-        "DCGM_FI_DEV_ENC_UTIL": 3.0,
-        "DCGM_FI_DEV_DEC_UTIL": 0.0,
+        "DCGM_FI_DEV_ENC_UTIL": 7.0,
+        "DCGM_FI_DEV_DEC_UTIL": 29.0,
         "DCGM_FI_DEV_XID_ERRORS": 79.0,  # the last Xid's code
         "DCGM_FI_DEV_FB_FREE": float(41_977_643_008 // MIB),  # MiB
         "DCGM_FI_DEV_FB_USED": float(42_949_672_960 // MIB),
         "DCGM_FI_DEV_FB_RESERVED": float(593_494_016 // MIB),
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": (1000.0 + 3000.0) * MIB / 1e6,  # MB/s
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 4194.0,  # (1000 + 3000) MiB/s in whole MB/s
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1.0,
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 2.0,
         "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
@@ -177,7 +179,10 @@ def test_every_dcgm_series_is_the_truth_in_dcgms_unit_and_type(install: Install)
     missing = sorted(set(expected) - {name for name, _ in s})
     assert not missing
     for name, value in expected.items():
-        assert one(s, name) == pytest.approx(value), name
+        if name.startswith("DCGM_FI_PROF_") or name == "DCGM_FI_DEV_POWER_USAGE":
+            assert one(s, name) == pytest.approx(value), name  # DCGM's doubles
+        else:  # DCGM's int64 fields: the driver's whole number, exactly
+            assert one(s, name) == value, name
     labels = dict(next(labels for (n, labels) in s if n == "DCGM_FI_DEV_GPU_TEMP"))
     assert labels == {
         "gpu": "0",

@@ -112,8 +112,11 @@ def _instance_gpm(pick: Callable[[GpmReading], Number | None]) -> InstanceValue:
     return lambda i: pick(i.gpm) if i.gpm is not None else None
 
 
-def _scaled(value: Number | None, factor: float) -> float | None:
-    return None if value is None else float(value) * factor
+def _whole(value: Number | None, factor: float) -> int | None:
+    """A value in DCGM's unit, as the whole number DCGM reports (its int64 fields:
+    percent, MHz, mJ, MB/s). The driver counts these in whole units, so rounding gives
+    back the driver's integer exactly; scaling a ratio back alone gives 7.000000000000001."""
+    return None if value is None else round(float(value) * factor)
 
 
 def _mib(value: int | None) -> int | None:
@@ -130,7 +133,7 @@ def _nvlink_mb_per_second(g: GpmReading) -> Number | None:
     rates = g.nvlink_bytes_per_second
     if not {"tx", "rx"} <= set(rates):
         return None
-    return (rates["tx"] + rates["rx"]) / 1e6
+    return _whole(rates["tx"] + rates["rx"], 1e-6)
 
 
 def _d(
@@ -165,7 +168,7 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "gauge",
         "SM clock frequency in MHz.",
         "clocks",
-        _reading(lambda r: _scaled(r.clocks.hertz.get("sm") if r.clocks else None, 1e-6)),
+        _reading(lambda r: _whole(r.clocks.hertz.get("sm") if r.clocks else None, 1e-6)),
         equivalent='gpu_clock_hertz{clock="sm"} / 1e6',
     ),
     _d(
@@ -173,7 +176,7 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "gauge",
         "Memory clock frequency in MHz.",
         "clocks",
-        _reading(lambda r: _scaled(r.clocks.hertz.get("memory") if r.clocks else None, 1e-6)),
+        _reading(lambda r: _whole(r.clocks.hertz.get("memory") if r.clocks else None, 1e-6)),
         equivalent='gpu_clock_hertz{clock="memory"} / 1e6',
     ),
     # Temperature
@@ -207,7 +210,7 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "counter",
         "Energy consumed since the driver was loaded, in mJ.",
         "power",
-        _reading(lambda r: _scaled(r.power.energy_joules if r.power else None, 1000.0)),
+        _reading(lambda r: _whole(r.power.energy_joules if r.power else None, 1000.0)),
         equivalent="gpu_energy_joules_total * 1000",
     ),
     # PCIe
@@ -225,7 +228,7 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "gauge",
         "GPU utilization in percent (driver's latest sample period).",
         "utilization",
-        _reading(lambda r: _scaled(r.utilization.gpu_ratio if r.utilization else None, 100.0)),
+        _reading(lambda r: _whole(r.utilization.gpu_ratio if r.utilization else None, 100.0)),
         equivalent="gpu_utilization_ratio * 100",
     ),
     _d(
@@ -234,7 +237,7 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "Memory-controller utilization in percent.",
         "utilization",
         _reading(
-            lambda r: _scaled(
+            lambda r: _whole(
                 r.utilization.memory_controller_ratio if r.utilization else None, 100.0
             )
         ),
@@ -245,7 +248,7 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "gauge",
         "Encoder utilization in percent.",
         "utilization",
-        _reading(lambda r: _scaled(r.utilization.encoder_ratio if r.utilization else None, 100.0)),
+        _reading(lambda r: _whole(r.utilization.encoder_ratio if r.utilization else None, 100.0)),
         equivalent="gpu_encoder_utilization_ratio * 100",
     ),
     _d(
@@ -253,7 +256,7 @@ DCGM_METRICS: tuple[DcgmMetric, ...] = (
         "gauge",
         "Decoder utilization in percent.",
         "utilization",
-        _reading(lambda r: _scaled(r.utilization.decoder_ratio if r.utilization else None, 100.0)),
+        _reading(lambda r: _whole(r.utilization.decoder_ratio if r.utilization else None, 100.0)),
         equivalent="gpu_decoder_utilization_ratio * 100",
     ),
     # Errors

@@ -255,7 +255,12 @@ class SimulatedBackend:
         )
 
     def utilization_at(self, index: int, t: float) -> tuple[float, float]:
-        """(gpu, memory-controller) utilization ratios at Unix time t."""
+        """(gpu, memory-controller) utilization ratios at Unix time t, in whole percent
+        as the driver reports them."""
+        gpu, memory_controller = self._utilization_at(index, t)
+        return round(gpu * 100) / 100, round(memory_controller * 100) / 100
+
+    def _utilization_at(self, index: int, t: float) -> tuple[float, float]:
         profile = self.profile(index)
         if profile == "input-starved":
             busy = activity.square(t, 0.4)  # 2.5 busy bursts a second

@@ -415,6 +415,8 @@ class DeviceSample:
     reading: DeviceReading | None = None
     busy_seconds: float | None = None  # gpu_busy_seconds_total
     memory_controller_busy_seconds: float | None = None
+    busy_uncovered_seconds: float | None = None  # None: not read from the sample buffer
+    memory_controller_busy_uncovered_seconds: float | None = None
     attribution: Attribution | None = None  # None: process collector off or unsupported
     activity: ActivityTotals | None = None  # GPM totals of the whole GPU
     mig_activity: Mapping[int, ActivityTotals] = field(default_factory=dict)  # by GI id

@@ -762,19 +762,77 @@ def test_sampler_busy_seconds_integrate_the_driver_buffer_exactly(install: Insta
     assert lib.count("nvmlDeviceGetSamples", gpu=0) >= 4
 
 
-def test_sampler_integrates_the_reading_where_the_buffer_is_not_supported(
-    install: Install,
-) -> None:
-    gpu: FakeGpu = old_fanless(0)
-    install(FakeNvmlLib([gpu]))
-    now = [100.0]
-    sampler = Sampler(
+def _utilization_sampler(now: list[float]) -> Sampler:
+    """A sampler of the utilization collector whose monotonic clock is `now[0]`."""
+    return Sampler(
         PynvmlBackend(),
         interval_seconds=1.0,
         timeout_seconds=5.0,
         collectors=frozenset({"utilization"}),
         monotonic=lambda: now[0],
     )
+
+
+def _entries(t0: int, start_s: float, end_s: float, percent: int) -> list[tuple[int, int]]:
+    """Driver entries every 1/6 s in (start_s, end_s] after t0, as the ring holds them."""
+    ticks = range(int(start_s * 6) + 1, int(end_s * 6) + 1)
+    return [(t0 + round(k * 1e6 / 6), percent) for k in ticks]
+
+
+def test_sampler_counts_a_dry_buffer_as_uncovered_not_busy(install: Install) -> None:
+    # The driver adds no entries while the GPU idles and answers NOT_FOUND (seen on GB10):
+    # idle 10 s with no entries, then busy 10 s, twice over 40 s.
+    gpu = h100(0)
+    t0 = 5_000_000_000
+    gpu.samples[GPU_SAMPLES] = _entries(t0, -1.0, 0.0, 0)
+    gpu.samples[MEM_SAMPLES] = _entries(t0, -1.0, 0.0, 0)
+    install(FakeNvmlLib([gpu]))
+    now = [100.0]
+    sampler = _utilization_sampler(now)
+    try:
+        first = sampler.sample_once().devices[0]
+        for second in range(1, 41):
+            if 10 <= second - 1 < 20 or 30 <= second - 1 < 40:
+                gpu.samples[GPU_SAMPLES] += _entries(t0, second - 1, second, 100)
+                gpu.samples[MEM_SAMPLES] += _entries(t0, second - 1, second, 50)
+            now[0] += 1.0
+            last = sampler.sample_once()
+    finally:
+        sampler.stop()
+    device = last.devices[0]
+    assert last.nvml_errors == {}  # NOT_FOUND is an empty buffer, not an error
+    assert first.busy_seconds == 0.0
+    assert device.busy_seconds is not None
+    assert device.busy_seconds == pytest.approx(20.0, abs=3.0)  # not 40
+    assert device.busy_uncovered_seconds == pytest.approx(40.0 - device.busy_seconds)
+    assert device.memory_controller_busy_seconds == pytest.approx(10.0, abs=1.5)  # not 20
+    assert device.memory_controller_busy_uncovered_seconds == pytest.approx(20.0, abs=1.0)
+
+
+def test_sampler_counts_entries_lost_to_a_wrapped_buffer_as_uncovered(install: Install) -> None:
+    gpu = h100(0)
+    t0 = 5_000_000_000
+    gpu.samples[GPU_SAMPLES] = _entries(t0, -1.0, 0.0, 100)
+    install(FakeNvmlLib([gpu]))
+    sampler = _sampler(PynvmlBackend(), frozenset({"utilization"}))
+    try:
+        sampler.sample_once()
+        # 30 s of full load before the next read; the driver keeps its newest 100 entries.
+        gpu.samples[GPU_SAMPLES] = _entries(t0, 0.0, 30.0, 100)[-100:]
+        device = sampler.sample_once().devices[0]
+    finally:
+        sampler.stop()
+    assert device.busy_seconds == pytest.approx(100 / 6, abs=0.2)  # not 30
+    assert device.busy_uncovered_seconds == pytest.approx(30.0 - 100 / 6, abs=0.2)
+
+
+def test_sampler_integrates_the_reading_where_the_buffer_is_not_supported(
+    install: Install,
+) -> None:
+    gpu: FakeGpu = old_fanless(0)
+    install(FakeNvmlLib([gpu]))
+    now = [100.0]
+    sampler = _utilization_sampler(now)
     try:
         sampler.sample_once()
         now[0] += 2.0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from gpu_exporter.model import UtilizationSample
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.sampler import BACKOFF_MAX_SECONDS, Sampler
@@ -110,3 +112,47 @@ def test_without_the_sample_buffer_the_latest_reading_is_integrated() -> None:
     assert near_oom.busy_seconds is not None and 8.2 <= near_oom.busy_seconds <= 9.2
     assert snapshot.devices[3].busy_seconds is None  # MIG: neither buffer nor reading
     assert snapshot.devices[1].busy_seconds == 0.0
+
+
+SIXTH_US = 1_000_000 / 6  # the driver's sample period on recent GPUs
+
+
+def ring(start_s: float, end_s: float, ratio: float) -> list[tuple[int, float]]:
+    """Driver entries every 1/6 s in (start_s, end_s], as (timestamp us, ratio)."""
+    first = int(start_s * 6) + 1
+    return [(round(k * SIXTH_US), ratio) for k in range(first, int(end_s * 6) + 1)]
+
+
+def test_a_dry_buffer_is_uncovered_time_not_busy_time() -> None:
+    # The driver adds no entries while the GPU idles (GB10): idle 10 s with no entries,
+    # then busy 10 s, twice over 40 s. Only the 20 busy seconds are busy.
+    counter = BusyCounter()
+    counter.add_samples(samples(*ring(-1.0, 0.0, 0.0)), 0.0)
+    uncovered_mid_gap = 0.0
+    for second in range(1, 41):
+        busy = 10 <= second - 1 < 20 or 30 <= second - 1 < 40
+        counter.add_samples(samples(*ring(second - 1, second, 1.0)) if busy else [], second)
+        if second == 5:
+            uncovered_mid_gap = counter.uncovered_seconds
+    assert 17.0 <= counter.seconds <= 23.0  # not 40
+    assert counter.seconds + counter.uncovered_seconds == pytest.approx(40.0)
+    # A dry spell is counted while it lasts, not only when the next entry ends it.
+    assert 4.0 <= uncovered_mid_gap <= 5.0
+
+
+def test_entries_lost_to_a_wrapped_buffer_are_uncovered_time() -> None:
+    counter = BusyCounter()
+    counter.add_samples(samples(*ring(-1.0, 0.0, 1.0)), 0.0)
+    # Not read for 30 s of full load: the driver kept only its newest 100 entries.
+    counter.add_samples(samples(*ring(0.0, 30.0, 1.0)[-100:]), 30.0)
+    assert counter.seconds == pytest.approx(100 / 6, abs=0.2)  # not 30
+    assert counter.seconds + counter.uncovered_seconds == pytest.approx(30.0)
+
+
+def test_jittered_timestamps_are_covered_in_full() -> None:
+    counter = BusyCounter()
+    counter.add_samples(samples((0, 0.0)), 0.0)
+    jittered = [(k * 166_667 + (20_000 if k % 2 else 0), 1.0) for k in range(1, 61)]
+    counter.add_samples(samples(*jittered), 10.0)
+    assert counter.seconds == pytest.approx(60 * 166_667 / 1e6)
+    assert counter.uncovered_seconds == 0.0

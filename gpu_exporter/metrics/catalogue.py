@@ -370,9 +370,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_busy_seconds_total",
         "counter",
         "Seconds a kernel was running, integrated from the driver's utilization sample "
-        "buffer; rate() is the true average utilization over any window.",
+        "buffer; rate() is the true average utilization over any window the buffer covered "
+        "(see gpu_busy_uncovered_seconds_total).",
         "utilization",
         device(lambda d: d.busy_seconds),
+    ),
+    _d(
+        "gpu_busy_uncovered_seconds_total",
+        "counter",
+        "Seconds no entry of the driver's utilization sample buffer covered (the buffer "
+        "ran dry while the GPU idled, or wrapped before it was read), counted neither busy "
+        "nor idle; the true busy share of a window lies between rate(gpu_busy_seconds_total) "
+        "and that plus rate(gpu_busy_uncovered_seconds_total).",
+        "utilization",
+        device(lambda d: d.busy_uncovered_seconds),
     ),
     _d(
         "gpu_memory_controller_utilization_ratio",
@@ -388,6 +399,15 @@ METRICS: tuple[MetricSpec, ...] = (
         "Seconds the memory controller was busy, integrated from the driver's sample buffer.",
         "utilization",
         device(lambda d: d.memory_controller_busy_seconds),
+    ),
+    _d(
+        "gpu_memory_controller_busy_uncovered_seconds_total",
+        "counter",
+        "Seconds no entry of the driver's memory-controller sample buffer covered, counted "
+        "neither busy nor idle; the true busy share of a window lies between "
+        "rate(gpu_memory_controller_busy_seconds_total) and that plus this counter's rate.",
+        "utilization",
+        device(lambda d: d.memory_controller_busy_uncovered_seconds),
     ),
     _d(
         "gpu_encoder_utilization_ratio",

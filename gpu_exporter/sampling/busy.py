@@ -1,49 +1,104 @@
-"""Busy-time counters integrated from the driver's utilization sample buffer."""
+"""Busy-time counters integrated from the driver's utilization sample buffer.
+
+Each entry of the buffer (`nvmlDeviceGetSamples`) holds the busy share of one driver
+sample period, which nvml.h puts "between 1 second and 1/6 second, depending on the
+product" (`nvmlUtilization_t`). The buffer is not continuous: the driver stops adding
+entries while a GPU idles (seen on GB10, where `nvmlDeviceGetSamples` answers NOT_FOUND
+for minutes), and a buffer read less often than it wraps (about 100 entries, 12 to 17 s)
+has lost its oldest entries. The entry after such a gap says nothing about the gap, so
+an entry is credited for at most one sample period (with slack for timestamp jitter), and
+the rest of the gap is counted as uncovered: neither busy nor idle, but visible.
+"""
 
 from __future__ import annotations
 
+import itertools
+import statistics
+from collections import deque
 from collections.abc import Sequence
 
 from gpu_exporter.model import UtilizationSample
+
+SPACINGS_KEPT = 64
+"""The sample period is the median of this many recent spacings between entries."""
+
+JITTER_SLACK = 1.5
+"""An entry covers at most this many sample periods (its timestamp may come a little late)."""
+
+UNKNOWN_PERIOD_US = 1_000_000
+"""The period assumed before two entries were read together: nvml.h's longest, 1 s."""
 
 
 class BusyCounter:
     """Seconds a GPU engine was busy, as a counter that never goes backwards.
 
-    With the driver's buffer (`nvmlDeviceGetSamples`), each entry holds the busy share
-    of the period since the previous entry, so summing `ratio * period` gives the exact
-    busy time however fast utilization flickers. Where the buffer is not supported, the
-    latest reading is held over the elapsed wall time instead.
+    With the driver's buffer, each entry holds the busy share of the period before it, so
+    summing `ratio * period` gives the exact busy time however fast utilization flickers;
+    time no entry covers adds to `uncovered_seconds` instead. Where the buffer is not
+    supported, the latest reading is held over the elapsed wall time.
     """
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.uncovered_seconds = 0.0  # buffer time no entry covered (see the module)
         self._last_timestamp_us: int | None = None  # newest buffer entry integrated
         self._last_monotonic: float | None = None  # when the fallback last integrated
+        self._spacings: deque[int] = deque(maxlen=SPACINGS_KEPT)  # microseconds
+        self._entries_monotonic: float | None = None  # when new entries were last read
+        self._dry_credited = 0.0  # uncovered seconds already counted for the current gap
 
     @property
     def cursor_us(self) -> int:
         """Ask the driver for entries newer than this (0: give me the whole buffer)."""
         return self._last_timestamp_us or 0
 
+    @property
+    def period_us(self) -> float:
+        """The driver's sample period: the median spacing of entries read together."""
+        return statistics.median(self._spacings) if self._spacings else UNKNOWN_PERIOD_US
+
     def add_samples(self, samples: Sequence[UtilizationSample], now_monotonic: float) -> None:
         """Integrate buffer entries newer than the cursor, oldest first.
 
         The first call only sets the cursor: the buffer's history predates the counter.
+        A call with nothing new counts the time since entries were last read, beyond one
+        period, as uncovered at once, so the counters explain a long dry spell as it
+        happens; the entry that ends the gap then adds only what was not counted yet.
         """
         self._last_monotonic = now_monotonic
-        if self._last_timestamp_us is None:
-            if samples:
-                self._last_timestamp_us = max(s.timestamp_us for s in samples)
-            return
         previous = self._last_timestamp_us
-        for sample in samples:
-            if sample.timestamp_us <= previous:
-                continue
-            ratio = min(1.0, max(0.0, sample.ratio))
-            self.seconds += ratio * (sample.timestamp_us - previous) / 1e6
+        new: list[UtilizationSample] = []
+        for sample in sorted(samples, key=lambda s: s.timestamp_us):
+            newest = new[-1].timestamp_us if new else previous
+            if newest is None or sample.timestamp_us > newest:
+                new.append(sample)
+        if not new:
+            self._count_dry_spell(now_monotonic)
+            return
+        self._spacings.extend(b.timestamp_us - a.timestamp_us for a, b in itertools.pairwise(new))
+        self._entries_monotonic = now_monotonic
+        self._last_timestamp_us = new[-1].timestamp_us
+        if previous is None:
+            return
+        longest_us = JITTER_SLACK * self.period_us
+        for sample in new:
+            spacing_us = sample.timestamp_us - previous
+            covered_us = min(spacing_us, longest_us)
+            self.seconds += min(1.0, max(0.0, sample.ratio)) * covered_us / 1e6
+            gap = (spacing_us - covered_us) / 1e6
+            self.uncovered_seconds += max(0.0, gap - self._dry_credited)
+            self._dry_credited = 0.0
             previous = sample.timestamp_us
-        self._last_timestamp_us = previous
+
+    def _count_dry_spell(self, now_monotonic: float) -> None:
+        """Count as uncovered, now, the wall time beyond one period since entries came."""
+        if self._last_timestamp_us is None or self._entries_monotonic is None:
+            return
+        longest = JITTER_SLACK * self.period_us / 1e6
+        owed = max(0.0, now_monotonic - self._entries_monotonic - longest)
+        if owed > self._dry_credited:
+            self.uncovered_seconds += owed - self._dry_credited
+            self._dry_credited = owed
 
     def add_reading(self, ratio: float | None, now_monotonic: float) -> None:
         """Fallback: hold the latest reading over the time since the last call."""
@@ -53,6 +108,8 @@ class BusyCounter:
         self._last_monotonic = now_monotonic
 
     def rebase(self) -> None:
-        """Forget the driver's timestamps (after a driver reload); keep the total."""
+        """Forget the driver's timestamps (after a driver reload); keep the totals."""
         self._last_timestamp_us = None
         self._last_monotonic = None
+        self._entries_monotonic = None
+        self._dry_credited = 0.0

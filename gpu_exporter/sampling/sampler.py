@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gpu_exporter.model import (
     ActivityTotals,
@@ -450,7 +450,7 @@ class Sampler:
             if raw.static is not slot.static:
                 slot.static, slot.static_at = raw.static, now
             counters = self._counters.setdefault(raw.static.uuid, _Counters())
-            busy = mc_busy = None
+            busy = mc_busy = _Busy(None, None)
             utilization = raw.reading.utilization
             if "utilization" in collectors:
                 busy = _integrate(
@@ -477,8 +477,10 @@ class Sampler:
                     static=raw.static,
                     up=True,
                     reading=raw.reading,
-                    busy_seconds=busy,
-                    memory_controller_busy_seconds=mc_busy,
+                    busy_seconds=busy.seconds,
+                    memory_controller_busy_seconds=mc_busy.seconds,
+                    busy_uncovered_seconds=busy.uncovered_seconds,
+                    memory_controller_busy_uncovered_seconds=mc_busy.uncovered_seconds,
                     activity=activity,
                     mig_activity=mig_activity,
                 )
@@ -509,17 +511,24 @@ def _integrate_activity(
     return counters.activity.totals(), mig_totals
 
 
+class _Busy(NamedTuple):
+    """One busy counter's totals in a sample; None where not known."""
+
+    seconds: float | None
+    uncovered_seconds: float | None  # only from the driver's buffer
+
+
 def _integrate(
     counter: BusyCounter,
     samples: Sequence[UtilizationSample] | None,
     latest_ratio: float | None,
     now_monotonic: float,
-) -> float | None:
+) -> _Busy:
     """Advance one busy counter; None when neither the buffer nor a reading exists."""
     if samples is not None:
         counter.add_samples(samples, now_monotonic)
-        return counter.seconds
+        return _Busy(counter.seconds, counter.uncovered_seconds)
     if latest_ratio is None:
-        return None
+        return _Busy(None, None)
     counter.add_reading(latest_ratio, now_monotonic)
-    return counter.seconds
+    return _Busy(counter.seconds, None)

@@ -1,0 +1,260 @@
+"""Real GPUs replayed: the exporter prints what nvidia-smi printed for the same board.
+
+Every capture in tests/fixtures/nvidia-smi (real `nvidia-smi` output of H100, H100 and H200
+with MIG, L40S, RTX 4080 SUPER and RTX 2080 SUPER hosts; see NOTICE there) becomes a fake
+libnvidia-ml (tests/support/capture_hosts.py), and the real program (`gpu-exporter --once`,
+PynvmlBackend through the real pynvml) reads it. Each value is then compared with what
+nvidia-smi reported, converted here to the exporter's units (MiB -> bytes, MHz -> Hz,
+% -> ratio, Enabled -> 1); what nvidia-smi printed as N/A must be absent from the exposition,
+never 0. The expectations come from `--query-gpu` CSV where it has the value (and from
+`nvidia-smi -q` and `-L` where only they have it: video max clock, thresholds, PCIe replays
+and throughput, MIG devices), parsed here, apart from the conversion into NVML units that
+built the fake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from gpu_exporter import cli
+from tests.support.capture_hosts import capture_host
+from tests.support.exporter import Samples, parse_samples
+from tests.support.fake_nvml import FakeNvmlLib, Install
+from tests.support.nvidia_smi_capture import (
+    STATES,
+    Capture,
+    CaptureState,
+    available,
+    capture_files,
+    number,
+)
+
+CAPTURES = [Capture(path) for path in capture_files()]
+ONCE = ["--once", "--collector.pcie-throughput", "--no-collector.host", "--no-collector.process"]
+MIB = 1024 * 1024
+
+# Exporter series with no nvidia-smi counterpart in a capture (or the exporter's own).
+UNCOMPARED = {"gpu_up"}
+# Counters the exporter integrates from a value nvidia-smi shows: present only beside it.
+DERIVED = {
+    "gpu_busy_seconds_total": "gpu_utilization_ratio",
+    "gpu_memory_controller_busy_seconds_total": "gpu_memory_controller_utilization_ratio",
+}
+
+# reason label -> --query-gpu column (Active / Not Active)
+THROTTLE_COLUMNS = {
+    "gpu_idle": "clocks_event_reasons.gpu_idle",
+    "applications_clocks_setting": "clocks_event_reasons.applications_clocks_setting",
+    "sw_power_cap": "clocks_event_reasons.sw_power_cap",
+    "hw_slowdown": "clocks_event_reasons.hw_slowdown",
+    "hw_thermal_slowdown": "clocks_event_reasons.hw_thermal_slowdown",
+    "hw_power_brake_slowdown": "clocks_event_reasons.hw_power_brake_slowdown",
+    "sw_thermal_slowdown": "clocks_event_reasons.sw_thermal_slowdown",
+    "sync_boost": "clocks_event_reasons.sync_boost",
+}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One series the exporter should print with `value`, or leave out (`value` None)."""
+
+    metric: str
+    labels: dict[str, str]
+    value: float | None
+    source: str  # what nvidia-smi printed, for the failure message
+
+
+def _scaled(text: str | None, factor: float) -> float | None:
+    value = number(text)
+    return value * factor if value is not None else None
+
+
+def _mode(text: str | None) -> float | None:
+    """Enabled/Yes/Active -> 1, Disabled/No/Not Active -> 0, N/A -> None."""
+    value = available(text)
+    if value is None:
+        return None
+    return {"Enabled": 1.0, "Yes": 1.0, "Active": 1.0}.get(value, 0.0)
+
+
+def expectations(state: CaptureState, index: int) -> list[Expected]:
+    """What the exporter must print for GPU `index`, from what nvidia-smi printed."""
+    row, q = state.rows[index], state.gpu(index)
+    gpu = str(index)
+
+    def csv(metric: str, column: str, factor: float = 1.0, **labels: str) -> Expected:
+        return Expected(metric, {"gpu": gpu, **labels}, _scaled(row[column], factor), column)
+
+    def query(metric: str, path: tuple[str, ...], factor: float = 1.0, **labels: str) -> Expected:
+        value = _scaled(q.get(*path), factor)
+        return Expected(metric, {"gpu": gpu, **labels}, value, " / ".join(path))
+
+    def flag(metric: str, column: str) -> Expected:
+        return Expected(metric, {"gpu": gpu}, _mode(row[column]), column)
+
+    pstate = available(row["pstate"])
+    out = [
+        csv("gpu_memory_total_bytes", "memory.total [MiB]", MIB),
+        csv("gpu_memory_used_bytes", "memory.used [MiB]", MIB),
+        csv("gpu_memory_free_bytes", "memory.free [MiB]", MIB),
+        csv("gpu_memory_reserved_bytes", "memory.reserved [MiB]", MIB),
+        csv("gpu_temperature_celsius", "temperature.gpu"),
+        csv("gpu_memory_temperature_celsius", "temperature.memory"),
+        # absolute thresholds only where nvidia-smi prints them (not the T.Limit margins)
+        query(
+            "gpu_temperature_threshold_celsius",
+            ("Temperature", "GPU Slowdown Temp"),
+            threshold="slowdown",
+        ),
+        query(
+            "gpu_temperature_threshold_celsius",
+            ("Temperature", "GPU Shutdown Temp"),
+            threshold="shutdown",
+        ),
+        csv("gpu_fan_speed_ratio", "fan.speed [%]", 0.01),
+        csv("gpu_power_watts", "power.draw [W]"),
+        csv("gpu_power_limit_watts", "enforced.power.limit [W]"),
+        *(
+            csv("gpu_clock_hertz", f"clocks.current.{clock} [MHz]", 1e6, clock=clock)
+            for clock in ("graphics", "sm", "memory", "video")
+        ),
+        *(
+            csv("gpu_clock_max_hertz", f"clocks.max.{clock} [MHz]", 1e6, clock=clock)
+            for clock in ("graphics", "sm", "memory")
+        ),
+        query("gpu_clock_max_hertz", ("Max Clocks", "Video"), 1e6, clock="video"),
+        Expected(
+            "gpu_performance_state",
+            {"gpu": gpu},
+            float(pstate.removeprefix("P")) if pstate else None,
+            "pstate",
+        ),
+        *(
+            Expected(
+                "gpu_throttle_active", {"gpu": gpu, "reason": reason}, _mode(row[column]), column
+            )
+            for reason, column in THROTTLE_COLUMNS.items()
+        ),
+        csv("gpu_pcie_link_generation", "pcie.link.gen.current"),
+        csv("gpu_pcie_link_max_generation", "pcie.link.gen.max"),
+        csv("gpu_pcie_link_width", "pcie.link.width.current"),
+        csv("gpu_pcie_link_max_width", "pcie.link.width.max"),
+        query("gpu_pcie_replay_errors_total", ("PCI", "Replays Since Reset")),
+        query(
+            "gpu_pcie_throughput_bytes_per_second", ("PCI", "Tx Throughput"), 1000, direction="tx"
+        ),
+        query(
+            "gpu_pcie_throughput_bytes_per_second", ("PCI", "Rx Throughput"), 1000, direction="rx"
+        ),
+        csv("gpu_utilization_ratio", "utilization.gpu [%]", 0.01),
+        csv("gpu_memory_controller_utilization_ratio", "utilization.memory [%]", 0.01),
+        csv("gpu_encoder_utilization_ratio", "utilization.encoder [%]", 0.01),
+        csv("gpu_decoder_utilization_ratio", "utilization.decoder [%]", 0.01),
+        csv("gpu_ecc_errors_total", "ecc.errors.corrected.volatile.total", error_type="corrected"),
+        csv(
+            "gpu_ecc_errors_total",
+            "ecc.errors.uncorrected.volatile.total",
+            error_type="uncorrected",
+        ),
+        csv("gpu_retired_pages", "retired_pages.single_bit_ecc.count", cause="single_bit"),
+        csv("gpu_retired_pages", "retired_pages.double_bit.count", cause="double_bit"),
+        flag("gpu_retired_pages_pending", "retired_pages.pending"),
+        csv("gpu_remapped_rows", "remapped_rows.correctable", error_type="correctable"),
+        csv("gpu_remapped_rows", "remapped_rows.uncorrectable", error_type="uncorrectable"),
+        flag("gpu_remapped_rows_pending", "remapped_rows.pending"),
+        flag("gpu_remapped_rows_failed", "remapped_rows.failure"),
+        flag("gpu_persistence_mode", "persistence_mode"),
+        flag("gpu_mig_mode", "mig.mode.current"),
+        flag("gpu_ecc_mode", "ecc.mode.current"),
+    ]
+    return out + _mig_expectations(state, index)
+
+
+def _mig_expectations(state: CaptureState, index: int) -> list[Expected]:
+    """gpu_mig_info per MIG device (`-q` ids, `-L` profile and UUID), memory per GPU instance."""
+    out: list[Expected] = []
+    listing = state.mig_listing(index)
+    for device in state.gpu(index).all("MIG Device"):
+        slot = int(device.get("Index") or -1)
+        profile, mig_uuid = listing[slot]
+        gpu_instance = device.get("GPU Instance ID") or ""
+        labels = {
+            "gpu": str(index),
+            "gpu_instance": gpu_instance,
+            "compute_instance": device.get("Compute Instance ID") or "",
+            "profile": profile,
+            "mig_uuid": mig_uuid,
+        }
+        out.append(Expected("gpu_mig_info", labels, 1.0, f"MIG Device {slot}"))
+        memory = ("Shared FB Memory Usage",)
+        for metric, key in (("total", "Total"), ("used", "Used")):
+            value = _scaled(device.get(*memory, key), MIB)
+            instance = {"gpu": str(index), "gpu_instance": gpu_instance}
+            out.append(Expected(f"gpu_mig_memory_{metric}_bytes", instance, value, key))
+    return out
+
+
+def matching(samples: Samples, metric: str, labels: dict[str, str]) -> list[float]:
+    want = set(labels.items())
+    return [v for (name, ls), v in samples.items() if name == metric and want <= set(ls)]
+
+
+def run_once(lib: FakeNvmlLib, install: Install, capsysbinary: pytest.CaptureFixture[bytes]) -> str:
+    """`gpu-exporter --once` (the real program, in this process) against `lib`."""
+    install(lib)
+    assert cli.main(ONCE) == 0
+    return capsysbinary.readouterr().out.decode()
+
+
+def _device_series(samples: Samples) -> set[str]:
+    return {n for (n, _) in samples if n.startswith("gpu_") and not n.startswith("gpu_exporter_")}
+
+
+def disagreements(samples: Samples, state: CaptureState) -> tuple[list[str], set[str]]:
+    """Where the exposition differs from nvidia-smi, and the metrics compared."""
+    compared: set[str] = set(UNCOMPARED) | set(DERIVED)
+    wrong: list[str] = []
+    for index in range(len(state.rows)):
+        for want in expectations(state, index):
+            compared.add(want.metric)
+            got = matching(samples, want.metric, want.labels)
+            said = f"nvidia-smi {want.value if want.value is not None else 'N/A'} ({want.source})"
+            if (want.value is None and got) or (
+                want.value is not None and got != [pytest.approx(want.value, rel=1e-9)]
+            ):
+                wrong.append(f"{want.metric}{want.labels}: {said}, exporter {got}")
+        gpu = {"gpu": str(index)}
+        for counter, source in DERIVED.items():
+            if bool(matching(samples, counter, gpu)) != bool(matching(samples, source, gpu)):
+                wrong.append(f"{counter}{gpu} printed without {source}, or the other way")
+    return wrong, compared
+
+
+@pytest.mark.parametrize(
+    ("capture", "state"),
+    [(capture, state) for capture in CAPTURES for state in STATES],
+    ids=[f"{capture.name}-{state}" for capture in CAPTURES for state in STATES],
+)
+def test_exporter_prints_what_nvidia_smi_printed_for_the_same_board(
+    capture: Capture, state: str, install: Install, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    captured = capture.state(state)
+    samples = parse_samples(run_once(capture_host(capture, state), install, capsysbinary))
+    for index, row in enumerate(captured.rows):
+        (labels,) = [
+            dict(ls) for (n, ls) in samples if n == "gpu_info" and ("gpu", str(index)) in ls
+        ]
+        assert labels["name"] == row["name"]
+        assert labels["uuid"] == row["uuid"]
+        assert labels["pci_bus_id"] == row["pci.bus_id"]
+        assert labels["vbios_version"] == row["vbios_version"]
+        assert labels["compute_capability"] == row["compute_cap"]
+        assert labels["driver_version"] == row["driver_version"].split()[0]
+        assert labels["cuda_driver_version"] == (captured.cuda_version or "").split()[0]
+    wrong, compared = disagreements(samples, captured)
+    assert not wrong, "\n".join(wrong)
+    # every device series the exporter printed is one nvidia-smi had a value for
+    unexplained = _device_series(samples) - compared - {"gpu_info"}
+    assert not unexplained, f"values nvidia-smi did not show: {sorted(unexplained)}"

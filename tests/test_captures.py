@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pynvml
 import pytest
 
 from gpu_exporter import cli
-from tests.support.capture_hosts import capture_host
+from tests.support.capture_hosts import board_support, capture_host, conform
 from tests.support.exporter import Samples, parse_samples
-from tests.support.fake_nvml import FakeNvmlLib, Install
+from tests.support.fake_nvml import FakeGpu, FakeMigDevice, FakeNvmlLib, Install, h100
 from tests.support.nvidia_smi_capture import (
     STATES,
     Capture,
@@ -258,3 +259,83 @@ def test_exporter_prints_what_nvidia_smi_printed_for_the_same_board(
     # every device series the exporter printed is one nvidia-smi had a value for
     unexplained = _device_series(samples) - compared - {"gpu_info"}
     assert not unexplained, f"values nvidia-smi did not show: {sorted(unexplained)}"
+
+
+# What real boards leave out ----------------------------------------------------------
+
+
+def capture_named(model: str) -> Capture:
+    """The capture whose file name holds `model` ("nvidia-h100-80gb-hbm3")."""
+    (capture,) = [c for c in CAPTURES if f"__{model}__" in c.path.name]
+    return capture
+
+
+HOPPER = {"retired_pages", "fan_speed"}  # remapped rows, average power, HBM temperature: there
+UNDER_MIG = {"remapped_rows", "utilization", "encoder", "decoder"}
+GEFORCE = {"retired_pages", "remapped_rows", "ecc_errors", "ecc_mode", "memory_temperature"}
+BOARD_SUPPORT = {
+    "nvidia-h100-80gb-hbm3": HOPPER,
+    "nvidia-h100-mig": HOPPER | UNDER_MIG,  # the same board and driver, MIG on
+    "nvidia-h200-mig": HOPPER | UNDER_MIG,
+    "nvidia-l40s": {"retired_pages", "memory_temperature", "fan_speed", "mig_mode"},
+    "nvidia-geforce-rtx-4080-super": GEFORCE | {"mig_mode"},
+    "nvidia-geforce-rtx-2080-super": GEFORCE | {"mig_mode", "power_average"},  # Turing
+}
+
+
+@pytest.mark.parametrize("model", sorted(BOARD_SUPPORT))
+def test_board_support_table_is_what_the_capture_leaves_n_a(model: str) -> None:
+    capture = capture_named(model)
+    assert board_support(capture, "idle").not_available == BOARD_SUPPORT[model]
+    assert board_support(capture, "load").not_available == BOARD_SUPPORT[model]  # not by load
+
+
+def test_mig_takes_remapped_rows_and_utilization_away_from_the_same_h100() -> None:
+    plain = board_support(capture_named("nvidia-h100-80gb-hbm3")).not_available
+    mig = board_support(capture_named("nvidia-h100-mig")).not_available
+    assert mig - plain == UNDER_MIG
+    assert plain - mig == set()
+
+
+def _h100_with_mig() -> FakeGpu:
+    gpu = h100()
+    gpu.mig = (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE)
+    gpu.mig_devices = [
+        FakeMigDevice(0, 2, 0, "MIG-h100-0", "NVIDIA H100 80GB HBM3 MIG 3g.40gb", (42 << 30, 0))
+    ]
+    return gpu
+
+
+def test_h100_fake_as_a_real_h100_prints_no_retired_pages_and_reads_average_power(
+    install: Install, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    lib = FakeNvmlLib([conform(h100(), board_support(capture_named("nvidia-h100-80gb-hbm3")))])
+    samples = parse_samples(run_once(lib, install, capsysbinary))
+    # N/A on a real H100: absent, never 0
+    assert matching(samples, "gpu_retired_pages", {}) == []
+    assert matching(samples, "gpu_retired_pages_pending", {}) == []
+    # what it does report
+    assert matching(samples, "gpu_remapped_rows", {"error_type": "correctable"}) == [2.0]
+    assert matching(samples, "gpu_power_watts", {}) == [pytest.approx(512.345)]
+    assert lib.count("nvmlDeviceGetPowerUsage") == 0  # the average power field answered
+
+
+def test_h100_fake_with_mig_as_a_real_one_prints_no_remapped_rows_nor_utilization(
+    install: Install, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    support = board_support(capture_named("nvidia-h100-mig"))
+    samples = parse_samples(
+        run_once(FakeNvmlLib([conform(_h100_with_mig(), support)]), install, capsysbinary)
+    )
+    for metric in (
+        "gpu_remapped_rows",
+        "gpu_remapped_rows_pending",
+        "gpu_remapped_rows_failed",
+        "gpu_retired_pages",
+        "gpu_utilization_ratio",
+        "gpu_busy_seconds_total",
+        "gpu_encoder_utilization_ratio",
+    ):
+        assert matching(samples, metric, {}) == [], metric
+    assert matching(samples, "gpu_mig_mode", {}) == [1.0]
+    assert matching(samples, "gpu_mig_info", {"profile": "3g.40gb"}) == [1.0]

@@ -8,6 +8,12 @@ and their profiles. nvidia-smi's units become NVML's (MiB -> bytes, W -> mW, "P0
 NOT_SUPPORTED for it, as the driver did. Nothing the capture lacks is made up: no sample
 buffers, processes, GPM, NVLink, energy or events.
 
+`board_support(capture)` is a board's support table: which of the values the exporter reads
+the board leaves N/A, by the names of `NOT_AVAILABLE_VALUES`. `conform(gpu, support)` makes a
+hand-written fake (`h100()`) answer as that board does: what the board leaves N/A becomes
+NOT_SUPPORTED, and the average power field (NVML_FI_DEV_POWER_AVERAGE) answers where the
+board has it.
+
 Two facts the captures do not give, and the fake therefore does not invent:
 
 - Absolute slowdown and shutdown temperatures on boards whose driver prints them relative
@@ -19,12 +25,39 @@ Two facts the captures do not give, and the fake therefore does not invent:
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import pynvml
 
 from tests.support.fake_nvml import FakeGpu, FakeMigDevice, FakeNvmlLib
 from tests.support.nvidia_smi_capture import Capture, CaptureState, QueryNode, available, number
 
 MIB = 1024 * 1024
+
+# The values the exporter reads that a board may leave N/A, and the NVML fields behind each.
+NOT_AVAILABLE_VALUES: dict[str, tuple[int, ...]] = {
+    "retired_pages": (
+        pynvml.NVML_FI_DEV_RETIRED_SBE,
+        pynvml.NVML_FI_DEV_RETIRED_DBE,
+        pynvml.NVML_FI_DEV_RETIRED_PENDING,
+    ),
+    "remapped_rows": (
+        pynvml.NVML_FI_DEV_REMAPPED_COR,
+        pynvml.NVML_FI_DEV_REMAPPED_UNC,
+        pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+        pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+    ),
+    "ecc_errors": (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL),
+    "ecc_mode": (pynvml.NVML_FI_DEV_ECC_CURRENT,),
+    "memory_temperature": (pynvml.NVML_FI_DEV_MEMORY_TEMP,),
+    "power_average": (pynvml.NVML_FI_DEV_POWER_AVERAGE,),
+    "utilization": (),
+    "encoder": (),
+    "decoder": (),
+    "fan_speed": (),
+    "mig_mode": (),
+}
 
 # clock: (NVML_CLOCK_*, its heading in nvidia-smi -q)
 _CLOCKS = {
@@ -194,4 +227,56 @@ def capture_host(capture: Capture, state: str) -> FakeNvmlLib:
         [capture_gpu(captured, index) for index in range(len(captured.rows))],
         driver_version=driver,
         cuda_version=int(major) * 1000 + int(minor) * 10,  # as nvmlSystemGetCudaDriverVersion
+    )
+
+
+@dataclass(frozen=True)
+class BoardSupport:
+    """What one board leaves N/A, as one capture of it shows (names of NOT_AVAILABLE_VALUES)."""
+
+    capture: str
+    model: str
+    not_available: frozenset[str]
+
+
+def board_support(capture: Capture, state: str = "idle") -> BoardSupport:
+    """The support table of GPU 0 of a capture, read from the fake built from it."""
+    gpu = capture_gpu(capture.state(state))
+    missing = {
+        name
+        for name, field_ids in NOT_AVAILABLE_VALUES.items()
+        if field_ids and not any(field_id in gpu.fields for field_id in field_ids)
+    }
+    for name, value in (
+        ("utilization", gpu.utilization_percent),
+        ("encoder", gpu.encoder_percent),
+        ("decoder", gpu.decoder_percent),
+        ("fan_speed", gpu.fan_percent),
+        ("mig_mode", gpu.mig),
+    ):
+        if value is None:
+            missing.add(name)
+    return BoardSupport(capture.name, gpu.name, frozenset(missing))
+
+
+def conform(gpu: FakeGpu, support: BoardSupport) -> FakeGpu:
+    """A copy of a hand-written fake that answers as `support`'s board does: what the board
+    leaves N/A answers NOT_SUPPORTED; the average power field answers where it has one
+    (with the draw `nvmlDeviceGetPowerUsage` reports, which is that average)."""
+    fields = dict(gpu.fields)
+    for name in support.not_available:
+        for field_id in NOT_AVAILABLE_VALUES[name]:
+            fields.pop(field_id, None)
+    if "power_average" not in support.not_available and gpu.power_milliwatts is not None:
+        fields.setdefault(pynvml.NVML_FI_DEV_POWER_AVERAGE, gpu.power_milliwatts)
+    gone = support.not_available
+    return dataclasses.replace(
+        gpu,
+        fields=fields,
+        utilization_percent=None if "utilization" in gone else gpu.utilization_percent,
+        samples={} if "utilization" in gone else dict(gpu.samples),
+        encoder_percent=None if "encoder" in gone else gpu.encoder_percent,
+        decoder_percent=None if "decoder" in gone else gpu.decoder_percent,
+        fan_percent=None if "fan_speed" in gone else gpu.fan_percent,
+        mig=None if "mig_mode" in gone else gpu.mig,
     )

@@ -14,14 +14,16 @@ built the fake.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import pynvml
 import pytest
 
 from gpu_exporter import cli
 from tests.support.capture_hosts import board_support, capture_host, conform
-from tests.support.exporter import Samples, parse_samples
+from tests.support.exporter import Samples, parse_samples, start_exporter
 from tests.support.fake_nvml import FakeGpu, FakeMigDevice, FakeNvmlLib, Install, h100
 from tests.support.nvidia_smi_capture import (
     STATES,
@@ -339,3 +341,23 @@ def test_h100_fake_with_mig_as_a_real_one_prints_no_remapped_rows_nor_utilizatio
         assert matching(samples, metric, {}) == [], metric
     assert matching(samples, "gpu_mig_mode", {}) == [1.0]
     assert matching(samples, "gpu_mig_info", {"profile": "3g.40gb"}) == [1.0]
+
+
+def test_daemon_serves_on_metrics_what_nvidia_smi_printed_for_an_h100_with_mig(
+    tmp_path: Path,
+) -> None:
+    capture = capture_named("nvidia-h100-mig")
+    site = Path(__file__).parent / "support" / "capture_site"
+    env = {
+        "FAKE_NVML_CAPTURE": str(capture.path),
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    exporter = start_exporter(ONCE[1:], tmp_path, env=env)
+    try:
+        samples = exporter.wait_for(lambda s: matching(s, "gpu_mig_info", {}))
+    finally:
+        exporter.stop()
+    wrong, _ = disagreements(samples, capture.state("idle"))
+    assert not wrong, "\n".join(wrong)
+    assert matching(samples, "gpu_remapped_rows", {}) == []  # N/A under MIG: absent, not 0
+    assert len(matching(samples, "gpu_mig_info", {})) == 4

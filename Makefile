@@ -2,15 +2,22 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# two stamps: the exporter and its runtime dependencies (all `make demo` needs), then
+# every test, lint and benchmark tool on top (`make test` and the rest)
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
 .PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history soak docs screenshot clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -27,7 +34,9 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 	    prometheus systemd chromium gcc libc6-dev >/dev/null; }
 
-demo: $(STAMP)
+# DEMO_GPUS=8 make demo: more GPUs; DEMO_ADDRESS=0.0.0.0:9872 make demo: reachable from
+# other machines (or keep 127.0.0.1 and tunnel: ssh -L 9872:127.0.0.1:9872 HOST)
+demo: $(RUNTIME)
 	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host (Ctrl-C stops it):"
 	@echo "  live page: http://$(DEMO_ADDRESS)/   metrics: http://$(DEMO_ADDRESS)/metrics"
 	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS) --collect.interval 1s

@@ -1,0 +1,52 @@
+"""The Makefile's promise to a newcomer: `make demo` builds only what the exporter needs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIME_PACKAGES = {"gpu-exporter", "nvidia-ml-py", "pyyaml", "bcrypt", "pip"}
+
+
+def test_the_demo_venv_holds_the_exporter_and_its_runtime_dependencies_only(
+    tmp_path: Path,
+) -> None:
+    venv = tmp_path / "venv"
+    made = subprocess.run(
+        ["make", "--no-print-directory", f"VENV={venv}", f"{venv}/.runtime"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    listed = subprocess.run(
+        [str(venv / "bin" / "pip"), "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    names = {line.split("==")[0].split(" @ ")[0].lower() for line in listed.stdout.split()}
+    names = {n.replace("_", "-") for n in names if n}
+    assert names - {"setuptools", "wheel"} == RUNTIME_PACKAGES, names
+    once = subprocess.run(
+        [str(venv / "bin" / "gpu-exporter"), "--once", "--simulate", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert once.returncode == 0, once.stderr
+    assert 'gpu_exporter_build_info{backend="simulated"' in once.stdout
+
+
+def test_make_demo_asks_for_the_runtime_venv_not_the_test_tools() -> None:
+    plan = subprocess.run(
+        ["make", "-n", "--no-print-directory", "VENV=/nonexistent/venv", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "pip install --quiet -e ." in plan
+    assert "[dev]" not in plan

@@ -22,17 +22,19 @@ $(STAMP): $(RUNTIME)
 	touch $(STAMP)
 
 # Debian packages the tests use: promtool and prometheus (rule tests, fleet tests),
+# amtool and Alertmanager (deploy/alertmanager/alertmanager.yml, routed and inhibited),
 # systemd-analyze from systemd (unit verification), chromium (the live page in a real
 # browser, driven by Playwright through /usr/bin/chromium; never `playwright install`),
 # a C compiler (a probe built against NVIDIA's nvml.h: tests/test_nvml_header.py).
 system-deps:
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null && \
+	  command -v amtool >/dev/null && command -v prometheus-alertmanager >/dev/null && \
 	  command -v systemd-analyze >/dev/null && test -x /usr/bin/chromium && \
 	  command -v cc >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
-	    prometheus systemd chromium gcc libc6-dev >/dev/null; }
+	    prometheus prometheus-alertmanager systemd chromium gcc libc6-dev >/dev/null; }
 
 # DEMO_GPUS=8 make demo: more GPUs; DEMO_ADDRESS=0.0.0.0:9872 make demo: reachable from
 # other machines (or keep 127.0.0.1 and tunnel: ssh -L 9872:127.0.0.1:9872 HOST)

@@ -1,0 +1,146 @@
+"""deploy/alertmanager/alertmanager.yml: checked by amtool, and run by a real Alertmanager
+that posts to a webhook here: grouped per node, hardware to the pager, waste to tickets,
+symptoms of a down exporter or a lost GPU held back."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.alertmanager import (
+    EXAMPLE,
+    Alertmanager,
+    Webhook,
+    loopback_config,
+    start_alertmanager,
+    start_webhook,
+)
+from tests.support.exporter import REPO
+
+RULES = REPO / "deploy" / "prometheus" / "rules" / "gpu-alerts.yml"
+RECEIVER_OF_SEVERITY = {"critical": "gpu-hardware", "warning": "gpu-team", "info": "gpu-waste"}
+
+
+def alert_severities() -> dict[str, str]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {r["alert"]: r["labels"]["severity"] for g in groups for r in g["rules"]}
+
+
+def amtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["amtool", *args], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+def test_amtool_accepts_the_example() -> None:
+    result = amtool("check-config", str(EXAMPLE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout and "2 inhibit rules" in result.stdout
+
+
+@pytest.mark.parametrize(("alert", "severity"), sorted(alert_severities().items()))
+def test_every_alert_routes_to_the_receiver_of_its_severity(alert: str, severity: str) -> None:
+    expected = RECEIVER_OF_SEVERITY[severity]
+    result = amtool(
+        "config",
+        "routes",
+        "test",
+        "--config.file",
+        str(EXAMPLE),
+        f"--verify.receivers={expected}",
+        f"alertname={alert}",
+        f"severity={severity}",
+        "instance=gpu-node-001:9872",
+        "gpu=0",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Alertmanager, Webhook]]:
+    workdir = tmp_path_factory.mktemp("alertmanager")
+    webhook = start_webhook()
+    manager = None
+    try:
+        manager = start_alertmanager(loopback_config(webhook.url), workdir)
+        yield manager, webhook
+    finally:
+        if manager is not None:
+            manager.stop()
+        webhook.stop()
+
+
+def _alert(name: str, instance: str, gpu: str | None = None) -> dict[str, Any]:
+    labels = {
+        "alertname": name,
+        "severity": alert_severities()[name],
+        "cluster": "gpu-cluster-1",
+        "instance": instance,
+        "job": "gpu-exporter",
+    }
+    if gpu is not None:
+        labels["gpu"] = gpu
+    now = datetime.now(timezone.utc).isoformat()
+    return {"labels": labels, "annotations": {"summary": name}, "startsAt": now}
+
+
+def _key(alert: dict[str, Any]) -> tuple[str, str, str]:
+    labels = alert["labels"]
+    return labels["alertname"], labels["instance"], labels.get("gpu", "")
+
+
+def test_routes_groups_and_inhibitions_in_a_real_alertmanager(
+    running: tuple[Alertmanager, Webhook],
+) -> None:
+    manager, webhook = running
+    a, b = "gpu-node-001:9872", "gpu-node-002:9872"
+    manager.post(
+        [
+            _alert("GPUExporterDown", a),
+            _alert("GPUMemoryNearFull", a, "0"),  # a symptom of node a's exporter being down
+            _alert("GPULost", b, "1"),
+            _alert("GPUThermalThrottling", b, "1"),  # a symptom of GPU 1 being lost
+            _alert("GPUMemoryNearFull", b, "0"),
+            _alert("GPUThermalThrottling", b, "2"),
+            _alert("GPUIdleWhileAllocated", b, "3"),
+        ]
+    )
+    expected = {
+        "/gpu-hardware": {("GPUExporterDown", a, ""), ("GPULost", b, "1")},
+        "/gpu-team": {("GPUMemoryNearFull", b, "0"), ("GPUThermalThrottling", b, "2")},
+        "/gpu-waste": {("GPUIdleWhileAllocated", b, "3")},
+    }
+
+    def delivered(alerts: list[tuple[str, dict[str, Any]]]) -> dict[str, set[tuple[str, ...]]]:
+        out: dict[str, set[tuple[str, ...]]] = {}
+        for path, alert in alerts:
+            out.setdefault(path, set()).add(_key(alert))
+        return out
+
+    webhook.wait_for(lambda alerts: delivered(alerts) == expected)
+    time.sleep(2.5)  # two more group intervals: the held-back alerts must stay held back
+    assert delivered(webhook.alerts()) == expected, manager.log()
+    # one notification carries node b's two warnings: grouped per node
+    team = [body for path, body in webhook.received if path == "/gpu-team"]
+    assert any(len(body["alerts"]) == 2 for body in team), team
+    # and Alertmanager itself says why the two others were not sent
+    inhibited = {_key(alert) for alert in manager.alerts() if alert["status"]["inhibitedBy"]}
+    assert inhibited == {("GPUMemoryNearFull", a, "0"), ("GPUThermalThrottling", b, "1")}
+
+
+def test_the_example_is_what_the_test_runs(tmp_path: Path) -> None:
+    """The loopback copy changes only URLs and delays: routes and inhibitions are the file's."""
+    example = yaml.safe_load(EXAMPLE.read_text())
+    copy = loopback_config("http://127.0.0.1:1")
+    assert copy["inhibit_rules"] == example["inhibit_rules"]
+    assert [r["matchers"] for r in copy["route"]["routes"]] == [
+        r["matchers"] for r in example["route"]["routes"]
+    ]
+    assert [r["name"] for r in copy["receivers"]] == [r["name"] for r in example["receivers"]]

@@ -9,6 +9,17 @@ between intervals (`FieldBatch`), its field ids written once; each interval is o
 through pynvml's function-pointer lookup into it and one `struct` pass over the answer.
 pynvml's wrapper builds a new array of its `_PrintableStructure` each time and every
 field access goes through Python, which cost more than the rest of a device's reading.
+
+Before every call the array is restored from a pristine copy (ids and scopes kept, the
+rest cleared): the driver *adds* into an existing `value` for aggregate ECC totals
+(NVIDIA/go-nvml#46), so a reused array would report a total that grows every interval.
+
+What the call's own return code means (nvml.h, nvmlDeviceGetFieldValues): "NVML_SUCCESS
+if any values in values were populated. Note that you must check the nvmlReturn field of
+each value for each individual status". So an entry is read only when the call answered
+SUCCESS, and then by its own nvmlReturn; an entry the driver left untouched still holds
+NOT_POPULATED (never SUCCESS with a 0). A failed call populated nothing: no entry is read,
+and the call's code is classified as any call's (`NvmlCalls.call`).
 """
 
 from __future__ import annotations
@@ -142,8 +153,14 @@ _DECODERS: dict[int, Callable[[bytes], tuple[Any, ...]]] = {
 _DEFAULT_DECODER = _DECODERS[pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG]
 
 
+# what an entry says until the driver writes it: an entry the driver leaves untouched is
+# a failed one (counted, left out), never a SUCCESS with a 0
+NOT_POPULATED = pynvml.NVML_ERROR_UNKNOWN
+
+
 class FieldBatch:
-    """One device's wanted fields as a C array, ids and scopes written once."""
+    """One device's wanted fields as a C array, and a pristine copy of it: the ids and
+    scopes, every other member cleared (`NOT_POPULATED` in nvmlReturn)."""
 
     def __init__(self, requests: tuple[FieldRequest, ...]) -> None:
         self.requests = requests
@@ -151,10 +168,13 @@ class FieldBatch:
         for entry, request in zip(self.array, requests, strict=True):
             entry.fieldId = request.field_id
             entry.scopeId = request.scope
+            entry.nvmlReturn = NOT_POPULATED
+        self._pristine = bytes(self.array)
 
     def fetch(self, handle: Any) -> bool:
-        """One `nvmlDeviceGetFieldValues` into the array: True, or raises
+        """Clear the array, then one `nvmlDeviceGetFieldValues` into it: True, or raises
         `pynvml.NVMLError` (a missing symbol is NVML_ERROR_FUNCTION_NOT_FOUND)."""
+        ctypes.memmove(self.array, self._pristine, len(self._pristine))
         fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
         ret = fn(handle, ctypes.c_int32(len(self.requests)), ctypes.byref(self.array))
         if ret != pynvml.NVML_SUCCESS:
@@ -208,7 +228,6 @@ def read_fields(calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]) -
         elif classify(code) is Outcome.UNSUPPORTED:
             unsupported.add(request.key)
         else:
-            error = pynvml.NVMLError(code)
-            message = f"field {request.key}: {error}"
-            calls.failed("nvmlDeviceGetFieldValues", code, message, d, None, cause=error)
+            message = f"field {request.key}: {pynvml.NVMLError(code)}"
+            calls.entry_failed("nvmlDeviceGetFieldValues", code, message, d)
     return out

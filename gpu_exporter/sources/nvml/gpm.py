@@ -173,10 +173,8 @@ class GpmStream:
             elif classify(code) is Outcome.UNSUPPORTED:
                 self._unsupported.add(metric)
             else:
-                error = pynvml.NVMLError(code)
-                self.calls.failed(
-                    "nvmlGpmMetricsGet", code, f"metric {metric}: {error}", self.device, None
-                )
+                message = f"metric {metric}: {pynvml.NVMLError(code)}"
+                self.calls.entry_failed("nvmlGpmMetricsGet", code, message, self.device)
         return out
 
 

@@ -11,7 +11,6 @@ fake libnvidia-ml (`benchmarks/fake_nvml_site`), through the real pynvml of that
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import venv
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.exporter import parse_samples, values
+from tests.support.exporter import fake_library_env, parse_samples, values
 
 REPO = Path(__file__).resolve().parents[1]
 _FLOOR = re.compile(r"^([A-Za-z0-9_.-]+)\s*>=\s*([0-9][0-9.]*)\s*$")
@@ -63,12 +62,7 @@ def test_the_exporter_runs_on_the_declared_floor_of_every_dependency(tmp_path: P
         text=True,
         timeout=120,
         cwd=tmp_path,
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "benchmarks/fake_nvml_site")]),
-            "FAKE_NVML_GPUS": "2",
-            "FAKE_NVML_REPO": str(REPO),
-        },
+        env=fake_library_env(2),
     )
     assert ran.returncode == 0, f"--once on {pins} failed:\n{ran.stderr[-3000:]}"
     samples = parse_samples(ran.stdout)

@@ -18,7 +18,7 @@ from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.nvml import PynvmlBackend
 from gpu_exporter.sources.nvml.mig import REFRESH_SECONDS, profile_of
 from tests.support.clock import FakeClock
-from tests.support.fake_host import GPM_VALUES
+from tests.support.fake_host import GPM_VALUES, nvlinked
 from tests.support.fake_nvml import (
     NOT_FOUND,
     NOT_SUPPORTED,
@@ -323,22 +323,6 @@ def test_mig_profile_is_read_from_the_device_name(name: str | None, profile: str
 # NVLink -------------------------------------------------------------------------------
 
 
-def nvlinked(links: int = 18, *, gpm: bool = False) -> FakeGpu:
-    gpu = hopper() if gpm else h100()
-    gpu.fields[M.NVML_FI_DEV_NVLINK_LINK_COUNT] = links
-    for link in range(links):
-        gpu.fields[(M.NVML_FI_DEV_NVLINK_GET_STATE, link)] = 1
-        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link)] = link
-        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link)] = 0
-        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link)] = 2 * link
-        gpu.fields[(M.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link)] = 1000  # KiB
-        gpu.fields[(M.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)] = 3000
-        crc_data = getattr(M, f"NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{link}", None)
-        if crc_data is not None:
-            gpu.fields[crc_data] = 7
-    return gpu
-
-
 NVLINK = frozenset({"nvlink"})
 
 
@@ -355,7 +339,7 @@ def test_nvlink_links_state_and_errors_in_one_field_values_call(install: Install
     assert sorted(links) == list(range(18))
     assert links[5].up is False and links[4].up is True
     assert links[3].errors == {"replay": 3, "recovery": 0, "crc_flit": 6, "crc_data": 7}
-    assert links[15].errors == {"replay": 15, "recovery": 0, "crc_flit": 30}  # no L15 crc_data
+    assert links[15].errors == {"replay": 15, "recovery": 0, "crc_flit": 30, "crc_data": 7}
     scopes = set(lib.field_scopes[-1])
     assert (M.NVML_FI_DEV_NVLINK_GET_STATE, 17) in scopes
     assert (M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 0) in scopes

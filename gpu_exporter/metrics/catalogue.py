@@ -647,7 +647,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_nvlink_bytes_total",
         "counter",
         "NVLink data bytes moved over all links (tx: sent, rx: received), from GPM's NVLink "
-        "rates integrated over every interval, or without GPM the driver's data counters.",
+        "rates integrated over every interval, or where GPM does not count them the "
+        "driver's data counters summed over the active links.",
         "nvlink",
         _activity_by(lambda a: a.nvlink_bytes),
         "direction",
@@ -663,8 +664,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_nvlink_errors_total",
         "counter",
-        "NVLink errors of the link since driver load: replay, recovery, crc_flit (data link "
-        "CRC) and crc_data (links 0 to 11 only, where NVML has the counter).",
+        "NVLink errors of the link since driver load: replay, recovery, crc_flit (flow "
+        "control CRC) and crc_data (data CRC, re-read every minute); an error type the "
+        "driver does not count for the link is absent, never 0.",
         "nvlink",
         _nvlink_errors,
         "link",

@@ -633,12 +633,9 @@ class _SimulatedReader:
         return self._backend.gpm_reading(self._index, self._t)
 
     def nvlink(self) -> NvLinkReading | None:
-        # NVML has no data-CRC counter for links 12 and up: they report three error types
+        # every link has the four error types (crc_data from nvmlDeviceGetNvLinkErrorCounter)
         links = {
-            link: NvLinkState(
-                up=True,
-                errors={e: 0 for e in NVLINK_ERRORS if e != "crc_data" or link < 12},
-            )
+            link: NvLinkState(up=True, errors=dict.fromkeys(NVLINK_ERRORS, 0))
             for link in range(NVLINK_LINKS)
         }
         # with GPM (every simulated H100) the bytes come from it, as on a real one

@@ -131,6 +131,17 @@ class Exporter:
         return int(self.process.returncode)
 
 
+def fake_library_env(gpus: int) -> dict[str, str]:
+    """The environment of a program that runs on the fake libnvidia-ml (`gpus` busy
+    H100s, `benchmarks/fake_nvml_site`) instead of any Python settings of this one."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "benchmarks/fake_nvml_site")]),
+        "FAKE_NVML_GPUS": str(gpus),
+        "FAKE_NVML_REPO": str(REPO),
+    }
+
+
 def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "gpu_exporter", *args]
 

@@ -55,6 +55,7 @@ def busy_h100(index: int = 0, pids: list[int] | None = None) -> FakeGpu:
         gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link)] = 0
         gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link)] = 0
         gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link)] = 0
+        gpu.nvlink_error_counters[(link, M.NVML_NVLINK_ERROR_DL_CRC_DATA)] = 0
         crc_data = getattr(M, f"NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{link}", None)
         if crc_data is not None:
             gpu.fields[crc_data] = 0
@@ -62,6 +63,30 @@ def busy_h100(index: int = 0, pids: list[int] | None = None) -> FakeGpu:
     gpu.compute_processes = [(pid, (1 + i % 5) * 2**30) for i, pid in enumerate(pids)]
     gpu.graphics_processes = []
     gpu.process_samples = []
+    return gpu
+
+
+def nvlinked(links: int = 18, *, gpm: bool = False) -> FakeGpu:
+    """An H100 with `links` active NVLink links, as its driver answers: per link (scopeId)
+    the state, replay errors = link, recovery 0, flit CRC = 2 x link, 1000 KiB sent and
+    3000 received; the data-CRC error counter (nvmlDeviceGetNvLinkErrorCounter) 7, and
+    the legacy per-lane data-CRC fields a false 0. With `gpm`, GPM at GPM_VALUES."""
+    gpu = h100()
+    if gpm:
+        gpu.gpm_supported = True
+        gpu.gpm = dict(GPM_VALUES)
+    gpu.fields[M.NVML_FI_DEV_NVLINK_LINK_COUNT] = links
+    for link in range(links):
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_GET_STATE, link)] = 1
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link)] = link
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link)] = 0
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link)] = 2 * link
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link)] = 1000  # KiB
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)] = 3000
+        legacy = getattr(M, f"NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{link}", None)
+        if legacy is not None:
+            gpu.fields[legacy] = 0  # Hopper: SUCCESS, and a false 0
+        gpu.nvlink_error_counters[(link, M.NVML_NVLINK_ERROR_DL_CRC_DATA)] = 7
     return gpu
 
 

@@ -26,7 +26,9 @@ answers for the pair of samples it is given, with per-metric return codes from
 `FakeGpu.gpm_errors`. Samples are tracked from alloc to free (`live_gpm_samples`).
 MIG devices (`FakeGpu.mig_devices`, in sparse slots) have handles of their own, answered
 by the identity, memory and process calls; their calls count towards the parent GPU.
-Field values honour `scopeId`: `FakeGpu.fields` may be keyed by `(field id, scope)`.
+Field values honour `scopeId`: `FakeGpu.fields` may be keyed by `(field id, scope)`; the
+NVLink throughput fields also answer scopeId UINT_MAX with the sum over the links, and the
+ECC totals are added into the value the caller's array holds, as the driver does.
 The arrays follow the C API: a buffer whose count is smaller than the answer gets
 NVML_ERROR_INSUFFICIENT_SIZE with the count it needs (samples, process lists, process
 utilization), so callers that keep a buffer per device must grow it.
@@ -57,6 +59,23 @@ SBE = pynvml.nvmlEventTypeSingleBitEccError
 DBE = pynvml.nvmlEventTypeDoubleBitEccError
 PSTATE = pynvml.nvmlEventTypePState
 CLOCK = pynvml.nvmlEventTypeClock
+ALL_LINKS = 0xFFFFFFFF  # scopeId UINT_MAX: every NVLink link at once
+NVLINK_THROUGHPUT = frozenset(
+    {
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
+    }
+)
+ECC_TOTALS = frozenset(
+    {
+        pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+        pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+        pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+        pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+    }
+)
 
 
 @dataclass
@@ -106,6 +125,19 @@ class FakeGpu:
     mig_devices: list[FakeMigDevice] = field(default_factory=list)  # MIG on: mig=(1, 1)
     mig_slots: int = 7  # nvmlDeviceGetMaxMigDeviceCount
     fail: dict[str, int] = field(default_factory=dict)  # C function name -> return code
+    # nvmlDeviceGetFieldValues *adds* these fields' answers into the `value` it is given,
+    # as the driver does for aggregate ECC totals (NVIDIA/go-nvml#46): a caller that
+    # reuses its array without clearing it reads a total that grows every call.
+    adds_into_value: frozenset[int] = ECC_TOTALS
+    # field ids whose entries the driver leaves as they are (nvml.h promises the call's
+    # SUCCESS only "if any values ... were populated")
+    unpopulated_fields: set[int] = field(default_factory=set)
+    # scopeId UINT_MAX on the NVLink throughput fields: the sum over the links that answer
+    # (nvml.h); False: a driver without the aggregate answers NOT_SUPPORTED for it.
+    nvlink_aggregate: bool = True
+    # nvmlDeviceGetNvLinkErrorCounter: (link, NVML_NVLINK_ERROR_*) -> count; absent is
+    # NOT_SUPPORTED.
+    nvlink_error_counters: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -528,6 +560,8 @@ class FakeNvmlLib:
         for entry in values:
             field_id = int(entry.fieldId)
             scoped = (field_id, int(entry.scopeId))
+            if field_id in gpu.unpopulated_fields:
+                continue
             if scoped in gpu.field_errors or field_id in gpu.field_errors:
                 entry.nvmlReturn = gpu.field_errors.get(scoped, gpu.field_errors.get(field_id))
             elif scoped in gpu.fields or field_id in gpu.fields:
@@ -538,10 +572,33 @@ class FakeNvmlLib:
                     entry.value.dVal = value
                 else:
                     entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                    entry.value.ullVal = value
+                    added = entry.value.ullVal if field_id in gpu.adds_into_value else 0
+                    entry.value.ullVal = value + added
+            elif (total := self._nvlink_total(gpu, field_id, int(entry.scopeId))) is not None:
+                entry.nvmlReturn = SUCCESS
+                entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                entry.value.ullVal = total
             else:
                 entry.nvmlReturn = NOT_SUPPORTED
         return SUCCESS
+
+    @staticmethod
+    def _nvlink_total(gpu: FakeGpu, field_id: int, scope: int) -> int | None:
+        """A throughput field at scopeId UINT_MAX: the sum over the links that answer."""
+        if scope != ALL_LINKS or field_id not in NVLINK_THROUGHPUT or not gpu.nvlink_aggregate:
+            return None
+        per_link = [
+            v
+            for key, v in gpu.fields.items()
+            if isinstance(key, tuple) and key[0] == field_id and key not in gpu.field_errors
+        ]
+        return int(sum(per_link)) if per_link else None
+
+    def c_nvmlDeviceGetNvLinkErrorCounter(
+        self, handle: Any, link: Any, counter: Any, ptr: Any
+    ) -> int:
+        key = (int(getattr(link, "value", link)), int(getattr(counter, "value", counter)))
+        return self._put(ptr, self._gpu(handle).nvlink_error_counters.get(key))
 
     def c_nvmlDeviceGetSamples(
         self, handle: Any, kind: Any, since: Any, value_type: Any, count: Any, buf: Any

@@ -14,7 +14,8 @@ What is read when (every NVML call is an ioctl into the driver, so the count mat
   link count), the enforced power limit, persistence and MIG mode, and the values
   `_SLOW_WHILE` names while they are quiet: encoder and decoder utilization while 0, the
   current PCIe link while at its maximum, the graphics process list while empty (read at
-  once when process utilization shows a PID no list has);
+  once when process utilization shows a PID no list has), and the NVLink error counters
+  that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter);
 - every interval: the rest, fields in one `nvmlDeviceGetFieldValues` batch, the sample
   buffers, process lists and process utilization with one call each.
 
@@ -34,6 +35,7 @@ import pynvml
 
 from gpu_exporter.model import (
     CLOCK_NAMES,
+    DIRECTIONS,
     NVLINK_ERRORS,
     THROTTLE_REASONS,
     ClocksReading,
@@ -611,10 +613,16 @@ class _NvmlReader:
         self._d = state.device
         self._collectors = collectors
         requests = fields.device_requests(collectors)
-        if "nvlink" in collectors:
-            # bytes from GPM where it counts them, else from the driver's data counters
-            gpm_counts = "gpm" in collectors and backend.gpm_supported(state)
-            requests += fields.nvlink_requests(state.nvlink_links, data=not gpm_counts)
+        # NVLink bytes from GPM where it counts them, else from the driver's data counters
+        self._gpm_nvlink: frozenset[str] = frozenset()
+        if "nvlink" in collectors and state.nvlink_links:
+            if "gpm" in collectors and (stream := backend.gpm_stream(state)) is not None:
+                self._gpm_nvlink = stream.nvlink_directions()
+            data = self._gpm_nvlink != _DIRECTIONS
+            per_link = data and fields.nvlink_data_key("tx") in self._d.unsupported_fields
+            requests += fields.nvlink_requests(
+                state.nvlink_links, data=data, per_link_data=per_link
+            )
         self._fields = fields.read_fields(backend.calls, self._d, requests)
 
     def _q(self, key: str, fn: Callable[..., T], *args: Any) -> T | None:
@@ -759,32 +767,70 @@ class _NvmlReader:
         return stream.read() if stream is not None else None
 
     def nvlink(self) -> NvLinkReading | None:
+        """Each link's state and error counters, and the bytes moved (where GPM does not
+        count them): the driver's data counters summed over the links."""
         links = self._state.nvlink_links
         if not links:
             return None
         states: dict[int, NvLinkState] = {}
-        totals = {"tx": 0.0, "rx": 0.0}
-        complete = {"tx": True, "rx": True}
+        counters = self._link_error_counters(links)
         for link in range(links):
             state = self._fields.get(fields.nvlink_key(link, "state"))
             errors = {
                 name: int(value)
                 for name in NVLINK_ERRORS
                 if (value := self._fields.get(fields.nvlink_key(link, name))) is not None
+                or (value := counters.get((link, name))) is not None
             }
             states[link] = NvLinkState(
                 up=state == pynvml.NVML_FEATURE_ENABLED if state is not None else None,
                 errors=errors,
             )
-            for direction in totals:
-                kib = self._fields.get(fields.nvlink_key(link, f"data_{direction}_kib"))
-                if kib is None:
-                    complete[direction] = False  # a partial sum would understate
-                else:
-                    totals[direction] += kib * KIB
-        return NvLinkReading(
-            links=states, data_bytes={d: v for d, v in totals.items() if complete[d]}
-        )
+        data_bytes = {
+            direction: kib * KIB
+            for direction in sorted(_DIRECTIONS - self._gpm_nvlink)
+            if (kib := self._nvlink_data_kib(direction, states)) is not None
+        }
+        return NvLinkReading(links=states, data_bytes=data_bytes)
+
+    def _nvlink_data_kib(self, direction: str, states: dict[int, NvLinkState]) -> float | None:
+        """KiB moved in `direction` since driver load: the aggregate field, else the sum
+        over the active links. An inactive port answers NOT_SUPPORTED and is skipped; an
+        active one that does not answer leaves the total out (it would understate)."""
+        total = self._fields.get(fields.nvlink_data_key(direction))
+        if total is not None:
+            return total
+        active = [link for link, s in states.items() if s.up]
+        per_link = [self._fields.get(fields.nvlink_data_key(direction, link)) for link in active]
+        if not active or any(kib is None for kib in per_link):
+            return None
+        return sum(kib for kib in per_link if kib is not None)
+
+    def _link_error_counters(self, links: int) -> dict[tuple[int, str], int]:
+        """(link, error type) -> count, from nvmlDeviceGetNvLinkErrorCounter: the data-CRC
+        counter (no scoped field has it) and any error type whose field the driver does
+        not support for that link. One call per link and counter, so read on the slow
+        cadence (a counter up to SLOW_REFRESH_SECONDS old, never a made-up 0); a counter
+        the driver does not support is not asked again."""
+        unsupported = self._d.unsupported_fields
+
+        def read() -> dict[tuple[int, str], int]:
+            out: dict[tuple[int, str], int] = {}
+            for link in range(links):
+                for name, counter in fields.NVLINK_ERROR_COUNTERS.items():
+                    if name != "crc_data" and fields.nvlink_key(link, name) not in unsupported:
+                        continue  # its field answers
+                    value = self._q(
+                        f"nvlink_error/{link}/{name}",
+                        pynvml.nvmlDeviceGetNvLinkErrorCounter,
+                        link,
+                        counter,
+                    )
+                    if value is not None:
+                        out[(link, name)] = int(value)
+            return out
+
+        return self._backend.slow(self._state, "nvlink_error_counters", read) or {}
 
     def mig(self) -> MigReading | None:
         slots = self._backend.mig_slots(self._state)
@@ -807,6 +853,8 @@ class _NvmlReader:
             )
         return MigReading(devices=tuple(s.info for s in slots), instances=instances)
 
+
+_DIRECTIONS = frozenset(DIRECTIONS)
 
 _COMPUTE_PROCESSES = (
     "nvmlDeviceGetComputeRunningProcesses_v3",

@@ -6,7 +6,8 @@
   the call is remembered per device so it is not repeated every interval. pynvml's
   unversioned wrappers raise `NVMLLibraryMismatchError` (not an `NVMLError`) when the
   driver lacks the versioned symbol; that is the same "this driver cannot answer".
-- GPU_IS_LOST / UNKNOWN / TIMEOUT: `DeviceLost`.
+- GPU_IS_LOST / UNKNOWN / TIMEOUT of a whole call: `DeviceLost`. In one entry of a
+  batch that answered SUCCESS (`entry_failed`), UNKNOWN and TIMEOUT only leave it out.
 - UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND:
   `NvmlUnavailable`.
 - Anything else: counted in `errors` (function, error) and the value is None.
@@ -172,3 +173,14 @@ class NvmlCalls:
         self.errors.add(function, name)
         if on_error is not None:
             raise on_error(name, f"{function}: {message}") from cause
+
+    def entry_failed(self, function: str, code: int, message: str, device: Device) -> None:
+        """Act on one failed entry of a batch whose call answered NVML_SUCCESS (a field
+        of `nvmlDeviceGetFieldValues`, a metric of `nvmlGpmMetricsGet`): only that value
+        is left out. UNKNOWN and TIMEOUT there are the entry's own failure, counted in
+        `errors`, not the device's; a lost GPU or an unusable library still is what it
+        says. The caller remembers an unsupported entry itself."""
+        if classify(code) is Outcome.DEVICE_LOST and code != pynvml.NVML_ERROR_GPU_IS_LOST:
+            self.errors.add(function, code_name(code))
+            return
+        self.failed(function, code, message, device, None)

@@ -4,11 +4,22 @@ call per device and interval.
 Each request has a key (unique per device, used to remember unsupported fields), an
 `NVML_FI_*` id, and a scope: the NVLink link for per-link fields (`scopeId`).
 
-A device's batch (about 100 fields on an H100 with 18 NVLink links) is a C array kept
+A device's batch (about 90 fields on an H100 with 18 NVLink links) is a C array kept
 between intervals (`FieldBatch`), its field ids written once; each interval is one call
 through pynvml's function-pointer lookup into it and one `struct` pass over the answer.
 pynvml's wrapper builds a new array of its `_PrintableStructure` each time and every
 field access goes through Python, which cost more than the rest of a device's reading.
+
+Before every call the array is restored from a pristine copy (ids and scopes kept, the
+rest cleared): the driver *adds* into an existing `value` for aggregate ECC totals
+(NVIDIA/go-nvml#46), so a reused array would report a total that grows every interval.
+
+What the call's own return code means (nvml.h, nvmlDeviceGetFieldValues): "NVML_SUCCESS
+if any values in values were populated. Note that you must check the nvmlReturn field of
+each value for each individual status". So an entry is read only when the call answered
+SUCCESS, and then by its own nvmlReturn; an entry the driver left untouched still holds
+NOT_POPULATED (never SUCCESS with a 0). A failed call populated nothing: no entry is read,
+and the call's code is classified as any call's (`NvmlCalls.call`).
 """
 
 from __future__ import annotations
@@ -54,24 +65,31 @@ _DEVICE_FIELDS: dict[str, tuple[int, str]] = {
 
 NVLINK_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
 
-# Per-link NVLink fields, scopeId = link: state and the data-link error counters ...
+# Per-link NVLink fields, scopeId = link: state and the data-link error counters. The
+# data-CRC counter has no scoped field: its legacy per-lane ids (39-44, 102-107) answer a
+# false 0 on Hopper and stop at link 11, so it is read with nvmlDeviceGetNvLinkErrorCounter
+# (`NVLINK_ERROR_COUNTERS`), as are these where the driver does not support them
+# (Blackwell and later, nvml.h).
 _NVLINK_FIELDS: dict[str, int] = {
     "state": pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
     "replay": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
     "crc_flit": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
 }
-# ... and the data counters (KiB since driver load), read where GPM does not count bytes
+# error type -> nvmlNvLinkErrorCounter_t
+NVLINK_ERROR_COUNTERS: dict[str, int] = {
+    "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+    "recovery": pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+    "crc_flit": pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+    "crc_data": pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+}
+# The data counters (KiB since driver load), read where GPM does not count the bytes:
+# at scopeId UINT_MAX, "aggregate value summed up across all links" (nvml.h), else per link.
 _NVLINK_DATA_FIELDS: dict[str, int] = {
     "data_tx_kib": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
     "data_rx_kib": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 }
-
-
-def _crc_data_field(link: int) -> int | None:
-    """NVML has data-CRC counters as one field id per link, for links 0 to 11 only."""
-    value = getattr(pynvml, f"NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{link}", None)
-    return value if isinstance(value, int) else None
+ALL_LINKS = 0xFFFFFFFF  # scopeId UINT_MAX
 
 
 def device_requests(collectors: Collection[str]) -> tuple[FieldRequest, ...]:
@@ -87,23 +105,32 @@ def _device_requests(collectors: frozenset[str]) -> tuple[FieldRequest, ...]:
     )
 
 
-def nvlink_key(link: int, name: str) -> str:
+def nvlink_key(link: int | str, name: str) -> str:
+    """The key of a per-link field; link "all" is the aggregate (scopeId UINT_MAX)."""
     return f"nvlink/{link}/{name}"
 
 
+def nvlink_data_key(direction: str, link: int | str = "all") -> str:
+    """The key of a data counter (KiB) in `direction`, "tx" or "rx"."""
+    return nvlink_key(link, f"data_{direction}_kib")
+
+
 @functools.lru_cache(maxsize=16)
-def nvlink_requests(links: int, *, data: bool) -> tuple[FieldRequest, ...]:
-    """Per-link state and error fields; with `data`, the data counters too."""
-    per_link = {**_NVLINK_FIELDS, **(_NVLINK_DATA_FIELDS if data else {})}
+def nvlink_requests(links: int, *, data: bool, per_link_data: bool) -> tuple[FieldRequest, ...]:
+    """Per-link state and error fields; with `data`, the data counters summed over the
+    links, and with `per_link_data` (a driver without the aggregate) those of each link."""
+    per_link = {**_NVLINK_FIELDS, **(_NVLINK_DATA_FIELDS if per_link_data else {})}
     out: list[FieldRequest] = []
+    if data:
+        out += [
+            FieldRequest(nvlink_key("all", name), field_id, ALL_LINKS)
+            for name, field_id in _NVLINK_DATA_FIELDS.items()
+        ]
     for link in range(links):
         out += [
             FieldRequest(nvlink_key(link, name), field_id, link)
             for name, field_id in per_link.items()
         ]
-        crc_data = _crc_data_field(link)
-        if crc_data is not None:
-            out.append(FieldRequest(nvlink_key(link, "crc_data"), crc_data))
     return tuple(out)
 
 
@@ -142,8 +169,14 @@ _DECODERS: dict[int, Callable[[bytes], tuple[Any, ...]]] = {
 _DEFAULT_DECODER = _DECODERS[pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG]
 
 
+# what an entry says until the driver writes it: an entry the driver leaves untouched is
+# a failed one (counted, left out), never a SUCCESS with a 0
+NOT_POPULATED = pynvml.NVML_ERROR_UNKNOWN
+
+
 class FieldBatch:
-    """One device's wanted fields as a C array, ids and scopes written once."""
+    """One device's wanted fields as a C array, and a pristine copy of it: the ids and
+    scopes, every other member cleared (`NOT_POPULATED` in nvmlReturn)."""
 
     def __init__(self, requests: tuple[FieldRequest, ...]) -> None:
         self.requests = requests
@@ -151,10 +184,13 @@ class FieldBatch:
         for entry, request in zip(self.array, requests, strict=True):
             entry.fieldId = request.field_id
             entry.scopeId = request.scope
+            entry.nvmlReturn = NOT_POPULATED
+        self._pristine = bytes(self.array)
 
     def fetch(self, handle: Any) -> bool:
-        """One `nvmlDeviceGetFieldValues` into the array: True, or raises
+        """Clear the array, then one `nvmlDeviceGetFieldValues` into it: True, or raises
         `pynvml.NVMLError` (a missing symbol is NVML_ERROR_FUNCTION_NOT_FOUND)."""
+        ctypes.memmove(self.array, self._pristine, len(self._pristine))
         fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
         ret = fn(handle, ctypes.c_int32(len(self.requests)), ctypes.byref(self.array))
         if ret != pynvml.NVML_SUCCESS:
@@ -208,7 +244,6 @@ def read_fields(calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]) -
         elif classify(code) is Outcome.UNSUPPORTED:
             unsupported.add(request.key)
         else:
-            error = pynvml.NVMLError(code)
-            message = f"field {request.key}: {error}"
-            calls.failed("nvmlDeviceGetFieldValues", code, message, d, None, cause=error)
+            message = f"field {request.key}: {pynvml.NVMLError(code)}"
+            calls.entry_failed("nvmlDeviceGetFieldValues", code, message, d)
     return out

@@ -123,6 +123,13 @@ class GpmStream:
         values = self._metrics(previous, sample)
         return None if values is None else _reading(values, now - previous_at)
 
+    def nvlink_directions(self) -> frozenset[str]:
+        """The NVLink directions ("tx", "rx") whose bytes this stream counts: those whose
+        metric has not answered NOT_SUPPORTED (all until the first metrics call)."""
+        return frozenset(
+            d for m, d in _NVLINK.items() if m in self.metric_ids and m not in self._unsupported
+        )
+
     def close(self) -> None:
         """Free the samples; never raises."""
         samples, self._samples = self._samples, []
@@ -173,10 +180,8 @@ class GpmStream:
             elif classify(code) is Outcome.UNSUPPORTED:
                 self._unsupported.add(metric)
             else:
-                error = pynvml.NVMLError(code)
-                self.calls.failed(
-                    "nvmlGpmMetricsGet", code, f"metric {metric}: {error}", self.device, None
-                )
+                message = f"metric {metric}: {pynvml.NVMLError(code)}"
+                self.calls.entry_failed("nvmlGpmMetricsGet", code, message, self.device)
         return out
 
 

@@ -261,6 +261,19 @@ def test_a_repartition_is_seen_within_one_interval(install: Install) -> None:
     assert backend.errors.snapshot() == {}
 
 
+def test_the_first_instance_made_on_an_empty_mig_gpu_is_seen_within_one_interval(
+    install: Install,
+) -> None:
+    gpu = mig_hopper()
+    gpu.mig_devices = []  # MIG on, nothing partitioned yet
+    _lib, backend, clock = started(install, gpu)
+    assert backend.device_reading(0, frozenset({"mig"})).mig is None
+    repartition(gpu)
+    clock.now += 1.0
+    after = backend.device_reading(0, frozenset({"mig"})).mig
+    assert after is not None and [m.uuid for m in after.devices] == ["MIG-d", "MIG-e"]
+
+
 def test_gpm_of_a_reused_gpu_instance_id_starts_afresh_and_gone_streams_are_freed(
     install: Install,
 ) -> None:

@@ -352,7 +352,7 @@ class PynvmlBackend:
         when the layout a GPU with MIG on checks every interval has changed."""
         now = self._monotonic()
         due = state.mig_read_at is None or now - state.mig_read_at >= mig.REFRESH_SECONDS
-        if not due and state.mig_slots and state.mig_checked != state.interval:
+        if not due and _mig_enabled(state.mig_layout) and state.mig_checked != state.interval:
             state.mig_checked = state.interval
             due = mig.layout(self.calls, state.device) != state.mig_layout
         if due:
@@ -365,7 +365,7 @@ class PynvmlBackend:
         before = state.mig_layout
         state.mig_layout = layout = mig.layout(self.calls, state.device)
         state.mig_checked = state.interval
-        enabled = layout is not None and layout[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+        enabled = _mig_enabled(layout)
         state.mig_slots = mig.enumerate_mig(self.calls, state.device) if enabled else ()
         state.mig_read_at = now
         if before is not None and layout is not None and before[0] != layout[0]:
@@ -915,6 +915,10 @@ _MIG_STREAM = "gpm/mig/"
 # nvml.h 13: nvmlDeviceGetTemperature is deprecated for nvmlDeviceGetTemperatureV, which
 # nvidia-ml-py wraps from 12.570.86 (the declared floor, 12.560.30, does not)
 _TEMPERATURE_V: Callable[..., Any] | None = getattr(pynvml, "nvmlDeviceGetTemperatureV", None)
+
+
+def _mig_enabled(layout: mig.Layout | None) -> bool:
+    return layout is not None and layout[0] == pynvml.NVML_DEVICE_MIG_ENABLE
 
 
 def _mig_stream_key(slot: mig.MigSlot) -> str:

@@ -300,6 +300,26 @@ def test_gpm_of_a_reused_gpu_instance_id_starts_afresh_and_gone_streams_are_free
     assert lib.count("nvmlGpmSampleAlloc") == lib.count("nvmlGpmSampleFree") == 10
 
 
+def test_the_activity_counter_of_a_new_instance_on_a_reused_id_starts_from_zero(
+    install: Install,
+) -> None:
+    gpu = mig_hopper()
+    _lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, MIG_GPM)
+    for _ in range(11):
+        old = sampler.sample_once().devices[0].mig_activity.get(2)
+        clock.now += 1.0
+    assert old is not None and old.sm_seconds == pytest.approx(5.0)  # 50 % for 10 s
+    repartition(gpu)
+    for _ in range(3):
+        new = sampler.sample_once().devices[0].mig_activity.get(2)
+        clock.now += 1.0
+    sampler.stop(0)
+    # another instance: its own count from zero (a counter reset to Prometheus), not
+    # the old instance's count continued
+    assert new is not None and new.sm_seconds == pytest.approx(0.2)  # 10 % for 2 s
+
+
 def test_the_layout_check_costs_two_calls_an_interval_and_nothing_without_mig(
     install: Install,
 ) -> None:

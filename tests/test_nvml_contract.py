@@ -307,7 +307,11 @@ def test_function_missing_from_library_is_none_and_not_asked_again(install: Inst
     lib = install(
         FakeNvmlLib(
             [h100()],
-            missing={"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetMemoryInfo_v2"},
+            missing={
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                "nvmlDeviceGetCurrentClocksThrottleReasons",  # neither name: no reasons
+                "nvmlDeviceGetMemoryInfo_v2",
+            },
         )
     )
     b = PynvmlBackend()

@@ -99,7 +99,8 @@ class _Counters:
     memory_controller: BusyCounter = field(default_factory=BusyCounter)
     process_utilization_us: int = 0  # newest per-process sample already seen
     activity: ActivityCounter = field(default_factory=ActivityCounter)  # GPM, NVLink bytes
-    mig_activity: dict[int, ActivityCounter] = field(default_factory=dict)  # by GI id
+    # by GPU instance: (GI id, UUID of its first MIG device), as ids are reused
+    mig_activity: dict[tuple[int, str], ActivityCounter] = field(default_factory=dict)
 
 
 class Sampler:
@@ -502,12 +503,18 @@ def _integrate_activity(
     if "gpm" not in collectors:
         return counters.activity.totals(), {}
     mig_totals: dict[int, ActivityTotals] = {}
+    uuids: dict[int, str] = {}
+    for device in reading.mig.devices if reading.mig else ():
+        uuids.setdefault(device.gpu_instance, device.uuid)
+    live: dict[tuple[int, str], ActivityCounter] = {}  # an instance gone is dropped
     for gpu_instance, instance in (reading.mig.instances if reading.mig else {}).items():
-        counter = counters.mig_activity.setdefault(gpu_instance, ActivityCounter())
+        key = (gpu_instance, uuids.get(gpu_instance, ""))
+        counter = live[key] = counters.mig_activity.get(key) or ActivityCounter()
         counter.add(instance.gpm)
         totals = counter.totals()
         if totals is not None:
             mig_totals[gpu_instance] = totals
+    counters.mig_activity = live
     return counters.activity.totals(), mig_totals
 
 

@@ -32,6 +32,15 @@ ECC totals are added into the value the caller's array holds, as the driver does
 The arrays follow the C API: a buffer whose count is smaller than the answer gets
 NVML_ERROR_INSUFFICIENT_SIZE with the count it needs (samples, process lists, process
 utilization), so callers that keep a buffer per device must grow it.
+
+Driver generations: a symbol newer than the fake's `driver_version` branch is missing
+(`SINCE_BRANCH`), so `FakeNvmlLib(gpus, driver_version=R525)` lacks
+nvmlDeviceGetCurrentClocksEventReasons and answers the older
+nvmlDeviceGetCurrentClocksThrottleReasons. MIG can be repartitioned under a running
+exporter by replacing `FakeGpu.mig_devices`; nvmlDeviceGetGpuInstanceRemainingCapacity
+answers from it. `FakeGpu.hang` holds a C function until a test releases it (a wedged
+driver call), and `FakeNvmlLib.most_inside` records how many calls of one function ran
+at the same time.
 """
 
 # The fake's methods are named after the C symbols they stand in for (c_ + symbol).
@@ -40,6 +49,7 @@ utilization), so callers that keep a buffer per device must grow it.
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -138,6 +148,11 @@ class FakeGpu:
     # nvmlDeviceGetNvLinkErrorCounter: (link, NVML_NVLINK_ERROR_*) -> count; absent is
     # NOT_SUPPORTED.
     nvlink_error_counters: dict[tuple[int, int], int] = field(default_factory=dict)
+    # C function name -> an event the call waits for before answering (a hung call)
+    hang: dict[str, threading.Event] = field(default_factory=dict)
+
+
+_GPU_INSTANCE_SLICES = re.compile(r"(\d+)g\.\S*$")  # "... MIG 3g.40gb" -> 3
 
 
 @dataclass
@@ -153,6 +168,8 @@ class FakeMigDevice:
     processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes)
     gpm: dict[int, float | Callable[[int], float]] = field(default_factory=dict)
     struct: Any = field(default_factory=lambda: pynvml.struct_c_nvmlDevice_t())
+    # reserved for the driver: v1 counts it in `used`, v2 reports it apart
+    memory_reserved: int = 0
 
 
 @dataclass
@@ -277,8 +294,25 @@ def old_fanless(index: int = 1) -> FakeGpu:
     )
 
 
+R525 = "525.147.05"  # a driver before R535: no clocks-event-reasons call
+R570 = "570.124.06"  # the first branch whose bindings wrap nvmlDeviceGetTemperatureV
+
+
+def _branch(driver_version: str) -> int:
+    return int(driver_version.split(".")[0])
+
+
 class FakeNvmlLib:
     """Stands in for pynvml's `nvmlLib` (the loaded CDLL)."""
+
+    # C symbol -> the first driver branch that has it (older drivers lack the symbol).
+    # Clocks-event reasons: renamed from throttle reasons in R535 (nvidia-ml-py 12.535.77
+    # wraps it, 11.525.150 does not); nvmlDeviceGetTemperatureV: first wrapped by
+    # nvidia-ml-py 12.570.86 (12.560.30 does not).
+    SINCE_BRANCH: dict[str, int] = {
+        "nvmlDeviceGetCurrentClocksEventReasons": 535,
+        "nvmlDeviceGetTemperatureV": 570,
+    }
 
     def __init__(
         self,
@@ -315,12 +349,18 @@ class FakeNvmlLib:
         self.gpm_samples: list[FakeGpmSample] = []
         self.gpm_requests: list[list[int]] = []  # metric ids of each nvmlGpmMetricsGet
         self._gpm_takes: Counter[tuple[int, int | None]] = Counter()
+        self.inside: Counter[str] = Counter()  # calls of each function running now
+        self.most_inside: Counter[str] = Counter()  # the most that ever ran at once
+        self.entered: dict[tuple[str, int | None], threading.Event] = {}  # hung calls
+        self._inside_lock = threading.Lock()
 
     # Lookup ------------------------------------------------------------------------
 
     def __getattr__(self, name: str) -> Callable[..., int]:
         if name.startswith("_") or name in self.missing:
             raise AttributeError(name)
+        if _branch(self.driver_version) < self.SINCE_BRANCH.get(name, 0):
+            raise AttributeError(name)  # newer than this driver
         impl = getattr(type(self), "c_" + name, None)
         if impl is None:
             raise AttributeError(name)
@@ -333,7 +373,18 @@ class FakeNvmlLib:
                 return self.fail[name]
             if index is not None and name in self.gpus[index].fail:
                 return self.gpus[index].fail[name]
-            return bound(*args)
+            with self._inside_lock:
+                self.inside[name] += 1
+                self.most_inside[name] = max(self.most_inside[name], self.inside[name])
+            try:
+                hang = self.gpus[index].hang.get(name) if index is not None else None
+                if hang is not None:
+                    self.entered.setdefault((name, index), threading.Event()).set()
+                    hang.wait()
+                return bound(*args)
+            finally:
+                with self._inside_lock:
+                    self.inside[name] -= 1
 
         return call
 
@@ -479,6 +530,15 @@ class FakeNvmlLib:
     def c_nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).temperature_celsius)
 
+    def c_nvmlDeviceGetTemperatureV(self, handle: Any, ptr: Any) -> int:
+        if ptr._obj.version != pynvml.nvmlTemperature_v1:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        temperature = self._gpu(handle).temperature_celsius
+        if temperature is None:
+            return NOT_SUPPORTED
+        ptr._obj.temperature = temperature
+        return SUCCESS
+
     def c_nvmlDeviceGetFanSpeed(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).fan_percent)
 
@@ -500,6 +560,10 @@ class FakeNvmlLib:
 
     def c_nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).clocks_event_reasons)
+
+    # the same bits under their pre-R535 name (nvml.h: nvmlClocksThrottleReason* are
+    # defined as the nvmlClocksEventReason* values)
+    c_nvmlDeviceGetCurrentClocksThrottleReasons = c_nvmlDeviceGetCurrentClocksEventReasons
 
     def c_nvmlDeviceGetPersistenceMode(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).persistence)
@@ -528,8 +592,9 @@ class FakeNvmlLib:
 
     def c_nvmlDeviceGetMemoryInfo(self, handle: Any, ptr: Any) -> int:
         mig = self._mig_of(handle)
-        if mig is not None:
+        if mig is not None:  # v1: `used` includes the reservation
             total, used = mig.memory_bytes
+            used += mig.memory_reserved
             ptr._obj.total, ptr._obj.used, ptr._obj.free = total, used, total - used
             return SUCCESS
         memory = self._gpu(handle).memory_bytes
@@ -540,6 +605,15 @@ class FakeNvmlLib:
         return SUCCESS
 
     def c_nvmlDeviceGetMemoryInfo_v2(self, handle: Any, ptr: Any) -> int:
+        mig = self._mig_of(handle)
+        if mig is not None:
+            if ptr._obj.version != pynvml.nvmlMemory_v2:
+                return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            total, used = mig.memory_bytes
+            reserved = mig.memory_reserved
+            ptr._obj.total, ptr._obj.reserved, ptr._obj.used = total, reserved, used
+            ptr._obj.free = total - reserved - used
+            return SUCCESS
         memory = self._gpu(handle).memory_bytes
         if memory is None:
             return NOT_SUPPORTED
@@ -685,6 +759,22 @@ class FakeNvmlLib:
                 return SUCCESS
         return NOT_FOUND  # an empty slot
 
+    def c_nvmlDeviceGetGpuInstanceRemainingCapacity(
+        self, handle: Any, profile: Any, ptr: Any
+    ) -> int:
+        """One-slice GPU instances that still fit: the slices no GPU instance takes (a
+        profile "3g.40gb" takes 3, as does a compute instance's "1c.3g.71gb")."""
+        gpu = self._gpu(handle)
+        if gpu.mig is None or gpu.mig[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return NOT_SUPPORTED
+        if int(getattr(profile, "value", profile)) != pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE:
+            return NOT_SUPPORTED  # only the one-slice profile is faked
+        slices = {
+            m.gpu_instance: int(_GPU_INSTANCE_SLICES.search(m.name).group(1))  # type: ignore[union-attr]
+            for m in gpu.mig_devices
+        }
+        return self._put(ptr, max(0, gpu.mig_slots - sum(slices.values())))
+
     def c_nvmlDeviceGetGpuInstanceId(self, handle: Any, ptr: Any) -> int:
         mig = self._mig_of(handle)
         return self._put(ptr, mig.gpu_instance) if mig else pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -728,6 +818,10 @@ class FakeNvmlLib:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
         if not self.gpus[index].gpm_supported:
             return NOT_SUPPORTED
+        if gpu_instance is not None and all(
+            m.gpu_instance != gpu_instance for m in self.gpus[index].mig_devices
+        ):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT  # no such GPU instance (any more)
         key = (index, gpu_instance)
         sample.gpu, sample.gpu_instance, sample.interval = index, gpu_instance, self._gpm_takes[key]
         self._gpm_takes[key] += 1

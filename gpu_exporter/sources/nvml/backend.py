@@ -20,6 +20,11 @@ What is read when (every NVML call is an ioctl into the driver, so the count mat
   buffers, process lists and process utilization with one call each.
 
 A slow value that fails is dropped, not kept: it is absent until a read answers again.
+
+A NOT_SUPPORTED answer is remembered (not asked every interval), but forgotten every
+SLOW_REFRESH_SECONDS, when MIG mode changes and when the device is lost: real drivers
+answer NOT_SUPPORTED by mode (a MIG parent has no utilization). A GPU with MIG on makes
+two more calls an interval (`mig.layout`), so a repartition is seen within one interval.
 """
 
 from __future__ import annotations
@@ -70,10 +75,20 @@ from gpu_exporter.sources.backend import (
     read_device,
 )
 from gpu_exporter.sources.nvml import buffers, fields, gpm, mig
-from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, code_name, text
+from gpu_exporter.sources.nvml.calls import (
+    NOT_FOUND,
+    Device,
+    NvmlCalls,
+    Serialiser,
+    code_name,
+    text,
+)
 
 T = TypeVar("T")
 KIB = 1024
+FIELD_VALUES_WAIT_SECONDS = 1.0
+"""How long a device waits for another's nvmlDeviceGetFieldValues call to return before
+taking that call for hung and going on (`calls.Serialiser`)."""
 
 _CLOCK_IDS: dict[str, int] = {
     "graphics": pynvml.NVML_CLOCK_GRAPHICS,
@@ -104,11 +119,26 @@ class _DeviceState:
     gpm_streams: dict[str, gpm.GpmStream] = field(default_factory=dict)  # key -> stream
     mig_slots: tuple[mig.MigSlot, ...] = ()
     mig_read_at: float | None = None  # monotonic time of the last enumeration
+    mig_layout: mig.Layout | None = None  # what `mig.layout` answered at it
+    interval: int = 0  # device readings so far
+    mig_checked: int = -1  # the interval whose layout was last checked
+    probed_at: float | None = None  # when the NOT_SUPPORTED answers were last forgotten
+    answered: set[str] = field(default_factory=set)  # sample buffers that answered
 
     def close(self) -> None:
         for stream in self.gpm_streams.values():
             stream.close()
         self.gpm_streams.clear()
+
+    def forget_unsupported(self) -> None:
+        """Ask again everything the device (or its MIG devices, or GPM) answered as
+        unsupported."""
+        self.device.forget()
+        for slot in self.mig_slots:
+            slot.device.forget()
+        for stream in self.gpm_streams.values():
+            stream.forget()
+        self.gpm_supported = None
 
 
 def _always(_value: Any) -> bool:
@@ -122,9 +152,22 @@ class PynvmlBackend:
 
     kind = "nvml"
 
-    def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        field_values_wait_seconds: float | None = FIELD_VALUES_WAIT_SECONDS,
+    ) -> None:
+        """`field_values_wait_seconds`: None lets devices call nvmlDeviceGetFieldValues
+        at the same time (see FIELD_VALUES_WAIT_SECONDS)."""
         self.errors = ErrorCounts()
-        self.calls = NvmlCalls(self.errors)
+        serialised = {}
+        if field_values_wait_seconds is not None:
+            function = "nvmlDeviceGetFieldValues"
+            serialised[function] = Serialiser(
+                field_values_wait_seconds, lambda: self.errors.add(function, "lock_wait_timeout")
+            )
+        self.calls = NvmlCalls(self.errors, serialised)
         self._monotonic = monotonic  # GPM elapsed time and MIG refreshes
         self._lock = threading.Lock()
         self._devices: dict[int, _DeviceState] = {}
@@ -278,11 +321,19 @@ class PynvmlBackend:
 
     def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
         state = self._state(index)
+        state.interval += 1
+        now = self._monotonic()
+        if state.probed_at is None:
+            state.probed_at = now
+        elif now - state.probed_at >= SLOW_REFRESH_SECONDS:
+            state.forget_unsupported()  # support changes with mode: ask again
+            state.probed_at = now
         try:
             reader = _NvmlReader(self, state, collectors)
             return read_device(reader, collectors)
         except DeviceLost:
             state.slow.clear()  # a device that comes back is asked afresh
+            state.forget_unsupported()
             raise
         finally:
             state.newest_samples.clear()
@@ -299,37 +350,59 @@ class PynvmlBackend:
         return buffer
 
     def mig_slots(self, state: _DeviceState) -> tuple[mig.MigSlot, ...]:
-        """The device's MIG devices, enumerated at most every mig.REFRESH_SECONDS."""
+        """The device's MIG devices: enumerated every mig.REFRESH_SECONDS, and at once
+        when the layout a GPU with MIG on checks every interval has changed."""
         now = self._monotonic()
-        if state.mig_read_at is None or now - state.mig_read_at >= mig.REFRESH_SECONDS:
-            state.mig_slots = mig.enumerate_mig(self.calls, state.device)
-            state.mig_read_at = now
+        due = state.mig_read_at is None or now - state.mig_read_at >= mig.REFRESH_SECONDS
+        if not due and _mig_enabled(state.mig_layout) and state.mig_checked != state.interval:
+            state.mig_checked = state.interval
+            due = mig.layout(self.calls, state.device) != state.mig_layout
+        if due:
+            self._enumerate_mig(state, now)
         return state.mig_slots
 
+    def _enumerate_mig(self, state: _DeviceState, now: float) -> None:
+        """Enumerate the MIG devices; forget what MIG mode decided (unsupported answers,
+        slow values) when it changed, and free the GPM streams of instances now gone."""
+        before = state.mig_layout
+        state.mig_layout = layout = mig.layout(self.calls, state.device)
+        state.mig_checked = state.interval
+        enabled = _mig_enabled(layout)
+        state.mig_slots = mig.enumerate_mig(self.calls, state.device) if enabled else ()
+        state.mig_read_at = now
+        if before is not None and layout is not None and before[0] != layout[0]:
+            state.forget_unsupported()
+            state.slow.clear()
+        live = {_mig_stream_key(slot) for slot in state.mig_slots}
+        for key in [k for k in state.gpm_streams if k.startswith(_MIG_STREAM) and k not in live]:
+            state.gpm_streams.pop(key).close()
+
     def gpm_supported(self, state: _DeviceState) -> bool:
-        """Does the device support GPM? Asked once (until NVML re-initialises)."""
+        """Does the device support GPM? Asked once a slow period (`forget_unsupported`)."""
         if state.gpm_supported is None:
             state.gpm_supported = gpm.supported(self.calls, state.device)
         return state.gpm_supported
 
     def gpm_stream(
-        self, state: _DeviceState, gpu_instance: int | None = None
+        self, state: _DeviceState, slot: mig.MigSlot | None = None
     ) -> gpm.GpmStream | None:
-        """The GPM stream of the device, or of one of its GPU instances; None without GPM."""
+        """The GPM stream of the device, or of the GPU instance of a MIG device (known by
+        its UUID: instance ids are reused after a repartition); None without GPM."""
         if not self.gpm_supported(state):
             return None
-        key = "gpm" if gpu_instance is None else f"gpm/mig/{gpu_instance}"
+        key = "gpm" if slot is None else _mig_stream_key(slot)
         stream = state.gpm_streams.get(key)
         if stream is None:
             handle = state.device.handle
             take: Callable[[Any], Any]
-            if gpu_instance is None:
+            if slot is None:
 
                 def take(sample: Any) -> Any:
                     return pynvml.nvmlGpmSampleGet(handle, sample)
 
                 metrics = gpm.DEVICE_METRICS
             else:
+                gpu_instance = slot.info.gpu_instance
 
                 def take(sample: Any) -> Any:
                     return pynvml.nvmlGpmMigSampleGet(handle, gpu_instance, sample)
@@ -362,7 +435,11 @@ class PynvmlBackend:
             quiet=NOT_FOUND,
         )
         if result is None:
+            if key in d.unsupported and key in state.answered:
+                state.answered.discard(key)
+                state.mig_read_at = None  # it answered before: MIG may have come on
             return None if key in d.unsupported else []
+        state.answered.add(key)
         out = sorted(
             (
                 UtilizationSample(s.timestamp_us, min(1.0, s.value / 100.0))
@@ -662,21 +739,16 @@ class _NvmlReader:
         )
 
     def memory(self) -> MemoryReading:
-        info = self._q("memory_v2", nvml_device_get_memory_info_v2)
-        reserved = int(info.reserved) if info is not None else None
-        if info is None:
-            info = self._q("memory", pynvml.nvmlDeviceGetMemoryInfo)
-        if info is None:
-            return MemoryReading()
-        return MemoryReading(
-            total_bytes=int(info.total),
-            used_bytes=int(info.used),
-            free_bytes=int(info.free),
-            reserved_bytes=reserved,
-        )
+        return _memory(self._backend.calls, self._d)
 
     def temperature(self) -> TemperatureReading:
-        temp = self._q("temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
+        temp = None
+        if _TEMPERATURE_V is not None:  # the call nvml.h 13 names instead (R570 and newer)
+            temp = self._q("temperature_v", _TEMPERATURE_V, pynvml.NVML_TEMPERATURE_GPU)
+        if temp is None and (_TEMPERATURE_V is None or "temperature_v" in self._d.unsupported):
+            temp = self._q(
+                "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU
+            )
         fan = self._q("fan", pynvml.nvmlDeviceGetFanSpeed)
         return TemperatureReading(
             gpu_celsius=float(temp) if temp is not None else None,
@@ -706,6 +778,11 @@ class _NvmlReader:
                 hertz[clock] = float(mhz) * 1e6
         pstate = self._q("pstate", pynvml.nvmlDeviceGetPerformanceState)
         mask = self._q("clocks_event_reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
+        if mask is None and "clocks_event_reasons" in self._d.unsupported:
+            # before R535 the same bits come from the call under its older name
+            mask = self._q(
+                "clocks_throttle_reasons", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+            )
         return ClocksReading(
             hertz=hertz,
             performance_state=(
@@ -841,14 +918,16 @@ class _NvmlReader:
             gi = slot.info.gpu_instance
             if gi in instances:
                 continue  # compute instances of one GPU instance share its memory
-            info = self._backend.calls.query(slot.device, "memory", pynvml.nvmlDeviceGetMemoryInfo)
+            memory = _memory(self._backend.calls, slot.device)  # v2: `used` without reserved
+            if memory.total_bytes is None and "memory" not in slot.device.unsupported:
+                self._state.mig_read_at = None  # it stopped answering: enumerate again
             activity = None
             if "gpm" in self._collectors:
-                stream = self._backend.gpm_stream(self._state, gi)
+                stream = self._backend.gpm_stream(self._state, slot)
                 activity = stream.read() if stream is not None else None
             instances[gi] = MigInstanceReading(
-                memory_total_bytes=int(info.total) if info is not None else None,
-                memory_used_bytes=int(info.used) if info is not None else None,
+                memory_total_bytes=memory.total_bytes,
+                memory_used_bytes=memory.used_bytes,
                 gpm=activity,
             )
         return MigReading(devices=tuple(s.info for s in slots), instances=instances)
@@ -878,6 +957,39 @@ def _at(maximum: int | None) -> Callable[[Any], bool]:
 
 def _throttle_reasons(mask: int) -> dict[str, bool]:
     return {reason: bool(mask & (1 << bit)) for bit, reason in enumerate(THROTTLE_REASONS)}
+
+
+_MIG_STREAM = "gpm/mig/"
+# nvml.h 13: nvmlDeviceGetTemperature is deprecated for nvmlDeviceGetTemperatureV, which
+# nvidia-ml-py wraps from 12.570.86 (the declared floor, 12.560.30, does not)
+_TEMPERATURE_V: Callable[..., Any] | None = getattr(pynvml, "nvmlDeviceGetTemperatureV", None)
+
+
+def _mig_enabled(layout: mig.Layout | None) -> bool:
+    return layout is not None and layout[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+
+
+def _mig_stream_key(slot: mig.MigSlot) -> str:
+    """A GPU instance's GPM stream, by the UUID of its first MIG device: GPU instance ids
+    are reused after a repartition, UUIDs are not."""
+    return _MIG_STREAM + slot.info.uuid
+
+
+def _memory(calls: NvmlCalls, d: Device) -> MemoryReading:
+    """`nvmlDeviceGetMemoryInfo` v2 (its `used` leaves the driver's reservation out), else
+    v1 (whose `used` includes it) on drivers without v2."""
+    info = calls.query(d, "memory_v2", nvml_device_get_memory_info_v2)
+    reserved = int(info.reserved) if info is not None else None
+    if info is None:
+        info = calls.query(d, "memory", pynvml.nvmlDeviceGetMemoryInfo)
+    if info is None:
+        return MemoryReading()
+    return MemoryReading(
+        total_bytes=int(info.total),
+        used_bytes=int(info.used),
+        free_bytes=int(info.free),
+        reserved_bytes=reserved,
+    )
 
 
 def nvml_device_get_memory_info_v2(handle: Any) -> Any:

@@ -15,12 +15,21 @@
 A call may name codes that are an expected answer rather than an error (`quiet`): the
 sample buffers answer NOT_FOUND when nothing is newer, an event wait TIMEOUT, an empty
 MIG slot NOT_FOUND.
+
+A remembered "unsupported" is not forever: real drivers answer NOT_SUPPORTED by mode
+(the parent of a MIG-enabled GPU has no utilization), so the backend calls
+`Device.forget` when MIG mode changes and every SLOW_REFRESH_SECONDS.
+
+Functions named in `NvmlCalls(serialised=...)` run one at a time across all devices
+(`Serialiser`): `nvmlDeviceGetFieldValues`, which a field report says is not safe to call
+concurrently (benchmarks/README.md, "Field values: one call at a time").
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import pynvml
@@ -106,12 +115,47 @@ class Device:
         # the device's field-value arrays, kept between intervals (`fields.FieldBatch`)
         self.field_batches: dict[Any, Any] = {}
 
+    def forget(self) -> None:
+        """Forget the remembered NOT_SUPPORTED answers: ask again (support changed, or
+        it is time to re-probe)."""
+        self.unsupported.clear()
+        self.unsupported_fields.clear()
+
+
+class Serialiser:
+    """Runs a call while holding a lock shared by every device, waiting at most
+    `wait_seconds` for it. A holder that overstays is taken for hung: its lock is
+    abandoned and the waiter goes on under a fresh one, so a hung GPU blocks no other;
+    `on_abandon` is told each time."""
+
+    def __init__(self, wait_seconds: float, on_abandon: Callable[[], None]) -> None:
+        self.wait_seconds = wait_seconds
+        self._on_abandon = on_abandon
+        self._lock = threading.Lock()
+        self._swap = threading.Lock()
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        lock = self._lock
+        while not lock.acquire(timeout=self.wait_seconds):
+            with self._swap:
+                if self._lock is lock:  # still the overstayed holder's: abandon it
+                    self._lock = threading.Lock()
+                    self._on_abandon()
+                lock = self._lock
+        try:
+            return fn(*args)
+        finally:
+            lock.release()
+
 
 class NvmlCalls:
     """Calls NVML and classifies every failure; counts unexpected errors in `errors`."""
 
-    def __init__(self, errors: ErrorCounts) -> None:
+    def __init__(
+        self, errors: ErrorCounts, serialised: Mapping[str, Serialiser] | None = None
+    ) -> None:
         self.errors = errors
+        self.serialised = dict(serialised or {})  # function name -> its serialiser
 
     def call(
         self,
@@ -131,8 +175,9 @@ class NvmlCalls:
         """
         if device is not None and key is not None and key in device.unsupported:
             return None
+        serialiser = self.serialised.get(function)
         try:
-            return fn(*args)
+            return serialiser.run(fn, *args) if serialiser is not None else fn(*args)
         except pynvml.NVMLLibraryMismatchError:  # the wrapper's versioned symbol is missing
             if device is not None and key is not None:
                 device.unsupported.add(key)

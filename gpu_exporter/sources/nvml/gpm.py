@@ -139,6 +139,10 @@ class GpmStream:
             except (NvmlUnavailable, DeviceLost):
                 pass  # the library is gone, and the samples with it
 
+    def forget(self) -> None:
+        """Ask again for the metrics that answered NOT_SUPPORTED (support may change)."""
+        self._unsupported.clear()
+
     def _allocate(self) -> bool:
         while len(self._samples) < 2:
             sample = self.calls.call(

@@ -2,7 +2,11 @@
 
 Slots are sparse: `nvmlDeviceGetMigDeviceHandleByIndex` answers NOT_FOUND for an empty
 one, which is normal. The enumeration changes only when an administrator repartitions
-the GPU, so it is re-read every REFRESH_SECONDS (and after NVML re-initialises).
+the GPU, so it is re-read every REFRESH_SECONDS (and after NVML re-initialises), and at
+once when `layout` (two calls a GPU with MIG on makes every interval) changes: MIG mode,
+or how many one-slice GPU instances still fit, which creating or destroying any GPU
+instance changes. GPU instance ids are reused after a repartition; a MIG device is known
+by its UUID.
 """
 
 from __future__ import annotations
@@ -34,11 +38,28 @@ def profile_of(name: str | None) -> str:
     return match.group(1) if match else ""
 
 
-def enumerate_mig(calls: NvmlCalls, parent: Device) -> tuple[MigSlot, ...]:
-    """The MIG devices of `parent`; empty while MIG is off or unsupported."""
+Layout = tuple[int, int | None]  # (current MIG mode, one-slice GPU instances that still fit)
+
+
+def layout(calls: NvmlCalls, parent: Device) -> Layout | None:
+    """The cheap check of a GPU's MIG layout (two calls); None when MIG mode cannot be
+    read. The remaining capacity is None where the driver does not answer it."""
     mode = calls.query(parent, "mig", pynvml.nvmlDeviceGetMigMode)
-    if mode is None or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
-        return ()
+    if mode is None:
+        return None
+    if mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return (int(mode[0]), None)
+    remaining = calls.query(
+        parent,
+        "mig_remaining_capacity",
+        pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity,
+        pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+    )
+    return (int(mode[0]), int(remaining) if remaining is not None else None)
+
+
+def enumerate_mig(calls: NvmlCalls, parent: Device) -> tuple[MigSlot, ...]:
+    """The MIG devices of `parent`, whose MIG mode is on (see `layout`)."""
     count = calls.query(parent, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount)
     slots: list[MigSlot] = []
     for index in range(int(count or 0)):

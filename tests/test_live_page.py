@@ -30,7 +30,7 @@ from gpu_exporter.daemon import Exporter as Daemon
 from gpu_exporter.sampling.history import History
 from gpu_exporter.serving.page import NAME_MAX_CHARS
 from tests.support.browser import chromium, open_live_page, overview, strings, wait_for_history
-from tests.support.exporter import REPO, Exporter, start_exporter
+from tests.support.exporter import REPO, Exporter, start_exporter, values
 from tests.support.packaging import build
 from tests.support.web import PASSWORD, basic, call, wait_serving, write
 
@@ -198,7 +198,7 @@ def test_nothing_comes_from_another_host_and_the_policy_says_so(simulated: Expor
     assert "fetch(" in script and not re.search(r"fetch\(\s*[`'\"]/", script)
 
 
-# --- a hostile host: disguised and endless names -------------------------------------
+# --- a hostile host: disguised and endless names, two GPUs with one UUID ---------------
 
 DISGUISED = "\u202enohtyp"  # a right-to-left override: shows as "python"
 LONG = "trainer_" + "x" * 9_992  # 10,000 characters with no place to break
@@ -206,7 +206,8 @@ LONG = "trainer_" + "x" * 9_992  # 10,000 characters with no place to break
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
-    """`--simulate 2` with real processes: `sleep` run as U+202E "nohtyp" on GPU 0, and
+    """`--simulate 2` whose GPUs report one UUID (GPU 0 input-starved at 110 to 500 W,
+    GPU 1 idle at 72 W), with real processes: `sleep` run as U+202E "nohtyp" on GPU 0, and
     on GPU 1 as a command whose name (its argv[0], which the 15-character kernel name
     starts) is 10,000 characters long."""
     tmp = tmp_path_factory.mktemp("hostile")
@@ -220,6 +221,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
     scenario.write_text(
         json.dumps(
             {
+                "faults": {"same_uuid": [0, 1]},
                 "processes": [
                     {"gpu": gpu, "pid": p.pid, "memory_bytes": 2 * 1024**3}
                     for gpu, p in enumerate(sleepers)
@@ -255,6 +257,26 @@ def test_the_api_shows_a_disguised_name_as_a_marker_and_a_long_one_whole(
     assert long.startswith("trainer_xxxx") and len(long) > 4 * NAME_MAX_CHARS
 
 
+def test_two_gpus_with_one_uuid_keep_their_own_history_and_are_logged_once(
+    hostile: Exporter,
+) -> None:
+    gpus = by_index(overview(hostile))
+    assert gpus[0]["uuid"] == gpus[1]["uuid"]
+    power = {i: [w for w in gpus[i]["history"]["power_watts"] if w is not None] for i in gpus}
+    assert power[1] and set(power[1]) == {72.0}, power  # idle: never the mean of the two
+    assert power[0] and min(power[0]) >= 110.0, power
+    busy = {i: [b for b in gpus[i]["history"]["busy_ratio"] if b is not None] for i in gpus}
+    assert busy[1] and max(busy[1]) == 0.0, busy
+    assert busy[0] and max(busy[0]) > 0.2, busy
+    # the exposition tells them apart by `gpu` too
+    samples = hostile.scrape()
+    assert values(samples, "gpu_power_watts", gpu="1", uuid=gpus[1]["uuid"]) == [72.0]
+    assert values(samples, "gpu_busy_seconds_total", gpu="1") == [0.0]  # its own counter
+    warnings = [line for line in hostile.log().splitlines() if "same UUID" in line]
+    assert len(warnings) == 1, hostile.log()
+    assert gpus[0]["uuid"] in warnings[0] and "gpus=0,1" in warnings[0]
+
+
 def test_the_page_keeps_its_cards_on_screen_whatever_the_names(hostile: Exporter) -> None:
     gpus = by_index(overview(hostile))
     with chromium() as browser:
@@ -284,6 +306,12 @@ def test_the_page_keeps_its_cards_on_screen_whatever_the_names(hostile: Exporter
         disguised = cards.nth(0).locator("tr[data-pid] td").nth(2)
         assert disguised.inner_text() == "⟨U+202E⟩nohtyp"
         assert disguised.locator("span.hidden-char").count() == 1
+        # each twin draws its own lines
+        power = [
+            cards.nth(i).locator("svg[data-chart=power] path.line").get_attribute("d")
+            for i in range(2)
+        ]
+        assert power[0] and power[1] and power[0] != power[1], power
 
 
 # --- behind basic auth ----------------------------------------------------------------

@@ -20,7 +20,15 @@ from urllib.parse import parse_qs
 
 from gpu_exporter import __version__
 from gpu_exporter.model import DeviceSample, ProcessSample, Snapshot
-from gpu_exporter.sampling.history import DEFAULT_WINDOW, WINDOWS, History, Points, Window
+from gpu_exporter.sampling.history import (
+    DEFAULT_WINDOW,
+    WINDOWS,
+    GpuKey,
+    History,
+    Points,
+    Window,
+    gpu_key,
+)
 from gpu_exporter.sampling.verdicts import judge
 
 Document = dict[str, Any]
@@ -105,7 +113,8 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
     temperature = reading.temperature if reading else None
     utilization = reading.utilization if reading else None
     mig = reading.mig if reading else None
-    points = history.gpu(device.uuid, window) if static and window else None
+    key = gpu_key(device)
+    points = history.gpu(key, window) if static and window else None
     attribution = device.attribution
     return {
         "index": device.index,
@@ -139,8 +148,7 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
         "process_count": attribution.process_count if attribution else None,
         "unattributed_memory_bytes": attribution.unattributed_memory_bytes if attribution else None,
         "processes": [
-            _process(device.uuid, p, history)
-            for p in (attribution.processes if attribution else ())
+            _process(key, p, history) for p in (attribution.processes if attribution else ())
         ],
         "history": _points(points) if points else {"times": []},
     }
@@ -151,7 +159,7 @@ def _instance(mig: Any, gpu_instance: int, name: str) -> int | None:
     return getattr(instance, name) if instance is not None else None
 
 
-def _process(uuid: str, p: ProcessSample, history: History) -> Document:
+def _process(key: GpuKey, p: ProcessSample, history: History) -> Document:
     return {
         "pid": int(p.pid) if p.pid else None,  # None: the roll-up of processes beyond the cap
         "user": _shown(p.user),
@@ -160,7 +168,7 @@ def _process(uuid: str, p: ProcessSample, history: History) -> Document:
         "gpu_instance": int(p.gpu_instance) if p.gpu_instance else None,
         "memory_used_bytes": p.memory_used_bytes,
         "sm_ratio": p.sm_ratio,
-        "cpu_cores": history.cpu_cores(uuid, p.pid) if p.pid else None,
+        "cpu_cores": history.cpu_cores(key, p.pid) if p.pid else None,
         "workers": p.workers,
     }
 

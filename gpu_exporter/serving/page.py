@@ -7,8 +7,9 @@ refreshes the page every few seconds; `static/page.css` styles it (dark unless t
 browser asks for light). No inline script or style, nothing from another host: the
 Content-Security-Policy allows only 'self'.
 
-Stable hooks for tests and scripts: `data-gpu-uuid` on each GPU card, `data-verdict` on
-each verdict, `data-pid` on each process row, `data-series` on each chart.
+Stable hooks for tests and scripts: `data-gpu-index` and `data-gpu-uuid` on each GPU card
+(two boards may share a UUID: the index tells them apart), `data-verdict` on each verdict,
+`data-pid` on each process row, `data-series` on each chart.
 
 Text from the host arrives here already `visible` (overview.py). A long name is cut at
 `NAME_MAX_CHARS` with an ellipsis, its whole text in the `title` attribute (shown on
@@ -212,7 +213,8 @@ def _card(gpu: Document, doc: Document) -> str:
         mig = f'<ul class="mig">{rows}</ul>'
     charts = "".join(_chart(chart, gpu, doc) for chart in CHARTS)
     return (
-        f'<article class="gpu" data-gpu-uuid="{escape(gpu["uuid"])}">'
+        f'<article class="gpu" data-gpu-index="{gpu["index"]}" '
+        f'data-gpu-uuid="{escape(gpu["uuid"])}">'
         f"<h2>GPU {gpu['index']}: {name}{state}</h2>"
         f'<p class="uuid"><code>{escape(gpu["uuid"])}</code></p>{mig}'
         f'{_verdicts(gpu)}<div class="charts">{charts}</div>{_processes(gpu)}</article>'

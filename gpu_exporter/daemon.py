@@ -162,12 +162,14 @@ class Exporter:
         self.notifier = Notifier()
         self.watchdog = Watchdog(self.notifier, lambda: self.health.live().ok)
         self._ready = False
+        self._shared_uuids: set[tuple[str, tuple[int, ...]]] = set()  # logged once each
         self.server: HttpServer | None = None  # set once the socket is bound
 
     def publish(self, snapshot: Snapshot) -> None:
         """Keep the snapshot for the web side; render it now only if a scrape is expected
         before the next sample, in the format that scraper asks for (else the first
         scrape renders it, or nobody does)."""
+        self._warn_shared_uuids(snapshot)
         if self.state.history is not None:
             self.state.history.add(snapshot)
         exposition = render(snapshot, self.settings)
@@ -179,6 +181,23 @@ class Exporter:
             self._ready = True
             up = sum(1 for d in snapshot.devices if d.up)
             self.notifier.send(f"READY=1\nSTATUS=first sample done: {up} GPUs up")
+
+    def _warn_shared_uuids(self, snapshot: Snapshot) -> None:
+        """Log once each set of GPUs that report the same UUID. They stay apart (every
+        series carries `gpu` with `uuid`; the page's history is kept by both), but joins
+        on `uuid` alone and Xid events, which NVML names by UUID, mix them."""
+        indices: dict[str, list[int]] = {}
+        for device in snapshot.devices:
+            if device.static is not None:
+                indices.setdefault(device.uuid, []).append(device.index)
+        for uuid, shared in indices.items():
+            key = (uuid, tuple(shared))
+            if len(shared) > 1 and key not in self._shared_uuids:
+                self._shared_uuids.add(key)
+                log.warning(
+                    "GPUs report the same UUID; told apart by index",
+                    extra={"uuid": uuid, "gpus": ",".join(map(str, shared))},
+                )
 
     def start(self) -> None:
         """Start the threads (after the socket is bound)."""

@@ -16,6 +16,7 @@ from gpu_exporter.model import (
     DeviceReading,
     MemoryReading,
     MigReading,
+    PowerReading,
     Snapshot,
     UtilizationReading,
 )
@@ -31,7 +32,7 @@ from gpu_exporter.sampling.history import (
 )
 from tests.support.exporter import REPO
 
-UUID = static(0).uuid
+KEY = (0, static(0).uuid)
 
 
 def one_gpu(t: float, **changes: object) -> Snapshot:
@@ -41,13 +42,41 @@ def one_gpu(t: float, **changes: object) -> Snapshot:
     return replace(base, devices=(device,))
 
 
+def test_two_gpus_with_one_uuid_keep_their_own_history() -> None:
+    """Boards that report the same UUID (a cloned VBIOS) are two GPUs, told apart by
+    index: GPU 0 at 500 W and 90% busy, GPU 1 at 100 W and 10%, never both at the mean."""
+    history = History()
+    twins = [static(0), replace(static(1), uuid=static(0).uuid)]
+    for t in range(4):
+        base = snapshot(float(t), twins)
+        devices = tuple(
+            replace(
+                device,
+                busy_seconds=t * busy,
+                reading=DeviceReading(power=PowerReading(watts=watts, limit_watts=700.0)),
+            )
+            for device, watts, busy in zip(base.devices, (500.0, 100.0), (0.9, 0.1), strict=True)
+        )
+        history.add(replace(base, devices=devices))
+    first, second = (history.gpu((i, twins[0].uuid), WINDOWS["5m"]) for i in (0, 1))
+    assert first is not None and second is not None
+    assert first.series["power_watts"] == [500.0] * 4
+    assert second.series["power_watts"] == [100.0] * 4
+    assert first.series["busy_ratio"][1:] == pytest.approx([0.9] * 3)
+    assert second.series["busy_ratio"][1:] == pytest.approx([0.1] * 3)
+    # each GPU's processes keep their own CPU points (the benchmark's pids differ by index)
+    assert history.cpu_cores((1, twins[0].uuid), "1010") == pytest.approx(1.5)
+    assert history.cpu_cores((0, twins[0].uuid), "1010") is None
+    assert history.gpus_kept() == 2
+
+
 def test_busy_ratio_is_the_busy_counter_delta_not_the_flickering_gauge() -> None:
     history = History()
     flicker = [0.95, 0.0, 0.95, 0.0]
     for k, gauge in enumerate(flicker):
         reading = DeviceReading(utilization=UtilizationReading(gpu_ratio=gauge))
         history.add(one_gpu(k * 2.0, busy_seconds=k * 2.0 * 0.4, reading=reading))
-    points = history.gpu(UUID, WINDOWS["5m"])
+    points = history.gpu(KEY, WINDOWS["5m"])
     assert points is not None
     assert points.series["busy_ratio"][0] is None  # no delta before the second sample
     assert points.series["busy_ratio"][1:] == pytest.approx([0.4, 0.4, 0.4])
@@ -65,7 +94,7 @@ def test_a_mig_gpu_falls_back_to_graphics_engine_activity() -> None:
                 activity=ActivityTotals(graphics_engine_seconds=k * 0.42),
             )
         )
-    points = history.gpu(UUID, WINDOWS["5m"])
+    points = history.gpu(KEY, WINDOWS["5m"])
     assert points is not None
     assert points.series["busy_ratio"][1:] == pytest.approx([0.42, 0.42])
     assert points.series["utilization_ratio"] == [None, None, None]
@@ -75,7 +104,7 @@ def test_missing_values_are_gaps_never_zero() -> None:
     history = History()
     history.add(one_gpu(0.0, reading=DeviceReading(memory=MemoryReading(total_bytes=10))))
     history.add(one_gpu(1.0, reading=None, up=False))  # down: every series has a gap
-    points = history.gpu(UUID, WINDOWS["5m"])
+    points = history.gpu(KEY, WINDOWS["5m"])
     assert points is not None
     assert points.series["memory_total_bytes"] == [10.0, None]
     assert points.series["memory_used_bytes"] == [None, None]
@@ -88,7 +117,7 @@ def test_fast_samples_average_into_one_point_a_second() -> None:
     for k in range(10):  # 200 ms apart: two 1-second buckets
         mem = MemoryReading(total_bytes=100, used_bytes=k)
         history.add(one_gpu(k * 0.2, reading=DeviceReading(memory=mem)))
-    points = history.gpu(UUID, WINDOWS["5m"])
+    points = history.gpu(KEY, WINDOWS["5m"])
     assert points is not None
     assert points.series["memory_used_bytes"] == pytest.approx([2.0, 7.0])  # 0..4, 5..9
     assert points.times == pytest.approx([START + 0.4, START + 1.4])
@@ -99,8 +128,8 @@ def test_one_hour_and_twelve_hours_are_ten_second_and_one_minute_means() -> None
     for k in range(180):  # 3 minutes, one sample a second, used = seconds since start
         mem = MemoryReading(total_bytes=1000, used_bytes=k)
         history.add(one_gpu(float(k), reading=DeviceReading(memory=mem)))
-    hour = history.gpu(UUID, WINDOWS["1h"])
-    day = history.gpu(UUID, WINDOWS["12h"])
+    hour = history.gpu(KEY, WINDOWS["1h"])
+    day = history.gpu(KEY, WINDOWS["12h"])
     assert hour is not None and day is not None
     assert hour.series["memory_used_bytes"][:2] == pytest.approx([4.5, 14.5])
     assert len(hour.times) == 18
@@ -115,11 +144,11 @@ def test_twelve_hours_are_kept_and_no_more() -> None:
         history.add(snapshot(60.0 * k, statics))
     now = START + 60.0 * (13 * 60 + 29)
     for window in WINDOWS.values():
-        points = history.gpu(UUID, window)
+        points = history.gpu(KEY, window)
         assert points is not None
         assert len(points.times) <= window.max_points
         assert min(points.times) >= now - window.seconds
-    day = history.gpu(UUID, WINDOWS["12h"])
+    day = history.gpu(KEY, WINDOWS["12h"])
     assert day is not None and len(day.times) >= 12 * 60 - 1  # the whole 12 hours is there
 
 
@@ -144,8 +173,8 @@ def test_process_cpu_cores_are_the_rate_of_cpu_seconds() -> None:
     statics = [static(0)]
     for k in range(30):  # the benchmark's processes burn 1.5 cores
         history.add(snapshot(float(k), statics))
-    assert history.cpu_cores(UUID, "1000") == pytest.approx(1.5)
-    assert history.cpu_cores(UUID, "999") is None
+    assert history.cpu_cores(KEY, "1000") == pytest.approx(1.5)
+    assert history.cpu_cores(KEY, "999") is None
 
 
 def test_gpus_beyond_the_cap_forget_the_one_seen_longest_ago() -> None:
@@ -153,8 +182,8 @@ def test_gpus_beyond_the_cap_forget_the_one_seen_longest_ago() -> None:
     for index in range(3):
         history.add(snapshot(float(index), [static(index)]))
     assert history.gpus_kept() == 2
-    assert history.gpu(static(0).uuid, WINDOWS["5m"]) is None
-    assert history.gpu(static(2).uuid, WINDOWS["5m"]) is not None
+    assert history.gpu((0, static(0).uuid), WINDOWS["5m"]) is None
+    assert history.gpu((2, static(2).uuid), WINDOWS["5m"]) is not None
 
 
 def test_more_gpus_at_once_than_the_cap_keep_the_first_and_churn_nothing() -> None:
@@ -162,7 +191,7 @@ def test_more_gpus_at_once_than_the_cap_keep_the_first_and_churn_nothing() -> No
     statics = [static(index) for index in range(3)]
     for t in range(3):
         history.add(snapshot(float(t), statics))
-    kept = [history.gpu(s.uuid, WINDOWS["5m"]) for s in statics]
+    kept = [history.gpu((s.index, s.uuid), WINDOWS["5m"]) for s in statics]
     assert [len(p.times) if p else None for p in kept] == [3, 3, None]
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,8 +28,9 @@ from benchmarks.history_memory import snapshot, static
 from gpu_exporter.config import load_settings
 from gpu_exporter.daemon import Exporter as Daemon
 from gpu_exporter.sampling.history import History
-from tests.support.browser import chromium, open_live_page, overview, wait_for_history
-from tests.support.exporter import REPO, Exporter, start_exporter
+from gpu_exporter.serving.page import NAME_MAX_CHARS
+from tests.support.browser import chromium, open_live_page, overview, strings, wait_for_history
+from tests.support.exporter import REPO, Exporter, start_exporter, values
 from tests.support.packaging import build
 from tests.support.web import PASSWORD, basic, call, wait_serving, write
 
@@ -193,6 +196,122 @@ def test_nothing_comes_from_another_host_and_the_policy_says_so(simulated: Expor
     assert not re.search(r'(href|src)="/', page), page
     script = simulated.get("/static/page.js").text
     assert "fetch(" in script and not re.search(r"fetch\(\s*[`'\"]/", script)
+
+
+# --- a hostile host: disguised and endless names, two GPUs with one UUID ---------------
+
+DISGUISED = "\u202enohtyp"  # a right-to-left override: shows as "python"
+LONG = "trainer_" + "x" * 9_992  # 10,000 characters with no place to break
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
+    """`--simulate 2` whose GPUs report one UUID (GPU 0 input-starved at 110 to 500 W,
+    GPU 1 idle at 72 W), with real processes: `sleep` run as U+202E "nohtyp" on GPU 0, and
+    on GPU 1 as a command whose name (its argv[0], which the 15-character kernel name
+    starts) is 10,000 characters long."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    (tmp / DISGUISED).symlink_to("/usr/bin/sleep")
+    (tmp / LONG[:20]).symlink_to("/usr/bin/sleep")
+    sleepers = [
+        subprocess.Popen([str(tmp / DISGUISED), "600"]),
+        subprocess.Popen([LONG, "600"], executable=str(tmp / LONG[:20])),
+    ]
+    scenario = tmp / "scenario.json"
+    scenario.write_text(
+        json.dumps(
+            {
+                "faults": {"same_uuid": [0, 1]},
+                "processes": [
+                    {"gpu": gpu, "pid": p.pid, "memory_bytes": 2 * 1024**3}
+                    for gpu, p in enumerate(sleepers)
+                ],
+            }
+        )
+    )
+    args = ["--simulate", "2", "--simulate.scenario", str(scenario), "--collect.interval", "200ms"]
+    exporter = start_exporter(args, tmp)
+    try:
+        deadline = time.monotonic() + 60
+        doc = wait_for_history(exporter, points=8, verdicts=set())
+        while not all(g["processes"] and g["processes"][0]["process"] for g in doc["gpus"]):
+            assert time.monotonic() < deadline, json.dumps(doc)[:2000]
+            time.sleep(0.2)
+            doc = overview(exporter)
+        yield exporter
+    finally:
+        exporter.stop()
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_the_api_shows_a_disguised_name_as_a_marker_and_a_long_one_whole(
+    hostile: Exporter,
+) -> None:
+    doc = overview(hostile)
+    gpus = by_index(doc)
+    assert gpus[0]["processes"][0]["process"] == "⟨U+202E⟩nohtyp"
+    assert not [s for s in strings(doc) if "\u202e" in s]
+    long = gpus[1]["processes"][0]["process"]
+    assert long.startswith("trainer_xxxx") and len(long) > 4 * NAME_MAX_CHARS
+
+
+def test_two_gpus_with_one_uuid_keep_their_own_history_and_are_logged_once(
+    hostile: Exporter,
+) -> None:
+    gpus = by_index(overview(hostile))
+    assert gpus[0]["uuid"] == gpus[1]["uuid"]
+    power = {i: [w for w in gpus[i]["history"]["power_watts"] if w is not None] for i in gpus}
+    assert power[1] and set(power[1]) == {72.0}, power  # idle: never the mean of the two
+    assert power[0] and min(power[0]) >= 110.0, power
+    busy = {i: [b for b in gpus[i]["history"]["busy_ratio"] if b is not None] for i in gpus}
+    assert busy[1] and max(busy[1]) == 0.0, busy
+    assert busy[0] and max(busy[0]) > 0.2, busy
+    # the exposition tells them apart by `gpu` too
+    samples = hostile.scrape()
+    assert values(samples, "gpu_power_watts", gpu="1", uuid=gpus[1]["uuid"]) == [72.0]
+    assert values(samples, "gpu_busy_seconds_total", gpu="1") == [0.0]  # its own counter
+    warnings = [line for line in hostile.log().splitlines() if "same UUID" in line]
+    assert len(warnings) == 1, hostile.log()
+    assert gpus[0]["uuid"] in warnings[0] and "gpus=0,1" in warnings[0]
+
+
+def test_the_page_keeps_its_cards_on_screen_whatever_the_names(hostile: Exporter) -> None:
+    gpus = by_index(overview(hostile))
+    with chromium() as browser:
+        page = open_live_page(browser, hostile.url + "/")
+        viewport = page.evaluate("() => document.documentElement.clientWidth")
+        # nothing scrolls sideways, and the card with the long name is as wide as the other
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= viewport
+        cards = page.locator("article.gpu")
+        boxes = [cards.nth(i).bounding_box() for i in range(2)]
+        assert all(box and box["x"] >= 0 and box["width"] <= viewport for box in boxes), boxes
+        assert boxes[0] and boxes[1] and boxes[0]["width"] == boxes[1]["width"], boxes
+        card = boxes[1]
+        # the long name is cut with an ellipsis, whole on hover; every other column shows
+        row = cards.nth(1).locator("tr[data-pid]")
+        name = row.locator("td").nth(2).locator("span.clipped")
+        assert name.get_attribute("title") == gpus[1]["processes"][0]["process"]
+        shown = name.inner_text()
+        assert shown.endswith("\N{HORIZONTAL ELLIPSIS}") and len(shown) <= NAME_MAX_CHARS
+        cells = row.locator("td")
+        assert cells.count() == 8
+        for k in range(8):
+            box = cells.nth(k).bounding_box()
+            assert box and box["width"] > 20, (k, box)
+            assert card["x"] <= box["x"] and box["x"] + box["width"] <= card["x"] + card["width"]
+        assert "GiB" in cells.nth(4).inner_text()
+        # the disguised name shows its override
+        disguised = cards.nth(0).locator("tr[data-pid] td").nth(2)
+        assert disguised.inner_text() == "⟨U+202E⟩nohtyp"
+        assert disguised.locator("span.hidden-char").count() == 1
+        # each twin draws its own lines
+        power = [
+            cards.nth(i).locator("svg[data-chart=power] path.line").get_attribute("d")
+            for i in range(2)
+        ]
+        assert power[0] and power[1] and power[0] != power[1], power
 
 
 # --- behind basic auth ----------------------------------------------------------------

@@ -3,7 +3,7 @@
 `History.add(snapshot)` is called with every published Snapshot. From consecutive
 snapshots it derives the rates a chart needs (the true busy ratio from the busy-counter
 deltas, SM activity from GPM's totals, host CPU from its busy seconds) and keeps, per GPU
-(by UUID) and for the host, three tiers of fixed size:
+and for the host, three tiers of fixed size:
 
 - `fine`: 1-second points for the last hour: every sample at intervals of a second or
   more (full resolution); faster samples are averaged into one point a second;
@@ -14,6 +14,11 @@ Values are float32 in `array('f')` rings, timestamps float64; a missing value is
 inside and `None` outside (a gap in a chart, never 0). The rings are allocated at their
 full size when a GPU is first seen, so the memory is fixed: `benchmarks/history_memory.py`
 measures it (under 2 MiB for 8 GPUs, see benchmarks/README.md).
+
+A GPU is kept by its `GpuKey`, (NVML index, UUID), never by UUID alone: boards with the
+same UUID (a cloned VBIOS, some virtual GPUs) are still two GPUs, as in the exposition,
+where every series carries both labels. A GPU that comes back under another index after
+NVML re-initialises starts a new history.
 
 Process CPU is kept apart and briefly: for each GPU process, a few (time, CPU seconds)
 points over `VERDICT_WINDOW_SECONDS`, enough for its CPU cores and the input-bound verdict.
@@ -92,6 +97,8 @@ WINDOWS: Mapping[str, Window] = {
     )
 }
 DEFAULT_WINDOW = "5m"
+GpuKey = tuple[int, str]
+"""How the history names a GPU: (NVML index, UUID)."""
 MAX_GPUS = 64  # GPUs kept; a new one replaces the one seen longest ago, if not still seen
 PROCESS_POINT_SECONDS = 10.0  # process CPU points are kept at most this often
 
@@ -231,38 +238,43 @@ class _Previous:
     sm_seconds: float | None
 
 
+def gpu_key(device: DeviceSample) -> GpuKey:
+    """The history's name of a GPU: its index with its UUID ("" before it is identified)."""
+    return (device.index, device.uuid)
+
+
 class History:
     """Every GPU's and the host's recent series; thread-safe (one writer, many readers)."""
 
     def __init__(self, max_gpus: int = MAX_GPUS) -> None:
         self._lock = threading.Lock()
         self._max_gpus = max_gpus
-        self._gpus: dict[str, SeriesHistory] = {}  # by UUID
+        self._gpus: dict[GpuKey, SeriesHistory] = {}
         self._host = SeriesHistory(HOST_SERIES)
-        self._previous: dict[str, _Previous] = {}  # by UUID
+        self._previous: dict[GpuKey, _Previous] = {}
         self._previous_host: tuple[float, float] | None = None  # (t, cpu busy seconds)
-        self._cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (uuid, pid)
+        self._cpu: dict[tuple[GpuKey, str], list[tuple[float, float]]] = {}  # (GPU, pid)
         self.latest_time: float | None = None
 
     def add(self, snapshot: Snapshot) -> None:
         """Record one sample."""
         t = snapshot.timestamp_seconds
         with self._lock:
-            seen: set[tuple[str, str]] = set()
+            seen: set[tuple[GpuKey, str]] = set()
             for device in snapshot.devices:
                 if device.static is None:
                     continue
-                uuid = device.static.uuid
-                if uuid not in self._gpus and not self._make_room(t):
+                key = gpu_key(device)
+                if key not in self._gpus and not self._make_room(t):
                     continue  # more GPUs than MAX_GPUS at once: the rest are not kept
-                values = self._device_values(uuid, device, t)
-                series = self._gpus.get(uuid)
+                values = self._device_values(key, device, t)
+                series = self._gpus.get(key)
                 if series is None:  # not setdefault: that would allocate the rings every sample
-                    series = self._gpus[uuid] = SeriesHistory(GPU_SERIES)
+                    series = self._gpus[key] = SeriesHistory(GPU_SERIES)
                 series.add(t, values)
-                seen |= self._add_process_cpu(uuid, device, t)
-            for key in set(self._cpu) - seen:
-                del self._cpu[key]
+                seen |= self._add_process_cpu(key, device, t)
+            for gone in set(self._cpu) - seen:
+                del self._cpu[gone]
             if snapshot.host is not None:
                 self._host.add(t, self._host_values(snapshot.host, t))
             self.latest_time = t
@@ -272,14 +284,16 @@ class History:
         unless it is in this sample too (then there is no room: nothing is churned)."""
         if len(self._gpus) < self._max_gpus:
             return True
-        oldest = min(self._gpus, key=lambda u: self._gpus[u].last_seen)
+        oldest = min(self._gpus, key=lambda k: self._gpus[k].last_seen)
         if self._gpus[oldest].last_seen >= t:
             return False
         del self._gpus[oldest]
         self._previous.pop(oldest, None)
         return True
 
-    def _device_values(self, uuid: str, device: DeviceSample, t: float) -> dict[str, float | None]:
+    def _device_values(
+        self, key: GpuKey, device: DeviceSample, t: float
+    ) -> dict[str, float | None]:
         reading = device.reading
         activity = device.activity
         now = _Previous(
@@ -289,10 +303,10 @@ class History:
             activity.sm_seconds if activity else None,
         )
         if reading is None:  # down: every series has a gap, and rates start again
-            self._previous.pop(uuid, None)
+            self._previous.pop(key, None)
             return {}
-        before = self._previous.get(uuid)
-        self._previous[uuid] = now
+        before = self._previous.get(key)
+        self._previous[key] = now
         busy = _rate(before, now, "busy_seconds")
         if busy is None and device.busy_seconds is None:  # MIG: no utilization reported
             busy = _rate(before, now, "graphics_engine_seconds")
@@ -323,14 +337,16 @@ class History:
             "memory_total_bytes": host.memory_total_bytes,
         }
 
-    def _add_process_cpu(self, uuid: str, device: DeviceSample, t: float) -> set[tuple[str, str]]:
-        seen: set[tuple[str, str]] = set()
+    def _add_process_cpu(
+        self, gpu: GpuKey, device: DeviceSample, t: float
+    ) -> set[tuple[GpuKey, str]]:
+        seen: set[tuple[GpuKey, str]] = set()
         if device.attribution is None:
             return seen
         for process in device.attribution.processes:
             if not process.pid or process.cpu_seconds is None:
                 continue
-            key = (uuid, process.pid)
+            key = (gpu, process.pid)
             seen.add(key)
             points = self._cpu.setdefault(key, [])
             point = (t, process.cpu_seconds)
@@ -344,10 +360,10 @@ class History:
 
     # Reading -----------------------------------------------------------------------
 
-    def gpu(self, uuid: str, window: Window) -> Points | None:
+    def gpu(self, key: GpuKey, window: Window) -> Points | None:
         """One GPU's points over `window`; None for a GPU never seen."""
         with self._lock:
-            series = self._gpus.get(uuid)
+            series = self._gpus.get(key)
             if series is None or self.latest_time is None:
                 return None
             return series.points(window, self.latest_time)
@@ -356,19 +372,19 @@ class History:
         with self._lock:
             return self._host.points(window, self.latest_time or 0.0)
 
-    def mean(self, uuid: str, name: str, seconds: float) -> tuple[float | None, int]:
+    def mean(self, key: GpuKey, name: str, seconds: float) -> tuple[float | None, int]:
         """The mean of one GPU series over the last `seconds` and how many points it has."""
         with self._lock:
-            series = self._gpus.get(uuid)
+            series = self._gpus.get(key)
             if series is None or self.latest_time is None:
                 return None, 0
             return series.mean(name, seconds, self.latest_time)
 
-    def cpu_cores(self, uuid: str, pid: str) -> float | None:
+    def cpu_cores(self, key: GpuKey, pid: str) -> float | None:
         """CPU cores a GPU process and its descendants used over the last
         VERDICT_WINDOW_SECONDS (CPU seconds per second); None until seen twice."""
         with self._lock:
-            points = self._cpu.get((uuid, pid))
+            points = self._cpu.get((key, pid))
             if not points or len(points) < 2:
                 return None
             (t0, c0), (t1, c1) = points[0], points[-1]

@@ -93,7 +93,8 @@ class _DeviceSlot:
 
 @dataclass
 class _Counters:
-    """What the sampler keeps for one GPU (by UUID) for its whole life: the counters."""
+    """What the sampler keeps for one GPU (by index and UUID) for its whole life: the
+    counters."""
 
     gpu: BusyCounter = field(default_factory=BusyCounter)
     memory_controller: BusyCounter = field(default_factory=BusyCounter)
@@ -140,7 +141,9 @@ class Sampler:
         self._init_errors: dict[str, int] = {}
         self._driver: DriverInfo | None = None
         self._slots: dict[int, _DeviceSlot] = {}  # by NVML index
-        self._counters: dict[str, _Counters] = {}  # by UUID: survives re-enumeration
+        # by (index, UUID), as the series they feed (labels gpu and uuid): two boards that
+        # report one UUID (a cloned VBIOS) are two GPUs, never one counter fed twice
+        self._counters: dict[tuple[int, str], _Counters] = {}
         self._render: StageResult | None = None  # the last publication
         self._samples_total = 0
         self._stop = threading.Event()
@@ -405,7 +408,7 @@ class Sampler:
         """The function a worker runs for one device: every driver read of the interval."""
         backend = self.backend
         static = slot.static
-        counters = self._counters.get(static.uuid) if static is not None else None
+        counters = self._counters.get((index, static.uuid)) if static is not None else None
         if static is not None and self._monotonic() - slot.static_at >= SLOW_REFRESH_SECONDS:
             static = None  # limits (max clocks, thresholds, PCIe max) are re-read
         gpu_since = counters.gpu.cursor_us if counters else 0
@@ -450,7 +453,7 @@ class Sampler:
                 slot.down_reason = None
             if raw.static is not slot.static:
                 slot.static, slot.static_at = raw.static, now
-            counters = self._counters.setdefault(raw.static.uuid, _Counters())
+            counters = self._counters.setdefault((index, raw.static.uuid), _Counters())
             busy = mc_busy = _Busy(None, None)
             utilization = raw.reading.utilization
             if "utilization" in collectors:

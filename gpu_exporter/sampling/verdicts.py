@@ -18,7 +18,7 @@ from typing import Literal
 
 from gpu_exporter.model import DeviceSample, ProcessSample
 from gpu_exporter.sampling import thresholds
-from gpu_exporter.sampling.history import History
+from gpu_exporter.sampling.history import History, gpu_key
 
 VerdictName = Literal[
     "input-bound", "memory-leaked", "near-oom", "idle-allocated", "busy-but-sms-idle"
@@ -111,14 +111,14 @@ def _busy_verdicts(device: DeviceSample, history: History) -> list[GpuVerdict | 
     if reading is None or reading.mig is not None or device.busy_seconds is None:
         return []
     window = thresholds.VERDICT_WINDOW_SECONDS
-    busy, points = history.mean(device.uuid, "busy_ratio", window)
+    busy, points = history.mean(gpu_key(device), "busy_ratio", window)
     if busy is None or points < MIN_POINTS:
         return []
     minutes = f"{window / 60:.0f} minutes"
     out: list[GpuVerdict | None] = [_input_bound(device, history, busy, minutes)]
     attribution = device.attribution
     if attribution is not None and attribution.process_count > 0:
-        utilization, _ = history.mean(device.uuid, "utilization_ratio", window)
+        utilization, _ = history.mean(gpu_key(device), "utilization_ratio", window)
         idle = thresholds.IDLE_BUSY_RATIO
         if busy < idle and (utilization is None or utilization < idle):
             out.append(
@@ -128,7 +128,7 @@ def _busy_verdicts(device: DeviceSample, history: History) -> list[GpuVerdict | 
                     f"{busy:.0%} of the last {minutes}.",
                 )
             )
-    sm, sm_points = history.mean(device.uuid, "sm_ratio", window)
+    sm, sm_points = history.mean(gpu_key(device), "sm_ratio", window)
     if (
         sm is not None
         and sm_points >= MIN_POINTS
@@ -151,7 +151,7 @@ def _input_bound(
     if device.attribution is None or busy >= thresholds.INPUT_BOUND_BUSY_RATIO:
         return None
     for process in device.attribution.processes:
-        cores = history.cpu_cores(device.uuid, process.pid)
+        cores = history.cpu_cores(gpu_key(device), process.pid)
         if cores is not None and cores >= _cores_needed(process):
             workers = process.workers or 0
             return _verdict(

@@ -4,19 +4,62 @@ the live page at `/` renders it.
 Built from the latest Snapshot and the `History`, never from NVML. Units are the model's
 (bytes, watts, degrees Celsius, ratios 0..1, Unix seconds); a value that is not known is
 `None` (JSON `null`), never 0. The shape is documented in the README ("The live page").
+
+Every string the host or the driver provides (process, user, job, GPU name, UUID, MIG
+profile, reasons, verdict summaries that quote a process name) goes through `visible`:
+a character that shows nothing, or shows text in another order, is written as a marker
+(`⟨U+202E⟩`), so a process named U+202E "nohtyp" cannot pass for "python" on the page or
+in the JSON.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
 from gpu_exporter import __version__
 from gpu_exporter.model import DeviceSample, ProcessSample, Snapshot
-from gpu_exporter.sampling.history import DEFAULT_WINDOW, WINDOWS, History, Points, Window
+from gpu_exporter.sampling.history import (
+    DEFAULT_WINDOW,
+    WINDOWS,
+    GpuKey,
+    History,
+    Points,
+    Window,
+    gpu_key,
+)
 from gpu_exporter.sampling.verdicts import judge
 
 Document = dict[str, Any]
+
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): drawn as nothing
+# although some are letters or marks (the Hangul fillers, variation selectors, U+034F)
+_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+MARKER = re.compile("⟨U\\+[0-9A-F]{4,6}⟩")
+"""A character `visible` wrote as a marker (U+27E8 and U+27E9 around its code point)."""
+
+
+def visible(text: str) -> str:
+    """`text` with every character that does not show itself written as a marker
+    `⟨U+XXXX⟩`: Unicode's "Other" and "Separator" categories but the ASCII space (Cc
+    controls, Cf formats such as the bidi controls U+202A-U+202E and U+2066-U+2069 and the
+    zero-width U+200B-U+200F, U+2060 and U+FEFF, Cs, Co, Cn, Zl, Zp, and Zs spaces other
+    than U+0020), and every default-ignorable code point."""
+    if text.isprintable() and not _IGNORABLE.search(text):
+        return text
+    return "".join(
+        ch if ch.isprintable() and not _IGNORABLE.match(ch) else f"⟨U+{ord(ch):04X}⟩" for ch in text
+    )
+
+
+def _shown(text: str | None) -> str | None:
+    """`visible`, with None and "" as None (not known)."""
+    return visible(text) if text else None
 
 
 class BadWindow(ValueError):
@@ -42,7 +85,7 @@ def build(snapshot: Snapshot, history: History, window: Window, *, series: bool 
         "backend": snapshot.backend,
         "timestamp_seconds": snapshot.timestamp_seconds,
         "nvml_up": snapshot.nvml_up,
-        "nvml_down_reason": snapshot.nvml_down_reason,  # why NVML is down; None while up
+        "nvml_down_reason": _shown(snapshot.nvml_down_reason),  # why NVML is down; None while up
         "window": {
             "name": window.name,
             "seconds": window.seconds,
@@ -70,14 +113,15 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
     temperature = reading.temperature if reading else None
     utilization = reading.utilization if reading else None
     mig = reading.mig if reading else None
-    points = history.gpu(device.uuid, window) if static and window else None
+    key = gpu_key(device)
+    points = history.gpu(key, window) if static and window else None
     attribution = device.attribution
     return {
         "index": device.index,
-        "uuid": device.uuid,
-        "name": static.name if static else None,
+        "uuid": visible(device.uuid),
+        "name": _shown(static.name) if static else None,
         "up": device.up,
-        "down_reason": device.down_reason,
+        "down_reason": _shown(device.down_reason),
         "gpm": device.activity is not None and device.activity.sm_seconds is not None,
         "utilization_ratio": utilization.gpu_ratio if utilization else None,
         "memory_used_bytes": memory.used_bytes if memory else None,
@@ -88,24 +132,23 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
         "slowdown_celsius": static.slowdown_temperature_celsius if static else None,
         "mig": [
             {
-                "uuid": d.uuid,
+                "uuid": visible(d.uuid),
                 "gpu_instance": d.gpu_instance,
                 "compute_instance": d.compute_instance,
-                "profile": d.profile,
+                "profile": visible(d.profile),
                 "memory_used_bytes": _instance(mig, d.gpu_instance, "memory_used_bytes"),
                 "memory_total_bytes": _instance(mig, d.gpu_instance, "memory_total_bytes"),
             }
             for d in (mig.devices if mig else ())
         ],
         "verdicts": [
-            {"name": v.name, "summary": v.summary, "advice": v.advice}
+            {"name": v.name, "summary": visible(v.summary), "advice": v.advice}
             for v in judge(device, history)
         ],
         "process_count": attribution.process_count if attribution else None,
         "unattributed_memory_bytes": attribution.unattributed_memory_bytes if attribution else None,
         "processes": [
-            _process(device.uuid, p, history)
-            for p in (attribution.processes if attribution else ())
+            _process(key, p, history) for p in (attribution.processes if attribution else ())
         ],
         "history": _points(points) if points else {"times": []},
     }
@@ -116,16 +159,16 @@ def _instance(mig: Any, gpu_instance: int, name: str) -> int | None:
     return getattr(instance, name) if instance is not None else None
 
 
-def _process(uuid: str, p: ProcessSample, history: History) -> Document:
+def _process(key: GpuKey, p: ProcessSample, history: History) -> Document:
     return {
         "pid": int(p.pid) if p.pid else None,  # None: the roll-up of processes beyond the cap
-        "user": p.user or None,
-        "process": p.process or None,
-        "job": job(p),
+        "user": _shown(p.user),
+        "process": _shown(p.process),
+        "job": _shown(job(p)),
         "gpu_instance": int(p.gpu_instance) if p.gpu_instance else None,
         "memory_used_bytes": p.memory_used_bytes,
         "sm_ratio": p.sm_ratio,
-        "cpu_cores": history.cpu_cores(uuid, p.pid) if p.pid else None,
+        "cpu_cores": history.cpu_cores(key, p.pid) if p.pid else None,
         "workers": p.workers,
     }
 

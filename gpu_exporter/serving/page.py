@@ -7,8 +7,14 @@ refreshes the page every few seconds; `static/page.css` styles it (dark unless t
 browser asks for light). No inline script or style, nothing from another host: the
 Content-Security-Policy allows only 'self'.
 
-Stable hooks for tests and scripts: `data-gpu-uuid` on each GPU card, `data-verdict` on
-each verdict, `data-pid` on each process row, `data-series` on each chart.
+Stable hooks for tests and scripts: `data-gpu-index` and `data-gpu-uuid` on each GPU card
+(two boards may share a UUID: the index tells them apart), `data-verdict` on each verdict,
+`data-pid` on each process row, `data-series` on each chart.
+
+Text from the host arrives here already `visible` (overview.py). A long name is cut at
+`NAME_MAX_CHARS` with an ellipsis, its whole text in the `title` attribute (shown on
+hover), and the stylesheet wraps what is left, so one name never widens a card or pushes
+the other columns of its table off the screen.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from html import escape
 from typing import Any
 
 from gpu_exporter.sampling.thresholds import NEAR_OOM_MEMORY_RATIO
-from gpu_exporter.serving.overview import Document
+from gpu_exporter.serving.overview import MARKER, Document
 
 GIB = 1024**3
 MISSING = "\N{EN DASH}"  # a value not known
+NAME_MAX_CHARS = 48  # of a name (process, user, job, GPU, MIG profile) shown; all on hover
+SUMMARY_MAX_CHARS = 240  # of a verdict's summary (it may quote a process name)
 # Chart geometry, in SVG user units
 WIDTH, HEIGHT = 320, 132
 LEFT, RIGHT, TOP, BOTTOM = 48, 312, 8, 108
@@ -189,14 +197,15 @@ def _host(doc: Document) -> str:
 
 
 def _card(gpu: Document, doc: Document) -> str:
-    name = escape(gpu["name"] or "unknown GPU")
+    name = _clip(gpu["name"] or "unknown GPU", NAME_MAX_CHARS)
     state = (
         "" if gpu["up"] else f' <span class="down">down: {escape(gpu["down_reason"] or "")}</span>'
     )
     mig = ""
     if gpu["mig"]:
         rows = "".join(
-            f"<li>GI {m['gpu_instance']} CI {m['compute_instance']} {escape(m['profile'])}: "
+            f"<li>GI {m['gpu_instance']} CI {m['compute_instance']} "
+            f"{_clip(m['profile'], NAME_MAX_CHARS)}: "
             f"{_gib(m['memory_used_bytes'])} of {_gib(m['memory_total_bytes'])}"
             f" <code>{escape(m['uuid'])}</code></li>"
             for m in gpu["mig"]
@@ -204,7 +213,8 @@ def _card(gpu: Document, doc: Document) -> str:
         mig = f'<ul class="mig">{rows}</ul>'
     charts = "".join(_chart(chart, gpu, doc) for chart in CHARTS)
     return (
-        f'<article class="gpu" data-gpu-uuid="{escape(gpu["uuid"])}">'
+        f'<article class="gpu" data-gpu-index="{gpu["index"]}" '
+        f'data-gpu-uuid="{escape(gpu["uuid"])}">'
         f"<h2>GPU {gpu['index']}: {name}{state}</h2>"
         f'<p class="uuid"><code>{escape(gpu["uuid"])}</code></p>{mig}'
         f'{_verdicts(gpu)}<div class="charts">{charts}</div>{_processes(gpu)}</article>'
@@ -216,7 +226,7 @@ def _verdicts(gpu: Document) -> str:
         return '<p class="verdicts none">No verdicts: nothing looks wrong.</p>'
     items = "".join(
         f'<li data-verdict="{escape(v["name"])}"><strong>{escape(v["name"])}</strong> '
-        f"{escape(v['summary'])} <em>{escape(v['advice'])}</em></li>"
+        f"{_clip(v['summary'], SUMMARY_MAX_CHARS)} <em>{escape(v['advice'])}</em></li>"
         for v in gpu["verdicts"]
     )
     return f'<ul class="verdicts">{items}</ul>'
@@ -266,15 +276,17 @@ def _processes(gpu: Document) -> str:
         return f'<p class="processes none">No process on this GPU.{leak}</p>'
     rows = "".join(
         f'<tr data-pid="{"" if p["pid"] is None else p["pid"]}">'
-        f"<td>{_cell(p['pid'])}</td><td>{_cell(p['user'])}</td><td>{_cell(p['process'])}</td>"
-        f"<td>{_cell(p['job'])}</td><td>{_gib(p['memory_used_bytes'])}</td>"
+        f"<td>{_cell(p['pid'])}</td><td>{_clip(p['user'], NAME_MAX_CHARS)}</td>"
+        f"<td>{_clip(p['process'], NAME_MAX_CHARS)}</td>"
+        f"<td>{_clip(p['job'], NAME_MAX_CHARS)}</td><td>{_gib(p['memory_used_bytes'])}</td>"
         f"<td>{_pct(p['sm_ratio'])}</td><td>{_number(p['cpu_cores'], 1)}</td>"
         f"<td>{_cell(p['workers'])}</td></tr>"
         for p in gpu["processes"]
     )
     return (
-        '<table class="processes"><thead><tr><th>pid</th><th>user</th><th>process</th>'
-        "<th>container or job</th><th>GPU memory</th><th>SM share</th><th>CPU cores</th>"
+        '<table class="processes"><thead><tr><th>pid</th><th class="name">user</th>'
+        '<th class="name">process</th><th class="name">container or job</th>'
+        "<th>GPU memory</th><th>SM share</th><th>CPU cores</th>"
         f"<th>workers</th></tr></thead><tbody>{rows}</tbody></table>{leak}"
     )
 
@@ -295,6 +307,30 @@ def _duration(seconds: float) -> str:
 
 def _cell(value: Any) -> str:
     return MISSING if value is None or value == "" else escape(str(value))
+
+
+def _clip(text: str | None, limit: int) -> str:
+    """Host-provided text as HTML: cut at `limit` characters (never inside a marker) with
+    an ellipsis and the whole text in its title; the markers of invisible characters
+    highlighted."""
+    if not text:
+        return MISSING
+    if len(text) <= limit:
+        return _marked(text)
+    cut = limit - 1
+    longest = len("⟨U+10FFFF⟩")  # a marker
+    for marker in MARKER.finditer(text, max(0, cut - longest), cut + longest):
+        if marker.start() < cut < marker.end():
+            cut = marker.start()
+    return (
+        f'<span class="clipped" title="{escape(text)}">'
+        f"{_marked(text[:cut])}\N{HORIZONTAL ELLIPSIS}</span>"
+    )
+
+
+def _marked(text: str) -> str:
+    """Escaped text, each marker of an invisible character in a `hidden-char` span."""
+    return MARKER.sub(lambda m: f'<span class="hidden-char">{m.group()}</span>', escape(text))
 
 
 def _pct(value: float | None) -> str:

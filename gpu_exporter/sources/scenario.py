@@ -8,6 +8,7 @@ tests and demos that drive the real program. It is re-read when it changes; see
       init_error: driver_not_loaded   # NVML fails to initialise with this error
       lost: [1]                       # GPU_IS_LOST on these indices
       hang: [2]                       # reads block until the fault is removed
+      same_uuid: [0, 1]               # these GPUs all report the first one's UUID
       unsupported:                    # these readings answer NOT_SUPPORTED
         - temperature.fan_speed_ratio #   READING.FIELD of a DeviceReading
         - utilization.samples         #   the driver's utilization sample buffer
@@ -80,6 +81,7 @@ class Faults:
     init_error: str | None = None  # e.g. "driver_not_loaded"
     lost: frozenset[int] = frozenset()
     hang: frozenset[int] = frozenset()
+    same_uuid: frozenset[int] = frozenset()  # report the UUID of the lowest of them
     unsupported: frozenset[str] = frozenset()  # UNSUPPORTABLE names
     gpus: int | None = None
     events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
@@ -159,6 +161,9 @@ def _faults(data: Any) -> Faults:
         init_error=init_error or None,
         lost=frozenset(_int(x, "faults.lost[]") for x in _list(raw.get("lost"), "faults.lost")),
         hang=frozenset(_int(x, "faults.hang[]") for x in _list(raw.get("hang"), "faults.hang")),
+        same_uuid=frozenset(
+            _int(x, "faults.same_uuid[]") for x in _list(raw.get("same_uuid"), "faults.same_uuid")
+        ),
         unsupported=unsupported,
         gpus=_int(gpus, "faults.gpus") if gpus is not None else None,
         events_unsupported=_bool(raw.get("events_unsupported", False), "faults.events_unsupported"),

@@ -230,7 +230,11 @@ class SimulatedBackend:
         return profile(index)
 
     def _uuid(self, index: int) -> str:
-        """Stable per (host, index), like a real board's UUID."""
+        """Stable per (host, index), like a real board's UUID; the GPUs of the fault
+        `same_uuid` all report the lowest one's (as boards with a cloned VBIOS do)."""
+        same = self._current().faults.same_uuid
+        if index in same:
+            index = min(same)
         if not self._host_id:
             return f"GPU-5e1a7f00-{index:04x}-4c3b-9d2e-{0xA1B2C3D40000 + index:012x}"
         return f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'{self._host_id}/{index}')}"

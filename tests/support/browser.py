@@ -43,6 +43,17 @@ def overview(exporter: Exporter, window: str = "5m", headers: dict[str, str] | N
     return json.loads(result.body)
 
 
+def strings(doc: Any) -> list[str]:
+    """Every string in an overview document (or any JSON value), its keys included."""
+    if isinstance(doc, str):
+        return [doc]
+    if isinstance(doc, dict):
+        return [s for k, v in doc.items() for s in (str(k), *strings(v))]
+    if isinstance(doc, list):
+        return [s for v in doc for s in strings(v)]
+    return []
+
+
 def wait_for_history(
     exporter: Exporter, points: int, verdicts: set[str], timeout: float = 90.0
 ) -> Any:

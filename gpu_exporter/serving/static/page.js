@@ -8,12 +8,15 @@ function windowName() {
   return new URLSearchParams(location.search).get("window") || document.body.dataset.window;
 }
 
+// A GPU is its index with its UUID: two boards may report the same UUID.
+const gpuKey = (index, uuid) => `${index} ${uuid}`;
+
 function draw(doc) {
-  const byUuid = new Map(doc.gpus.map((gpu) => [gpu.uuid, gpu]));
+  const byKey = new Map(doc.gpus.map((gpu) => [gpuKey(gpu.index, gpu.uuid), gpu]));
   const end = doc.timestamp_seconds;
   const start = end - doc.window.seconds;
   for (const card of document.querySelectorAll("[data-gpu-uuid]")) {
-    const gpu = byUuid.get(card.dataset.gpuUuid);
+    const gpu = byKey.get(gpuKey(card.dataset.gpuIndex, card.dataset.gpuUuid));
     if (!gpu) continue;
     for (const svg of card.querySelectorAll("svg[data-series]")) {
       drawChart(svg, gpu.history, start, end);

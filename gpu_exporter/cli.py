@@ -29,6 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(settings.log_level, settings.log_format)
     if settings.once:
         return run_once(settings)
+    if settings.self_check:
+        # imported here: the daemon never loads the self-check (subprocess, XML)
+        from gpu_exporter.self_check.check import self_check
+
+        return self_check(settings)
     return serve(settings, args)
 
 

@@ -51,6 +51,8 @@ class Settings:
     once: bool = False
     output: str | None = None
     config_file: str | None = None
+    self_check: bool = False
+    self_check_nvidia_smi: str | None = None
 
 
 _DURATION = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -290,8 +292,31 @@ OPTIONS: tuple[Option, ...] = (
         "FILE",
         flag_only=True,
     ),
+    Option(
+        "self-check",
+        "self_check",
+        _bool,
+        "sample for about 4 seconds, ask nvidia-smi (--query-gpu and -q -x, GPUs matched by "
+        "UUID) in the middle, print one table of every value on both sides and exit: 0 when "
+        "all agree, 1 on a difference beyond tolerance or a value only one side has, 2 when "
+        "nvidia-smi is missing, fails or outlasts --collect.timeout, or NVML cannot be read. "
+        "A value agrees within the range the exporter read, widened by: nothing (equal at "
+        "nvidia-smi's precision) for identity, memory.total, power limit, max clocks, "
+        "thresholds, PCIe generation and width, pstate, modes and ECC counts; 3 C for "
+        "temperature.gpu; 10 W or 10% for power.draw; 5% for clocks; 10 points for "
+        "utilization; 5 points for fan.speed; 64 MiB for memory.used and memory.free",
+        flag_only=True,
+    ),
+    Option(
+        "self-check.nvidia-smi",
+        "self_check_nvidia_smi",
+        _text,
+        "with --self-check: the nvidia-smi to run (default: the first on PATH)",
+        "PATH",
+        flag_only=True,
+    ),
 )
-_BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "web_ui", "once"})
+_BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "web_ui", "once", "self_check"})
 _BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 _COLLECTOR_KEYS: dict[str, str] = {f"collector.{c.name}": c.name for c in COLLECTORS}
 
@@ -362,12 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     for option in OPTIONS:
+        text = option.help.replace("%", "%%")  # argparse formats help with %
         if option.field in _BOOL_FIELDS:
             kind: Any = _BooleanFlag if not option.flag_only else "store_true"
-            parser.add_argument(f"--{option.key}", dest=option.key, action=kind, help=option.help)
+            parser.add_argument(f"--{option.key}", dest=option.key, action=kind, help=text)
         else:
             parser.add_argument(
-                f"--{option.key}", dest=option.key, metavar=option.metavar, help=option.help
+                f"--{option.key}", dest=option.key, metavar=option.metavar, help=text
             )
     for key in _COLLECTOR_KEYS:
         parser.add_argument(f"--{key}", dest=key, action=_BooleanFlag, help=argparse.SUPPRESS)
@@ -479,6 +505,10 @@ def validate(s: Settings) -> None:
         raise ConfigError("--output: needs --once")
     if s.output is not None:
         _check_output(s.output)
+    if s.self_check_nvidia_smi is not None and not s.self_check:
+        raise ConfigError("--self-check.nvidia-smi: needs --self-check")
+    if s.self_check and s.once:
+        raise ConfigError("--self-check: cannot be combined with --once")
     parse_listen_address(s.listen_address)
 
 

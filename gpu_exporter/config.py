@@ -241,7 +241,7 @@ OPTIONS: tuple[Option, ...] = (
         "collector.process.cmdline",
         "process_cmdline",
         _bool,
-        "export each process's command line (truncated to 256 characters; may hold secrets)",
+        "export each process's command line (cut to 256 bytes, ending in '…'; may hold secrets)",
     ),
     Option(
         "compat.dcgm",

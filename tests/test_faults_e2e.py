@@ -140,6 +140,39 @@ def test_driver_reload_reenumerates_and_keeps_counters_monotonic(
         exporter.stop()
 
 
+def test_a_gpu_reset_restarts_the_driver_s_counters_and_none_of_the_exporter_s(
+    tmp_path: Path, scenario: Path
+) -> None:
+    """`nvidia-smi -r` zeroes the driver's counters of that GPU without NVML re-initialising
+    (gpu_energy_joules_total went 5000139 -> 280): the drop is passed through as the
+    counter reset it is, while the counters the exporter integrates keep counting up."""
+    exporter = start(tmp_path, scenario, 2)
+    try:
+        xid = {"events": [{"gpu": 0, "xid": 79}]}  # not raised again by the rewrite below
+        write_scenario(scenario, xid)
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="0") == [1.0])
+        time.sleep(0.5)
+        before = exporter.scrape()
+        energy = {gpu: values(before, "gpu_energy_joules_total", gpu=gpu)[0] for gpu in "01"}
+        own = ("gpu_busy_seconds_total", "gpu_sm_active_seconds_total", "gpu_xid_errors_total")
+        integrated = {name: values(before, name, gpu="0")[0] for name in own}
+        assert integrated["gpu_busy_seconds_total"] > 0
+        write_scenario(scenario, {**xid, "faults": {"reset": [0]}})
+        s = exporter.wait_for(
+            lambda s: values(s, "gpu_energy_joules_total", gpu="0")[0] < energy["0"]
+        )
+        assert 0 <= values(s, "gpu_energy_joules_total", gpu="0")[0] < 1e4  # from 0 again
+        assert values(s, "gpu_energy_joules_total", gpu="1")[0] > energy["1"]  # not reset
+        for name, seen in integrated.items():
+            assert values(s, name, gpu="0")[0] >= seen, name
+        assert values(s, "gpu_up", gpu="0") == [1.0]
+        assert values(s, "gpu_exporter_nvml_up") == [1.0]
+        help_line = "# HELP gpu_energy_joules_total Energy consumed since the driver was loaded "
+        assert help_line + "or the GPU last reset" in exporter.get("/metrics").text
+    finally:
+        exporter.stop()
+
+
 def test_xid_event_is_counted_and_logged_with_its_meaning(tmp_path: Path, scenario: Path) -> None:
     exporter = start(tmp_path, scenario, 2)
     try:

@@ -530,7 +530,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_energy_joules_total",
         "counter",
-        "Energy consumed since the driver was loaded, in joules.",
+        "Energy consumed since the driver was loaded or the GPU last reset, in joules.",
         "power",
         reading(_power, lambda p: p.energy_joules),
     ),
@@ -598,7 +598,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_pcie_replay_errors_total",
         "counter",
-        "PCIe replay errors since driver load.",
+        "PCIe replay errors since driver load or the last GPU reset.",
         "pcie",
         reading(_pcie, lambda p: p.replay_errors),
     ),
@@ -643,8 +643,8 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_nvlink_errors_total",
         "counter",
-        "NVLink errors of the link since driver load: replay, recovery, crc_flit (data link "
-        "CRC) and crc_data (links 0 to 11 only, where NVML has the counter).",
+        "NVLink errors of the link since driver load or the last GPU reset: replay, recovery, "
+        "crc_flit (data link CRC) and crc_data (links 0 to 11 only, where NVML has the counter).",
         "nvlink",
         _nvlink_errors,
         "link",

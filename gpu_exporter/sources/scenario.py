@@ -15,6 +15,8 @@ and every number is bounded by what a real host can have (`MAX_*` below).
         - process.list                #   the process lists
       gpus: 3                         # how many GPUs are visible (default N)
       library_hang: true              # nvmlDeviceGetCount blocks (NVML itself stuck)
+      reset: [0]                      # reset (nvidia-smi -r) as the file is loaded: the
+                                      #   driver's counters (energy...) restart from 0
       events_unsupported: true        # the event API answers NOT_SUPPORTED
     events:                           # Xid events, delivered once each, in order
       - {gpu: 1, xid: 79}
@@ -93,6 +95,7 @@ class Faults:
     gpus: int | None = None
     events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
     library_hang: bool = False  # nvmlDeviceGetCount blocks: NVML itself is stuck
+    reset: frozenset[int] = frozenset()  # reset when the faults are loaded (nvidia-smi -r)
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ def _faults(data: Any) -> Faults:
         gpus=_int(gpus, "faults.gpus", maximum=MAX_GPUS) if gpus is not None else None,
         events_unsupported=_bool(raw.get("events_unsupported", False), "faults.events_unsupported"),
         library_hang=_bool(raw.get("library_hang", False), "faults.library_hang"),
+        reset=frozenset(_gpu(x, "faults.reset[]") for x in _list(raw.get("reset"), "faults.reset")),
     )
 
 

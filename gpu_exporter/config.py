@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from gpu_exporter import __version__
 from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.serving.routes import built_in_route
 from gpu_exporter.yamlfile import YamlFileError, read_yaml
 
 DEFAULT_PORT = 9872
@@ -149,10 +150,28 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _path(value: Any) -> str:
+_PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/-]*")  # RFC 3986 path characters, unescaped
+
+
+def _telemetry_path(value: Any) -> str:
+    """A path a scrape can ask for, exactly as the server compares it (no decoding), and
+    none the exporter serves itself."""
     text = _text(value)
     if not text.startswith("/"):
         raise ValueError(f"must start with '/': {value!r}")
+    if not _PATH.fullmatch(text):
+        raise ValueError(
+            f"{text!r} cannot be scraped: use letters, digits and -._~!$&'()*+,;=:@/ only "
+            "(no query '?', fragment '#', '%'-escapes, spaces or other characters)"
+        )
+    segments = text.split("/")[1:]
+    if "" in segments[:-1]:
+        raise ValueError(f"{text!r} cannot be scraped: clients and proxies merge '//' into '/'")
+    if "." in segments or ".." in segments:
+        raise ValueError(f"{text!r} cannot be scraped: clients remove '.' and '..' segments")
+    route = built_in_route(text)
+    if route is not None:
+        raise ValueError(f"{text!r} is taken by the exporter's {route}: choose another path")
     return text
 
 
@@ -179,8 +198,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "web.telemetry-path",
         "telemetry_path",
-        _path,
-        "path of the metrics (default /metrics)",
+        _telemetry_path,
+        "path of the metrics (default /metrics); not a path the exporter serves itself "
+        "(/, /healthz, /livez, /api/..., /static/...)",
         "PATH",
     ),
     Option(
@@ -224,7 +244,7 @@ OPTIONS: tuple[Option, ...] = (
         "collector.process.cmdline",
         "process_cmdline",
         _bool,
-        "export each process's command line (truncated to 256 characters; may hold secrets)",
+        "export each process's command line (cut to 256 bytes, ending in '…'; may hold secrets)",
     ),
     Option(
         "compat.dcgm",

@@ -11,6 +11,7 @@ them is refused the same way, with one line naming the problem:
   leaves; settings never need them;
 - mappings and lists nested deeper than MAX_DEPTH levels, or more than MAX_NODES values
   (the pure-Python parser needs seconds for a long list): refused;
+- an integer written with more than MAX_NUMBER_CHARS characters: refused;
 - a key given twice in one mapping: refused (Go's strict yaml.v2 decoding does the
   same), rather than the last one silently winning;
 - anything else that is not one YAML document: the line and column of the problem.
@@ -33,6 +34,8 @@ from typing import Any
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 32  # mappings and lists inside each other; the deepest file we read needs 4
 MAX_NODES = 10_000  # keys, values and list items in one document
+MAX_NUMBER_CHARS = 64  # of an integer as written: no setting needs more, and Python refuses
+# to read an integer of more than 4300 digits (an exception no caller would expect)
 _MERGE = "tag:yaml.org,2002:merge"
 
 
@@ -106,6 +109,13 @@ def _loaders() -> tuple[Any, Any]:
                 seen.add(key)
             return super().construct_mapping(node, deep)
 
+    def _int(loader: Any, node: ScalarNode) -> Any:
+        if len(node.value) > MAX_NUMBER_CHARS:
+            raise _invalid(node, f"an integer of {len(node.value)} characters is too long")
+        return SafeConstructor.construct_yaml_int(loader, node)
+
+    _Loader.add_constructor("tag:yaml.org,2002:int", _int)
+
     class _TextLoader(_Loader):
         """`_Loader`, keeping each typed plain scalar's text as a `Scalar`."""
 
@@ -117,7 +127,7 @@ def _loaders() -> tuple[Any, Any]:
 
     for _tag, _construct in (
         ("bool", SafeConstructor.construct_yaml_bool),
-        ("int", SafeConstructor.construct_yaml_int),
+        ("int", _int),
         ("float", SafeConstructor.construct_yaml_float),
         ("timestamp", SafeConstructor.construct_yaml_timestamp),
     ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -93,6 +94,41 @@ def test_bad_config_file_exits_2_naming_the_problem(
     line = one_error_line(result.stderr)
     assert str(path) in line
     assert expected in line
+
+
+UNSCRAPABLE_PATHS = {
+    # each started, logged nothing, and every scrape got 404
+    "//metrics": "clients and proxies merge '//' into '/'",
+    "/gpu//metrics": "clients and proxies merge '//' into '/'",
+    "/metrics?x=1": "cannot be scraped: use letters, digits and",
+    "/metrics#a": "cannot be scraped: use letters, digits and",
+    "/gpu metrics": "cannot be scraped: use letters, digits and",
+    "/m%65trics": "cannot be scraped: use letters, digits and",
+    "/gpu/../metrics": "clients remove '.' and '..' segments",
+    # each silently took the place of a route the exporter serves itself
+    "/healthz": "'/healthz' is taken by the exporter's probe",
+    "/livez": "'/livez' is taken by the exporter's probe",
+    "/": "'/' is taken by the exporter's live page",
+    "/api/overview": "'/api/overview' is taken by the exporter's live page API",
+    "/api/metrics": "'/api/metrics' is taken by the exporter's live page API",
+    "/static/page.js": "'/static/page.js' is taken by the exporter's live page assets",
+}
+
+
+@pytest.mark.parametrize("path", sorted(UNSCRAPABLE_PATHS))
+def test_a_telemetry_path_that_cannot_be_scraped_exits_2(tmp_path: Path, path: str) -> None:
+    flag = run_exporter(["--simulate", "1", "--web.telemetry-path", path])
+    assert flag.returncode == 2, flag.stderr
+    line = one_error_line(flag.stderr)
+    assert line.startswith("gpu-exporter: error: --web.telemetry-path: ")
+    assert UNSCRAPABLE_PATHS[path] in line
+    config = tmp_path / "config.yml"
+    config.write_text(f"web:\n  telemetry-path: {json.dumps(path)}\n")
+    from_file = run_exporter(["--simulate", "1", "--config.file", str(config)])
+    assert from_file.returncode == 2, from_file.stderr
+    line = one_error_line(from_file.stderr)
+    assert f"config file {config}: web.telemetry-path: " in line
+    assert UNSCRAPABLE_PATHS[path] in line
 
 
 def test_port_in_use_exits_2(tmp_path: Path) -> None:

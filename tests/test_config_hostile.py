@@ -39,6 +39,10 @@ CORPUS: dict[str, tuple[bytes, str]] = {
     "a list of settings": (b"- collect.interval: 1s\n", "expected a mapping of settings"),
     "number as key": (b"5: 1s\n", "config keys must be text"),
     "key given twice": (b"collect.interval: 1s\ncollect.interval: 2s\n", "given twice"),
+    "5000-digit integer": (
+        b"web.max-requests: " + b"9" * 5000 + b"\n",
+        "line 1 column 19: an integer of 5000 characters is too long",
+    ),
 }
 
 
@@ -106,6 +110,40 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "processes[0].gpu_instance: GPU 3 has instances 2, 3, 9, not instance 4",
     ),
     "alias": ("a: &a [1]\nb: *a\n", "aliases (*name) are not allowed"),
+    # every number is bounded by what a real host can have: a 300-digit memory size once
+    # passed and broke every scrape with OverflowError
+    "300-digit memory": (
+        "processes: [{gpu: 0, pid: 5, memory_bytes: " + "9" * 300 + "}]\n",
+        "an integer of 300 characters is too long",
+    ),
+    "memory above a pebibyte": (
+        f"processes: [{{gpu: 0, pid: 5, memory_bytes: {2**50 + 1}}}]\n",
+        "processes[0].memory_bytes must be between 0 and 1125899906842624, not 1125899906842625",
+    ),
+    "pid at PID_MAX_LIMIT": (
+        "processes: [{gpu: 0, pid: 4194304}]\n",
+        "processes[0].pid must be between 1 and 4194303, not 4194304",
+    ),
+    "gpu index beyond --simulate's range": (
+        "processes: [{gpu: 1024, pid: 5}]\n",
+        "processes[0].gpu must be between 0 and 1023, not 1024",
+    ),
+    "huge gpu instance": (
+        "processes: [{gpu: 3, pid: 5, gpu_instance: " + "9" * 40 + "}]\n",
+        "processes[0].gpu_instance must be between 0 and 64, not a 40-digit number",
+    ),
+    "huge integer ratio": (
+        "processes: [{gpu: 0, pid: 5, sm_ratio: " + "9" * 60 + "}]\n",
+        "processes[0].sm_ratio must be between 0 and 1, not a 60-digit number",
+    ),
+    "lost index beyond range": ("faults: {lost: [5000]}\n", "faults.lost[] must be between 0 and"),
+    "hang index beyond range": ("faults: {hang: [5000]}\n", "faults.hang[] must be between 0 and"),
+    "visible gpus beyond range": ("faults: {gpus: 1025}\n", "faults.gpus must be between 0 and"),
+    "huge xid": ("events: [{gpu: 0, xid: 70000}]\n", "events[0].xid must be between 0 and 65535"),
+    "event gpu beyond range": (
+        "events: [{gpu: 2000, xid: 79}]\n",
+        "events[0].gpu must be between 0 and 1023",
+    ),
 }
 
 

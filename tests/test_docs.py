@@ -87,3 +87,23 @@ def test_docs_render_rejects_a_readme_without_markers() -> None:
 
     with pytest.raises(ValueError, match="generated:metrics"):
         docs.render("no markers here")
+
+
+def test_readme_says_of_every_counter_whether_it_can_go_backwards() -> None:
+    """The README once promised that no counter goes backwards while the exporter runs, but
+    a GPU reset zeroes the driver's energy and error counters, which are passed through.
+    Every counter is now in one of two lists: integrated by the exporter (never goes
+    backwards), or the driver's or kernel's (restarts from 0 on a reset)."""
+    text = README.read_text()
+    start = text.index("Counters are of two kinds:")
+    section = text[start : text.index("<!-- BEGIN generated:metrics -->", start)]
+    own, passed = section.split("**The driver's or the kernel's, passed through as read**")
+    assert "never going backwards" in own and "restart from 0" in passed
+    assert "counters never go backwards while the exporter runs" not in text
+    for spec in METRICS:
+        if spec.type != "counter":
+            continue
+        named = f"`{spec.name}`" in section or (
+            spec.name.startswith("gpu_mig_") and "the `gpu_mig_` ones" in own
+        )
+        assert named, f"{spec.name}: say in the README whether it can go backwards"

@@ -208,3 +208,66 @@ def test_a_scrape_for_openmetrics_does_not_load_prometheus_client() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert out.stdout.strip() == "[]"
+
+
+def _label_values(body: str) -> list[tuple[str, str]]:
+    """Every (label name, value) of an exposition, as Prometheus reads it (unescaped)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [
+        (name, value)
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+        for name, value in sample.labels.items()
+    ]
+
+
+def test_every_label_value_is_cut_to_its_byte_limit_with_a_marker() -> None:
+    """Anyone who runs a GPU process picks its name (argv[0], up to 64 KiB), its cgroup and
+    its command line; one value over Prometheus' label_value_length_limit fails the whole
+    scrape. Prometheus counts UTF-8 bytes of the unescaped value."""
+    snapshot = fixed_snapshot(1)
+    hostile = ProcessSample(
+        pid="4242",
+        process="trainer" + "x" * 65_000,
+        user="é" * 100,  # 200 bytes: cut between characters, never inside one
+        context="compute",
+        container_id="\\" * 300,  # written escaped as 600 characters; Prometheus reads 300
+        pod_uid="p" * 128,  # exactly the limit: kept whole
+        systemd_unit="u" * 129,
+        slurm_job_id="🚀" * 40,  # 4 bytes each
+        cmdline="python train.py " + "--arg=ü " * 200,
+        memory_used_bytes=2**30,
+    )
+    device = dataclasses.replace(
+        snapshot.devices[0],
+        attribution=Attribution(processes=(hostile,), unattributed_memory_bytes=0, process_count=1),
+    )
+    snapshot = dataclasses.replace(snapshot, devices=(device,), collectors=frozenset({"process"}))
+    options = RenderOptions(cmdline=True)
+    expected = {
+        "process": "trainer" + "x" * 118 + "…",
+        "user": "é" * 62 + "…",  # 124 + 3 bytes: a 63rd é would pass 128
+        "container_id": "\\" * 125 + "…",
+        "pod_uid": "p" * 128,
+        "systemd_unit": "u" * 125 + "…",
+        "slurm_job_id": "🚀" * 31 + "…",
+        "cmdline": ("python train.py " + "--arg=ü " * 200).encode()[:253].decode() + "…",
+    }
+    exposition = Exposition(snapshot, options)
+    for openmetrics in (False, True):
+        body = exposition.body(openmetrics=openmetrics, compressed=False).decode()
+        seen = dict(_label_values(body.replace("# EOF\n", "")))
+        assert {k: seen[k] for k in expected} == expected
+        assert all(len(v.encode()) <= (256 if k == "cmdline" else 128) for k, v in seen.items())
+    assert len(expected["cmdline"].encode()) == 256
+
+
+def test_host_and_device_label_values_are_capped_too() -> None:
+    """The cap is in the one writer, so it holds for every family: device identity (a
+    name, serial or MIG profile from the driver) as much as a process's labels."""
+    long_name = Family("x_info", "gauge", "h", ("gpu", "name"), [(("0", "N" * 500), 1.0)])
+    assert write_text([long_name]) == (
+        '# HELP x_info h\n# TYPE x_info gauge\nx_info{gpu="0",name="' + "N" * 125 + '…"} 1.0\n'
+    )
+    assert write_openmetrics([long_name]).count("N" * 125 + "…") == 1

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.exporter import Exporter, Samples, command, free_port, start_exporter, values
+from tests.support.prometheus import Prometheus, start_prometheus
 
 FAST = ["--collect.interval", "0.2s"]
 
@@ -137,6 +138,55 @@ def test_driver_reload_reenumerates_and_keeps_counters_monotonic(
         assert values(s, "gpu_busy_seconds_total", gpu="0")[0] >= busy
         exporter.wait_health(200)
     finally:
+        exporter.stop()
+
+
+def test_a_gpu_reset_restarts_the_driver_s_counters_and_none_of_the_exporter_s(
+    tmp_path: Path, scenario: Path
+) -> None:
+    """`nvidia-smi -r` zeroes the driver's counters of that GPU without NVML re-initialising
+    (gpu_energy_joules_total went 5000139 -> 280): the drop is passed through as the
+    counter reset it is, while the counters the exporter integrates keep counting up."""
+    exporter = start(tmp_path, scenario, 2)
+    prometheus: Prometheus | None = None
+    try:
+        xid: dict[str, object] = {"events": [{"gpu": 0, "xid": 79}]}  # not raised again below
+        write_scenario(scenario, xid)
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="0") == [1.0])
+        config = tmp_path / "prometheus.yml"
+        target = {"targets": [f"127.0.0.1:{exporter.port}"]}
+        job = {"job_name": "gpu", "scrape_interval": "500ms", "static_configs": [target]}
+        config.write_text(json.dumps({"scrape_configs": [job]}))
+        prometheus = start_prometheus(config, tmp_path)
+        energy_0 = 'gpu_energy_joules_total{gpu="0"}'
+        prometheus.wait_for(f"count_over_time({energy_0}[1m]) >= 3")
+        before = exporter.scrape()
+        energy = {gpu: values(before, "gpu_energy_joules_total", gpu=gpu)[0] for gpu in "01"}
+        own = ("gpu_busy_seconds_total", "gpu_sm_active_seconds_total", "gpu_xid_errors_total")
+        integrated = {name: values(before, name, gpu="0")[0] for name in own}
+        assert integrated["gpu_busy_seconds_total"] > 0
+        write_scenario(scenario, {**xid, "faults": {"reset": [0]}})
+        s = exporter.wait_for(
+            lambda s: values(s, "gpu_energy_joules_total", gpu="0")[0] < energy["0"]
+        )
+        assert 0 <= values(s, "gpu_energy_joules_total", gpu="0")[0] < 1e4  # from 0 again
+        assert values(s, "gpu_energy_joules_total", gpu="1")[0] > energy["1"]  # not reset
+        for name, seen in integrated.items():
+            assert values(s, name, gpu="0")[0] >= seen, name
+        assert values(s, "gpu_up", gpu="0") == [1.0]
+        assert values(s, "gpu_exporter_nvml_up") == [1.0]
+        help_line = "# HELP gpu_energy_joules_total Energy consumed since the driver was loaded "
+        assert help_line + "or the GPU last reset" in exporter.get("/metrics").text
+        # Prometheus takes the drop for the counter reset it is: rate() stays non-negative
+        prometheus.wait_for(f"resets({energy_0}[1m]) == 1")
+        prometheus.wait_for(f"count_over_time({energy_0}[5s]) >= 3")  # after the reset too
+        assert prometheus.query("rate(gpu_energy_joules_total[1m]) < 0") == []
+        (rate,) = prometheus.query(f"rate({energy_0}[1m])")
+        assert 0 < float(rate["value"][1]) < 2000  # watts: a simulated H100's, not -5 MW
+        assert prometheus.query('resets(gpu_busy_seconds_total{gpu="0"}[1m]) > 0') == []
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
         exporter.stop()
 
 

@@ -57,7 +57,8 @@ def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
                 continue  # it exited or ran another program in between
             ours = (identity.process, identity.user, identity.cmdline)
             cmdline = _utf8(theirs[2])
-            assert ours == (_utf8(theirs[0]), _utf8(theirs[1]), cmdline and cmdline[:256]), proc.pid
+            kept = cmdline and cmdline[:CMDLINE_MAX_CHARS]
+            assert ours == (_utf8(theirs[0]), _utf8(theirs[1]), kept), proc.pid
             compared += 1
             if proc.pid == long_name.pid:
                 cut = (comm, identity.process)
@@ -100,7 +101,7 @@ def test_a_command_line_of_megabytes_is_read_only_as_far_as_it_is_used(tmp_path:
 
     identity, complete = identify(str(tmp_path), 10, "python", cmdline=True, read=reader)
     assert complete and max(read) == MAX_READ_BYTES
-    assert identity.cmdline == ("python train.py --x=" + "y" * 300)[:CMDLINE_MAX_CHARS]
+    assert identity.cmdline == ("python train.py --x=" + "y" * 4000)[:CMDLINE_MAX_CHARS]
     assert split_cmdline(huge[:MAX_READ_BYTES])[:2] == ["python", "train.py"]
 
 

@@ -287,8 +287,9 @@ def test_command_line_only_when_enabled_and_truncated(
     with_cmdline = run(entry, "--collector.process.cmdline")
     s = with_cmdline.wait_for(has_pid(job.pid, "gpu_process_workers"))
     (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(job.pid)]
-    assert found["cmdline"] == " ".join(job.cmdline())[:256]
-    assert len(found["cmdline"]) == 256
+    # cut to 256 bytes, the last three of them the marker that says so
+    assert found["cmdline"] == " ".join(job.cmdline())[:253] + "\u2026"
+    assert len(found["cmdline"].encode()) == 256
 
 
 def test_a_command_line_that_is_not_utf8_is_exported_with_replacement_characters(

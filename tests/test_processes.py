@@ -347,7 +347,7 @@ def test_exited_processes_leave_the_cache_and_their_series_vanish(host: FakeHost
 
 
 def test_command_line_is_read_only_when_enabled_and_truncated(host: FakeHost) -> None:
-    host.add(FakeProc(10, 1, "python", cmdline=["python", "train.py", "--token=" + "x" * 400]))
+    host.add(FakeProc(10, 1, "python", cmdline=["python", "train.py", "--token=" + "x" * 4000]))
     (off,) = attributor(host)({0: raw([gpu(10)])})[0].processes
     assert off.cmdline is None
     (on,) = attributor(host, cmdline=True)({0: raw([gpu(10)])})[0].processes

@@ -26,7 +26,7 @@ from typing import TypeVar
 from gpu_exporter.attribution.cgroups import parse_cgroup
 from gpu_exporter.model import CgroupLabels
 
-CMDLINE_MAX_CHARS = 256
+CMDLINE_MAX_CHARS = 1024  # kept; its label is cut shorter, with a marker (`metrics.text`)
 MAX_READ_BYTES = 65536  # of any one file; a longer command line is cut
 COMM_MAX_CHARS = 15  # TASK_COMM_LEN - 1: the kernel cuts longer names here
 
@@ -51,7 +51,7 @@ class Identity:
 
 def read_file(path: str) -> bytes:
     """The first MAX_READ_BYTES of a file: a command line can be megabytes long, and only
-    its first 256 characters are ever used."""
+    its first CMDLINE_MAX_CHARS characters are ever kept."""
     with open(path, "rb") as handle:
         return handle.read(MAX_READ_BYTES)
 

@@ -550,7 +550,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_energy_joules_total",
         "counter",
-        "Energy consumed since the driver was loaded, in joules.",
+        "Energy consumed since the driver was loaded or the GPU last reset, in joules.",
         "power",
         reading(_power, lambda p: p.energy_joules),
     ),
@@ -618,7 +618,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_pcie_replay_errors_total",
         "counter",
-        "PCIe replay errors since driver load.",
+        "PCIe replay errors since driver load or the last GPU reset.",
         "pcie",
         reading(_pcie, lambda p: p.replay_errors),
     ),
@@ -664,9 +664,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_nvlink_errors_total",
         "counter",
-        "NVLink errors of the link since driver load: replay, recovery, crc_flit (flow "
-        "control CRC) and crc_data (data CRC, re-read every minute); an error type the "
-        "driver does not count for the link is absent, never 0.",
+        "NVLink errors of the link since driver load or the last GPU reset: replay, "
+        "recovery, crc_flit (flow control CRC) and crc_data (data CRC, re-read every "
+        "minute); an error type the driver does not count for the link is absent, never 0.",
         "nvlink",
         _nvlink_errors,
         "link",

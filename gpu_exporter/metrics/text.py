@@ -3,9 +3,10 @@ OpenMetrics formats.
 
 `Family` is what the renderer produces from a Snapshot and what the exporter's own
 process metrics (`self_process`) are, so every family is written by `write_text` or
-`write_openmetrics`, with one float format and one escaping rule, byte-identical to
-prometheus_client's writers (the tests compare the two; prometheus_client is a
-development dependency only).
+`write_openmetrics`, with one float format, one escaping rule and one bound on label
+values (`capped_label_value`), byte-identical to prometheus_client's writers for values
+within the bound (the tests compare the two; prometheus_client is a development
+dependency only).
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from dataclasses import dataclass
 from gpu_exporter.metrics.specs import LabelValues, MetricType
 
 Row = tuple[LabelValues, float]
+
+LABEL_VALUE_MAX_BYTES = 128
+"""The longest label value written, in UTF-8 bytes: Prometheus' `label_value_length_limit`
+counts bytes, and one value over it fails the whole scrape (every GPU of the node gone).
+Values taken from the host (a process name completed from argv[0], a user, a cgroup
+path) are chosen by whoever runs a GPU process; ours are far shorter."""
+LONG_LABEL_VALUE_MAX_BYTES = {"cmdline": 256}
+"""Labels allowed more than LABEL_VALUE_MAX_BYTES."""
+CUT_MARKER = "\u2026"
+"""Ends a value that was cut (…), within its limit."""
+_MARKER_BYTES = len(CUT_MARKER.encode())
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,19 @@ def _go_float(value: float) -> str:
         mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
         return f"{mantissa}e+{dot - 1:02d}"
     return text
+
+
+def capped_label_value(name: str, value: str) -> str:
+    """`value` as the label `name` is written: at most its limit in UTF-8 bytes
+    (LABEL_VALUE_MAX_BYTES, or LONG_LABEL_VALUE_MAX_BYTES), cut at a character boundary
+    and ended with CUT_MARKER when longer. The one place label values are bounded."""
+    limit = LONG_LABEL_VALUE_MAX_BYTES.get(name, LABEL_VALUE_MAX_BYTES)
+    if len(value) * 4 <= limit:  # no character takes more than 4 bytes
+        return value
+    data = value.encode("utf-8", "replace")  # as the exposition encodes it
+    if len(data) <= limit:
+        return value
+    return data[: limit - _MARKER_BYTES].decode("utf-8", "ignore") + CUT_MARKER
 
 
 def escape_label_value(value: str) -> str:
@@ -174,9 +199,13 @@ class _FamilyTexts:
 
 
 def _write_labels(names: LabelValues, values: LabelValues) -> str:
-    """`{a="x",b="y"} `: labels sorted by name, values escaped where they need it."""
+    """`{a="x",b="y"} `: labels sorted by name, values capped and escaped where they need it."""
     pairs = sorted(zip(names, values, strict=True))
-    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "} "
+    return (
+        "{"
+        + ",".join(f'{k}="{escape_label_value(capped_label_value(k, v))}"' for k, v in pairs)
+        + "} "
+    )
 
 
 class _LabelCache:

@@ -28,6 +28,7 @@ ASSETS = {
     "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
     "/static/page.css": ("page.css", "text/css; charset=utf-8"),
 }
+BUILT_IN_PREFIXES = ("/api/", "/static/")  # the live page's API and assets
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'"
@@ -57,6 +58,18 @@ class HealthView(Protocol):
     def ready(self) -> Verdict: ...
 
     def live(self) -> Verdict: ...
+
+
+def built_in_route(path: str) -> str | None:
+    """What the exporter serves at `path` itself, or None: the telemetry path must not take
+    a probe, the live page, its API or its assets (`BUILT_IN_PREFIXES`, present and future)."""
+    if path in PROBE_PATHS:
+        return "probe"
+    if path == "/":
+        return "live page"
+    if path.startswith(BUILT_IN_PREFIXES) or path + "/" in BUILT_IN_PREFIXES:
+        return "live page API" if path.startswith("/api") else "live page assets"
+    return None
 
 
 def plain() -> dict[str, str]:

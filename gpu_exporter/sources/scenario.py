@@ -2,7 +2,8 @@
 
 It injects faults, replaces the built-in tenant processes and raises Xid events, for
 tests and demos that drive the real program. It is re-read when it changes; see
-`SimulatedBackend`. Every key is validated: a misspelled one is an error, never ignored.
+`SimulatedBackend`. Every key is validated: a misspelled one is an error, never ignored,
+and every number is bounded by what a real host can have (`MAX_*` below).
 
     faults:
       init_error: driver_not_loaded   # NVML fails to initialise with this error
@@ -15,6 +16,8 @@ tests and demos that drive the real program. It is re-read when it changes; see
         - process.list                #   the process lists
       gpus: 3                         # how many GPUs are visible (default N)
       library_hang: true              # nvmlDeviceGetCount blocks (NVML itself stuck)
+      reset: [0]                      # reset (nvidia-smi -r) as the file is loaded: the
+                                      #   driver's counters (energy...) restart from 0
       events_unsupported: true        # the event API answers NOT_SUPPORTED
     events:                           # Xid events, delivered once each, in order
       - {gpu: 1, xid: 79}
@@ -37,6 +40,14 @@ from gpu_exporter.yamlfile import YamlFileError, one_line, read_yaml
 SAMPLES = "utilization.samples"
 PROCESS_LIST = "process.list"
 EVENT_KINDS = ("xid", "ecc_single_bit", "ecc_double_bit", "other")
+
+# Bounds of the numbers a scenario may hold: what a real host can have, so a value the
+# simulated driver hands on (a 300-digit memory size) can never overflow a float later.
+MAX_GPUS = 1024  # as --simulate N
+MAX_PID = 2**22 - 1  # below PID_MAX_LIMIT (2**22 on 64-bit Linux)
+MAX_MEMORY_BYTES = 2**50  # 1 PiB, far above any GPU's memory
+MAX_XID = 65535  # NVIDIA's Xid codes are below 200 today
+MAX_GPU_INSTANCE = 64  # MIG GPU instance ids are small (at most 7 instances per GPU)
 
 
 def reading_fields() -> frozenset[str]:
@@ -86,6 +97,7 @@ class Faults:
     gpus: int | None = None
     events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
     library_hang: bool = False  # nvmlDeviceGetCount blocks: NVML itself is stuck
+    reset: frozenset[int] = frozenset()  # reset when the faults are loaded (nvidia-smi -r)
 
 
 @dataclass(frozen=True)
@@ -112,21 +124,32 @@ def _mapping(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping[str, A
     return value
 
 
-def _int(value: Any, where: str, *, minimum: int = 0) -> int:
+def _shown(value: Any) -> str:
+    """`value` for a message: a number of hundreds of digits is named by its length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"a {len(str(abs(value)))}-digit number"
+    return repr(value)
+
+
+def _int(value: Any, where: str, *, minimum: int = 0, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError(f"{where} must be an integer, not {value!r}")
-    if value < minimum:
-        raise ScenarioError(f"{where} must be at least {minimum}, not {value}")
+        raise ScenarioError(f"{where} must be an integer, not {_shown(value)}")
+    if not minimum <= value <= maximum:
+        raise ScenarioError(f"{where} must be between {minimum} and {maximum}, not {_shown(value)}")
     return value
+
+
+def _gpu(value: Any, where: str) -> int:
+    return _int(value, where, maximum=MAX_GPUS - 1)
 
 
 def _ratio(value: Any, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ScenarioError(f"{where} must be a number between 0 and 1, not {value!r}")
-    if not 0.0 <= float(value) <= 1.0:
-        raise ScenarioError(f"{where} must be between 0 and 1, not {value}")
+        raise ScenarioError(f"{where} must be a number between 0 and 1, not {_shown(value)}")
+    if not 0 <= value <= 1:  # compared before float(): a huge integer would overflow it
+        raise ScenarioError(f"{where} must be between 0 and 1, not {_shown(value)}")
     return float(value)
 
 
@@ -159,15 +182,16 @@ def _faults(data: Any) -> Faults:
     gpus = raw.get("gpus")
     return Faults(
         init_error=init_error or None,
-        lost=frozenset(_int(x, "faults.lost[]") for x in _list(raw.get("lost"), "faults.lost")),
-        hang=frozenset(_int(x, "faults.hang[]") for x in _list(raw.get("hang"), "faults.hang")),
+        lost=frozenset(_gpu(x, "faults.lost[]") for x in _list(raw.get("lost"), "faults.lost")),
+        hang=frozenset(_gpu(x, "faults.hang[]") for x in _list(raw.get("hang"), "faults.hang")),
         same_uuid=frozenset(
-            _int(x, "faults.same_uuid[]") for x in _list(raw.get("same_uuid"), "faults.same_uuid")
+            _gpu(x, "faults.same_uuid[]") for x in _list(raw.get("same_uuid"), "faults.same_uuid")
         ),
         unsupported=unsupported,
-        gpus=_int(gpus, "faults.gpus") if gpus is not None else None,
+        gpus=_int(gpus, "faults.gpus", maximum=MAX_GPUS) if gpus is not None else None,
         events_unsupported=_bool(raw.get("events_unsupported", False), "faults.events_unsupported"),
         library_hang=_bool(raw.get("library_hang", False), "faults.library_hang"),
+        reset=frozenset(_gpu(x, "faults.reset[]") for x in _list(raw.get("reset"), "faults.reset")),
     )
 
 
@@ -181,10 +205,10 @@ def _process(data: Any, n: int) -> SimulatedProcess:
     if context not in ("compute", "graphics"):
         raise ScenarioError(f"{where}.context must be compute or graphics, not {context!r}")
     memory = raw.get("memory_bytes")
-    gpu = _int(raw["gpu"], f"{where}.gpu")
+    gpu = _gpu(raw["gpu"], f"{where}.gpu")
     gpu_instance = raw.get("gpu_instance")
     if gpu_instance is not None:
-        gpu_instance = _int(gpu_instance, f"{where}.gpu_instance")
+        gpu_instance = _int(gpu_instance, f"{where}.gpu_instance", maximum=MAX_GPU_INSTANCE)
         ids = [i.gpu_instance for i in mig_instances(gpu)]
         if gpu_instance not in ids:
             have = f"has instances {', '.join(map(str, ids))}" if ids else "is not MIG-partitioned"
@@ -193,8 +217,12 @@ def _process(data: Any, n: int) -> SimulatedProcess:
             )
     return SimulatedProcess(
         gpu=gpu,
-        pid=_int(raw["pid"], f"{where}.pid", minimum=1),
-        memory_bytes=_int(memory, f"{where}.memory_bytes") if memory is not None else None,
+        pid=_int(raw["pid"], f"{where}.pid", minimum=1, maximum=MAX_PID),
+        memory_bytes=(
+            _int(memory, f"{where}.memory_bytes", maximum=MAX_MEMORY_BYTES)
+            if memory is not None
+            else None
+        ),
         sm_ratio=_ratio(raw.get("sm_ratio"), f"{where}.sm_ratio"),
         memory_controller_ratio=_ratio(
             raw.get("memory_controller_ratio"), f"{where}.memory_controller_ratio"
@@ -216,8 +244,8 @@ def _event(data: Any, n: int) -> SimulatedEvent:
     if kind == "xid" and xid is None:
         raise ScenarioError(f"{where}: an xid event needs its xid code")
     return SimulatedEvent(
-        gpu=_int(raw["gpu"], f"{where}.gpu"),
-        xid=_int(xid, f"{where}.xid") if xid is not None else None,
+        gpu=_gpu(raw["gpu"], f"{where}.gpu"),
+        xid=_int(xid, f"{where}.xid", maximum=MAX_XID) if xid is not None else None,
         kind=kind,
     )
 

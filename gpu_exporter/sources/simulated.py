@@ -123,7 +123,8 @@ class SimulatedBackend:
         self._host_id = host_id  # makes UUIDs and serials unique per simulated host
         self._clock = clock
         self._scenario_path = scenario_path
-        self._scenario = Scenario(faults=faults or Faults())
+        self._reset_at: dict[int, float] = {}  # index -> clock of its last GPU reset
+        self._scenario = self._apply_resets(Scenario(faults=faults or Faults()))
         self._scenario_mtime: int | None = None
         self._lock = threading.Lock()
         self._initialised = False
@@ -142,7 +143,14 @@ class SimulatedBackend:
     @faults.setter
     def faults(self, faults: Faults) -> None:
         with self._lock:
-            self._scenario = replace(self._scenario, faults=faults)
+            self._scenario = self._apply_resets(replace(self._scenario, faults=faults))
+
+    def _apply_resets(self, scenario: Scenario) -> Scenario:
+        """Reset the GPUs the scenario lists, now: as `nvidia-smi -r` does, the driver's
+        counters of each (energy, NVLink data) restart from 0; NVML is not re-initialised."""
+        for index in scenario.faults.reset:
+            self._reset_at[index] = self._clock()
+        return scenario
 
     def _current(self) -> Scenario:
         """The scenario, re-read from its file when the file changed.
@@ -167,7 +175,7 @@ class SimulatedBackend:
                     )
                 else:
                     with self._lock:
-                        self._scenario = scenario
+                        self._scenario = self._apply_resets(scenario)
         with self._lock:
             return self._scenario
 
@@ -202,6 +210,7 @@ class SimulatedBackend:
             raise NvmlUnavailable(faults.init_error, f"simulated NVML failure: {faults.init_error}")
         if self._reloaded:
             self._epoch = self._clock()  # a reloaded driver restarts its counters
+            self._reset_at.clear()
             self._reloaded = False
         self._initialised = True
 
@@ -322,7 +331,12 @@ class SimulatedBackend:
     def nvlink_data_bytes(self, index: int, t: float) -> dict[str, float]:
         """The driver's NVLink data counters, summed over the links (bytes since load)."""
         rates = activity.NEAR_OOM.nvlink if self.profile(index) == "near-oom" else {}
-        return {d: rates.get(d, 0.0) * max(0.0, t - self._epoch) for d in ("tx", "rx")}
+        since = self._counters_since(index)
+        return {d: rates.get(d, 0.0) * max(0.0, t - since) for d in ("tx", "rx")}
+
+    def _counters_since(self, index: int) -> float:
+        """When the driver's counters of the GPU started: driver load or its last reset."""
+        return self._reset_at.get(index, self._epoch)
 
     def device_reading(self, index: int, collectors: frozenset[str]) -> DeviceReading:
         faults = self._check(index)
@@ -353,14 +367,16 @@ class SimulatedBackend:
         return min(instance.memory_total_bytes, instance.memory_used_bytes + placed)
 
     def energy_joules(self, index: int, t: float) -> float:
-        """Joules since 'driver load': the integral of the profile's mean power."""
+        """Joules since 'driver load' or the GPU's last reset: the integral of the profile's
+        mean power."""
         mean_power = {
             "input-starved": 110.0 + 420.0 * 0.475,
             "idle-allocated": 72.0,
             "near-oom": 460.0,
             "busy-hot": 695.0,
         }[self.profile(index)]
-        return 3.6e6 + mean_power * max(0.0, t - self._epoch)
+        before = 0.0 if index in self._reset_at else 3.6e6  # spent before the exporter started
+        return before + mean_power * max(0.0, t - self._counters_since(index))
 
     def _timestamp_us(self, t: float) -> int:
         return int((t - self._epoch) * 1e6) + 1_000_000_000

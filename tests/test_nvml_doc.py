@@ -10,14 +10,15 @@ from tests.test_nvml_header import include_dir  # noqa: F401 (the pinned header'
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "what-nvml-really-does.md"
-# "quoted text" (nvml.h:N), (nvml.h:N–M) or (nvml.h:N, M, K)
-CITED = re.compile(r'"([^"]+)"\s*\(nvml\.h:(\d+(?:[–-]\d+)?(?:,\s*\d+)*)\)')
+# "quoted text" (nvml.h:N), (nvml.h:N-M, an en dash in the page) or (nvml.h:N, M, K)
+DASH = "\u2013"
+CITED = re.compile(r'"([^"]+)"\s*\(nvml\.h:(\d+(?:[' + DASH + r"-]\d+)?(?:,\s*\d+)*)\)")
 
 
 def _lines(spec: str) -> list[int]:
     out: list[int] = []
     for part in re.split(r",\s*", spec):
-        first, _, last = part.partition("–") if "–" in part else part.partition("-")
+        first, _, last = part.replace(DASH, "-").partition("-")
         out += range(int(first), int(last or first) + 1)
     return out
 

@@ -209,6 +209,7 @@ def test_clients_that_pipeline_scrapes_and_never_read_do_not_starve_scrapes(
     wait_serving(exporter, lambda: call(exporter.port))
     held = slow_readers(exporter.port, 45, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 150)
     try:
+        time.sleep(0.5)  # until the responses fill what the sockets can hold
         statuses = []
         for _ in range(20):
             statuses.append(call(exporter.port, timeout=10).status)

@@ -16,7 +16,7 @@ import pytest
 from gpu_exporter.serving import http
 from gpu_exporter.serving.http import HttpServer, bind
 from gpu_exporter.serving.routes import Response, Routes, plain
-from tests.support.web import call, eventually, slow_readers
+from tests.support.web import call, eventually, exchange, slow_readers
 
 BIG = 16 * 1024 * 1024  # more than the socket buffers of both ends hold
 
@@ -131,10 +131,12 @@ def test_when_every_connection_is_busy_a_new_one_gets_503() -> None:
         try:
             for _ in waiting:
                 assert routes.entered.acquire(timeout=10)
-            refused = call(port, "/fast")
+            # answered as it is accepted, before any request
+            (refused,), closed = exchange(port, b"")
             assert refused.status == 503
             assert refused.body == b"too many open connections\n"
             assert refused.headers["Connection"] == "close"
+            assert closed
         finally:
             routes.gate.set()
         for thread, statuses in waiting:

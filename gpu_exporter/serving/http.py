@@ -47,6 +47,7 @@ from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
 from gpu_exporter.serving.request_framing import has_body, origin_form
 from gpu_exporter.serving.request_head import (
+    MAX_HEAD_BYTES,
     BadRequest,
     Headers,
     HeadReader,
@@ -442,12 +443,15 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
             super().process_request(request, client_address)
             return
         log.debug("http: connection refused: every open connection is busy")
-        if self.web.current().ssl_context is None:
-            try:
-                request.setblocking(False)
+        try:  # without blocking the accept loop
+            request.setblocking(False)
+            if self.web.current().ssl_context is None:
                 request.send(_TOO_MANY_CONNECTIONS)
-            except OSError:
-                pass
+            # what the client has sent already: closing with it unread would send a reset,
+            # which can throw the answer away before the client reads it
+            request.recv(MAX_HEAD_BYTES)
+        except OSError:
+            pass
         self.shutdown_request(request)
 
     def shutdown_request(self, request: Any) -> None:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIME_PACKAGES = {"gpu-exporter", "nvidia-ml-py", "pyyaml", "bcrypt", "pip"}
+
+
+def runtime_packages() -> set[str]:
+    """The exporter, pip, and the dependencies pyproject.toml declares (not the extras)."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower() for d in declared}
+    return names | {"gpu-exporter", "pip"}
 
 
 def test_the_demo_venv_holds_the_exporter_and_its_runtime_dependencies_only(
@@ -29,7 +37,7 @@ def test_the_demo_venv_holds_the_exporter_and_its_runtime_dependencies_only(
     )
     names = {line.split("==")[0].split(" @ ")[0].lower() for line in listed.stdout.split()}
     names = {n.replace("_", "-") for n in names if n}
-    assert names - {"setuptools", "wheel"} == RUNTIME_PACKAGES, names
+    assert names - {"setuptools", "wheel"} == runtime_packages(), names
     once = subprocess.run(
         [str(venv / "bin" / "gpu-exporter"), "--once", "--simulate", "1"],
         capture_output=True,

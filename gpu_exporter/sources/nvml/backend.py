@@ -766,9 +766,12 @@ class _NvmlReader:
         )
 
     def _tlimit_margin(self, temp: Any) -> float | None:
-        """nvmlDeviceGetMarginTemperature (nvidia-smi's "GPU T.Limit Temp"), read again in
-        the interval the GPU temperature `temp` moves, else every SLOW_REFRESH_SECONDS: the
-        two move together, and the budget of calls per interval has no room for it."""
+        """nvmlDeviceGetMarginTemperature (nvidia-smi's "GPU T.Limit Temp"), in degrees
+        below T.Limit: read again in the interval the GPU temperature `temp` moves, else
+        every SLOW_REFRESH_SECONDS. The margin falls as the temperature rises (temperature
+        plus margin stays within a few degrees in the H100, H200 and L40S captures), and
+        the budget of 16 calls per GPU and interval has no room for one more call; so a
+        margin is at most a slow period old while the temperature stands still."""
         if _MARGIN_TEMPERATURE is None:
             return None
         key = "tlimit_margin"

@@ -331,8 +331,9 @@ OPTIONS: tuple[Option, ...] = (
         "A value agrees within the range the exporter read, widened by: nothing (equal at "
         "nvidia-smi's precision) for identity, memory.total, power limit, max clocks, "
         "thresholds, PCIe generation and width, pstate, modes and ECC counts; 3 C for "
-        "temperature.gpu; 10 W or 10% for power.draw; 5% for clocks; 10 points for "
-        "utilization; 5 points for fan.speed; 64 MiB for memory.used and memory.free",
+        "temperature.gpu and temperature.gpu.tlimit; 10 W or 10% for power.draw; 5% for "
+        "clocks; 10 points for utilization; 5 points for fan.speed; 64 MiB for memory.used "
+        "and memory.free",
         flag_only=True,
     ),
     Option(

@@ -48,6 +48,16 @@ NVLINK_ERRORS: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data")
 DIRECTIONS: tuple[str, ...] = ("tx", "rx")
 """Traffic directions: tx leaves the GPU, rx arrives at it."""
 
+TLIMIT_THRESHOLDS: tuple[str, ...] = (
+    "shutdown",
+    "slowdown",
+    "max_operating",
+    "memory_max_operating",
+)
+"""T.Limit thresholds (Ada and later), as `gpu_temperature_tlimit_threshold_celsius{threshold}`
+names them: nvidia-smi's "GPU Shutdown", "GPU Slowdown", "GPU Max Operating" and "Memory
+Max Operating T.Limit Temp"."""
+
 
 # Identity ----------------------------------------------------------------------------
 
@@ -78,6 +88,10 @@ class DeviceStatic:
     pcie_max_width: int | None  # lanes
     nvlink_links: int | None = None  # NVLink links of the board; None without NVLink
     minor_number: int | None = None  # N of /dev/nvidiaN
+    # Ada and later: TLIMIT_THRESHOLDS name -> degrees Celsius relative to T.Limit, on the
+    # scale of TemperatureReading.tlimit_margin_celsius (H100: slowdown -2, shutdown -8);
+    # thresholds the driver does not give absent
+    tlimit_thresholds_celsius: Mapping[str, float] = field(default_factory=dict)
 
 
 # Readings: one record per collector, read every interval ------------------------------
@@ -110,6 +124,9 @@ class TemperatureReading:
     gpu_celsius: float | None = None
     memory_celsius: float | None = None  # HBM; None on boards without the sensor
     fan_speed_ratio: float | None = None  # 0..1; None on fanless boards
+    # degrees the GPU is below its T.Limit, negative past it (nvidia-smi "GPU T.Limit
+    # Temp"); None before Ada and where the driver does not give it
+    tlimit_margin_celsius: float | None = None
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,14 @@ DERIVED = {
     "gpu_memory_controller_busy_seconds_total": "gpu_memory_controller_utilization_ratio",
 }
 
+# threshold label -> its line in nvidia-smi -q (Temperature)
+TLIMIT_LINES = {
+    "shutdown": "GPU Shutdown T.Limit Temp",
+    "slowdown": "GPU Slowdown T.Limit Temp",
+    "max_operating": "GPU Max Operating T.Limit Temp",
+    "memory_max_operating": "Memory Max Operating T.Limit Temp",
+}
+
 # reason label -> --query-gpu column (Active / Not Active)
 THROTTLE_COLUMNS = {
     "gpu_idle": "clocks_event_reasons.gpu_idle",
@@ -115,6 +123,16 @@ def expectations(state: CaptureState, index: int) -> list[Expected]:
             "gpu_temperature_threshold_celsius",
             ("Temperature", "GPU Shutdown Temp"),
             threshold="shutdown",
+        ),
+        # relative to T.Limit where nvidia-smi prints that instead (Ada and later)
+        csv("gpu_temperature_tlimit_margin_celsius", "temperature.gpu.tlimit"),
+        *(
+            query(
+                "gpu_temperature_tlimit_threshold_celsius",
+                ("Temperature", line),
+                threshold=threshold,
+            )
+            for threshold, line in TLIMIT_LINES.items()
         ),
         csv("gpu_fan_speed_ratio", "fan.speed [%]", 0.01),
         csv("gpu_power_watts", "power.draw [W]"),
@@ -278,13 +296,15 @@ def capture_named(model: str) -> Capture:
 HOPPER = {"retired_pages", "fan_speed"}  # remapped rows, average power, HBM temperature: there
 UNDER_MIG = {"remapped_rows", "utilization", "encoder", "decoder"}
 GEFORCE = {"retired_pages", "remapped_rows", "ecc_errors", "ecc_mode", "memory_temperature"}
+NO_TLIMIT = {"tlimit_thresholds", "tlimit_margin"}  # absolute thresholds instead
 BOARD_SUPPORT = {
     "nvidia-h100-80gb-hbm3": HOPPER,
     "nvidia-h100-mig": HOPPER | UNDER_MIG,  # the same board and driver, MIG on
     "nvidia-h200-mig": HOPPER | UNDER_MIG,
     "nvidia-l40s": {"retired_pages", "memory_temperature", "fan_speed", "mig_mode"},
-    "nvidia-geforce-rtx-4080-super": GEFORCE | {"mig_mode"},
-    "nvidia-geforce-rtx-2080-super": GEFORCE | {"mig_mode", "power_average"},  # Turing
+    # Ada, yet on R595 without T.Limit: the absolute thresholds, as before Ada
+    "nvidia-geforce-rtx-4080-super": GEFORCE | NO_TLIMIT | {"mig_mode"},
+    "nvidia-geforce-rtx-2080-super": GEFORCE | NO_TLIMIT | {"mig_mode", "power_average"},  # Turing
 }
 
 

@@ -148,6 +148,23 @@ def test_a_value_only_one_side_has_is_absent_and_exits_1(tmp_path: Path) -> None
     assert rows[("1", "temperature.gpu")] == ["absent", "33", "absent in the exporter"]
 
 
+def test_the_t_limit_margin_is_held_to_nvidia_smis_temperature_gpu_tlimit(tmp_path: Path) -> None:
+    # GPU 0 runs at 52..58 C, 30..36 C below the simulated H100's T.Limit
+    run = self_check(tmp_path, gpus=1, changes={0: {"temperature.gpu.tlimit": "45"}})
+    assert run.code == 1, run.stdout + run.stderr
+    exporter, smi, verdict = run.rows()[("0", "temperature.gpu.tlimit")]
+    assert smi == "45" and verdict.startswith("differ by ") and "(tolerance 3 C)" in verdict
+    low, _, high = exporter.partition("..")
+    assert 30 <= float(low) <= float(high or low) <= 36
+    # an nvidia-smi without the field (before T.Limit) skips it, not a finding
+    older = self_check(tmp_path, gpus=1, unknown="temperature.gpu.tlimit")
+    assert older.code == 0, older.stdout + older.stderr
+    assert older.rows()[("0", "temperature.gpu.tlimit")][1:] == [
+        MISSING,
+        "skipped (this nvidia-smi does not report it)",
+    ]
+
+
 def test_what_nvidia_smi_cannot_say_or_a_collector_off_is_skipped_not_a_finding(
     tmp_path: Path,
 ) -> None:
@@ -287,6 +304,7 @@ def test_nvidia_smi_texts_without_a_value_are_none_and_units_are_dropped() -> No
 # The tolerances as README and --help write them, per field (exact ones have none).
 DOCUMENTED = {
     "temperature.gpu": "3 C",
+    "temperature.gpu.tlimit": "3 C",
     "power.draw": "10 W or 10%",
     "clocks.gr": "5%",
     "utilization.gpu": "10 points",

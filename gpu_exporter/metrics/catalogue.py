@@ -37,6 +37,7 @@ from gpu_exporter.model import (
     CLOCK_NAMES,
     NVLINK_ERRORS,
     STAGES,
+    TLIMIT_THRESHOLDS,
     ActivityTotals,
     ClocksReading,
     DeviceReading,
@@ -168,6 +169,13 @@ def _thresholds(_snapshot: Snapshot, d: DeviceSample) -> Rows:
         (("slowdown",), st.slowdown_temperature_celsius),
         (("shutdown",), st.shutdown_temperature_celsius),
     )
+
+
+def _tlimit_thresholds(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    st = d.static
+    if st is None:
+        return ()
+    return [((name,), st.tlimit_thresholds_celsius.get(name)) for name in TLIMIT_THRESHOLDS]
 
 
 def _max_clocks(_snapshot: Snapshot, d: DeviceSample) -> Rows:
@@ -523,6 +531,24 @@ METRICS: tuple[MetricSpec, ...] = (
         "Temperature at which the GPU slows down or shuts down, in degrees Celsius.",
         "temperature",
         _thresholds,
+        "threshold",
+    ),
+    _d(
+        "gpu_temperature_tlimit_margin_celsius",
+        "gauge",
+        "Degrees Celsius the GPU is below its T.Limit, negative past it (nvidia-smi's "
+        "GPU T.Limit Temp; Ada and later).",
+        "temperature",
+        reading(_temperature, lambda t: t.tlimit_margin_celsius),
+    ),
+    _d(
+        "gpu_temperature_tlimit_threshold_celsius",
+        "gauge",
+        "T.Limit margin at which the GPU slows down, shuts down, or is held below its GPU or "
+        "memory maximum operating temperature, in degrees Celsius relative to T.Limit "
+        "(Ada and later; compare with gpu_temperature_tlimit_margin_celsius).",
+        "temperature",
+        _tlimit_thresholds,
         "threshold",
     ),
     _d(

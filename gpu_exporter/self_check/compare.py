@@ -25,6 +25,7 @@ from gpu_exporter.model import (
     MemoryReading,
     ModesReading,
     Snapshot,
+    TemperatureReading,
 )
 from gpu_exporter.self_check.nvidia_smi import MISSING
 
@@ -107,6 +108,11 @@ def _max_clock(name: str) -> Extract:
     return _static(lambda st: None if (hz := st.max_clocks_hertz.get(name)) is None else hz / 1e6)
 
 
+def _temperature(field: str, pick: Callable[[TemperatureReading], float | None]) -> Quantity:
+    """A temperature in degrees Celsius, within 3 C (the sensor moves between reads)."""
+    return Quantity(field, "temperature", _of(lambda r: r.temperature, pick), "C", tolerance=3)
+
+
 def _ratio(pick: Callable[[DeviceReading], float | None]) -> Extract:
     """A ratio 0..1 as nvidia-smi's percent."""
     return _of(lambda r: r, pick, 100)
@@ -120,13 +126,10 @@ QUANTITIES: tuple[Quantity, ...] = (
     Quantity("memory.total", "memory", _memory(lambda m: m.total_bytes), "MiB"),
     Quantity("memory.used", "memory", _memory(lambda m: m.used_bytes), "MiB", tolerance=64),
     Quantity("memory.free", "memory", _memory(lambda m: m.free_bytes), "MiB", tolerance=64),
-    Quantity(
-        "temperature.gpu",
-        "temperature",
-        _of(lambda r: r.temperature, lambda t: t.gpu_celsius),
-        "C",
-        tolerance=3,
-    ),
+    _temperature("temperature.gpu", lambda t: t.gpu_celsius),
+    # Ada and later: the distance to T.Limit (nvmlDeviceGetMarginTemperature); the T.Limit
+    # thresholds have no --query-gpu field
+    _temperature("temperature.gpu.tlimit", lambda t: t.tlimit_margin_celsius),
     Quantity(
         "temperature/gpu_temp_slow_threshold",
         None,

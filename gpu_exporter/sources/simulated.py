@@ -102,6 +102,16 @@ SAMPLE_PERIOD_US = 166_667  # the driver fills its utilization buffer about 6 ti
 BUFFER_SAMPLES = 100  # entries the driver keeps per buffer
 POWER_LIMIT_WATTS = 700.0
 NVLINK_LINKS = 18  # H100 SXM
+# T.Limit as an H100 on R590 reports it (tests/fixtures/nvidia-smi): the thresholds relative
+# to T.Limit, and the T.Limit itself, so that the margin reaches the slowdown threshold
+# (-2) at the absolute slowdown temperature (90 C)
+TLIMIT_THRESHOLDS_CELSIUS = {
+    "shutdown": -8.0,
+    "slowdown": -2.0,
+    "max_operating": 0.0,
+    "memory_max_operating": 0.0,
+}
+TLIMIT_CELSIUS = 88.0
 
 
 class SimulatedBackend:
@@ -265,6 +275,7 @@ class SimulatedBackend:
             pcie_max_width=16,
             nvlink_links=NVLINK_LINKS,
             minor_number=index,
+            tlimit_thresholds_celsius=TLIMIT_THRESHOLDS_CELSIUS,
         )
 
     def utilization_at(self, index: int, t: float) -> tuple[float, float]:
@@ -596,7 +607,11 @@ class _SimulatedReader:
 
     def temperature(self) -> TemperatureReading:
         temp = self._temperature()
-        return TemperatureReading(gpu_celsius=round(temp), memory_celsius=round(temp + 4))
+        return TemperatureReading(
+            gpu_celsius=round(temp),
+            memory_celsius=round(temp + 4),
+            tlimit_margin_celsius=round(TLIMIT_CELSIUS - temp),
+        )
 
     def power(self) -> PowerReading:
         return PowerReading(

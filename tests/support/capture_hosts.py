@@ -2,10 +2,11 @@
 
 `capture_host(capture, state)` builds the fake libnvidia-ml (`FakeNvmlLib` of `FakeGpu`s,
 tests/support/fake_nvml.py) that answers, call by call, what the captured board's driver
-answered nvidia-smi: names, memory, clocks, power, thresholds, PCIe link, modes, MIG devices
-and their profiles. nvidia-smi's units become NVML's (MiB -> bytes, W -> mW, "P0" -> 0,
-"Enabled" -> 1); a value nvidia-smi printed as N/A is left unset, so the fake answers
-NOT_SUPPORTED for it, as the driver did. Nothing the capture lacks is made up: no sample
+answered nvidia-smi: names, memory, clocks, power, thresholds (absolute, or relative to
+T.Limit, and the current T.Limit margin), PCIe link, modes, MIG devices and their
+profiles. nvidia-smi's units become NVML's (MiB -> bytes, W -> mW, "P0" -> 0, "Enabled" ->
+1); a value nvidia-smi printed as N/A is left unset, so the fake answers NOT_SUPPORTED for
+it, as the driver did. Nothing the capture lacks is made up: no sample
 buffers, processes, GPM, NVLink, energy or events.
 
 `board_support(capture)` is a board's support table: which of the values the exporter reads
@@ -52,6 +53,13 @@ NOT_AVAILABLE_VALUES: dict[str, tuple[int, ...]] = {
     "ecc_mode": (pynvml.NVML_FI_DEV_ECC_CURRENT,),
     "memory_temperature": (pynvml.NVML_FI_DEV_MEMORY_TEMP,),
     "power_average": (pynvml.NVML_FI_DEV_POWER_AVERAGE,),
+    "tlimit_thresholds": (
+        pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT,
+        pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
+        pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT,
+        pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT,
+    ),
+    "tlimit_margin": (),
     "utilization": (),
     "encoder": (),
     "decoder": (),
@@ -113,6 +121,15 @@ def _thresholds(gpu: QueryNode) -> dict[int, int]:
     return out
 
 
+# T.Limit threshold field -> its line in nvidia-smi -q's Temperature section (R590, R595)
+TLIMIT_LINES = {
+    pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT: "GPU Shutdown T.Limit Temp",
+    pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT: "GPU Slowdown T.Limit Temp",
+    pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT: "GPU Max Operating T.Limit Temp",
+    pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT: "Memory Max Operating T.Limit Temp",
+}
+
+
 def _fields(row: dict[str, str], gpu: QueryNode) -> dict[int | tuple[int, int], int | float]:
     """The field values the driver answered nvidia-smi (N/A: left out, NOT_SUPPORTED)."""
     answers: dict[int, int | None] = {
@@ -130,6 +147,7 @@ def _fields(row: dict[str, str], gpu: QueryNode) -> dict[int | tuple[int, int], 
         pynvml.NVML_FI_DEV_POWER_AVERAGE: _milli(row["power.draw.average [W]"]),
         pynvml.NVML_FI_DEV_POWER_INSTANT: _milli(row["power.draw.instant [W]"]),
         pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _int(gpu.get("PCI", "Replays Since Reset")),
+        **{field: _int(gpu.get("Temperature", line)) for field, line in TLIMIT_LINES.items()},
     }
     return {field: value for field, value in answers.items() if value is not None}
 
@@ -201,6 +219,7 @@ def capture_gpu(state: CaptureState, index: int = 0) -> FakeGpu:
             else None
         ),
         temperature_celsius=_int(row["temperature.gpu"]),
+        tlimit_margin_celsius=_int(row["temperature.gpu.tlimit"]),
         fan_percent=_int(row["fan.speed [%]"]),
         power_milliwatts=_milli(row["power.draw [W]"]),
         power_limit_milliwatts=_milli(row["enforced.power.limit [W]"]),
@@ -253,6 +272,7 @@ def board_support(capture: Capture, state: str = "idle") -> BoardSupport:
         ("decoder", gpu.decoder_percent),
         ("fan_speed", gpu.fan_percent),
         ("mig_mode", gpu.mig),
+        ("tlimit_margin", gpu.tlimit_margin_celsius),
     ):
         if value is None:
             missing.add(name)
@@ -279,4 +299,5 @@ def conform(gpu: FakeGpu, support: BoardSupport) -> FakeGpu:
         decoder_percent=None if "decoder" in gone else gpu.decoder_percent,
         fan_percent=None if "fan_speed" in gone else gpu.fan_percent,
         mig=None if "mig_mode" in gone else gpu.mig,
+        tlimit_margin_celsius=None if "tlimit_margin" in gone else gpu.tlimit_margin_celsius,
     )

@@ -60,6 +60,7 @@ QUERY: dict[str, Field] = {
     "memory.used": lambda st, r: _mib(r.memory.used_bytes),
     "memory.free": lambda st, r: _mib(r.memory.free_bytes),
     "temperature.gpu": lambda st, r: _n(r.temperature.gpu_celsius),
+    "temperature.gpu.tlimit": lambda st, r: _n(r.temperature.tlimit_margin_celsius),
     "fan.speed": lambda st, r: _n(
         None if r.temperature.fan_speed_ratio is None else r.temperature.fan_speed_ratio * 100
     ),

@@ -27,8 +27,10 @@ answers for the pair of samples it is given, with per-metric return codes from
 MIG devices (`FakeGpu.mig_devices`, in sparse slots) have handles of their own, answered
 by the identity, memory and process calls; their calls count towards the parent GPU.
 Field values honour `scopeId`: `FakeGpu.fields` may be keyed by `(field id, scope)`; the
-NVLink throughput fields also answer scopeId UINT_MAX with the sum over the links, and the
-ECC totals are added into the value the caller's array holds, as the driver does.
+NVLink throughput fields also answer scopeId UINT_MAX with the sum over the links, the
+ECC totals are added into the value the caller's array holds, and the T.Limit thresholds
+are signed integers, as the driver does. `FakeGpu.tlimit_margin_celsius` is what
+nvmlDeviceGetMarginTemperature answers.
 The arrays follow the C API: a buffer whose count is smaller than the answer gets
 NVML_ERROR_INSUFFICIENT_SIZE with the count it needs (samples, process lists, process
 utilization), so callers that keep a buffer per device must grow it.
@@ -78,6 +80,16 @@ NVLINK_THROUGHPUT = frozenset(
         pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
     }
 )
+# The T.Limit thresholds: signed degrees (an H100 answers -2 for slowdown), which the driver
+# gives as NVML_VALUE_TYPE_SIGNED_INT
+TLIMIT_FIELDS = frozenset(
+    {
+        pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT,
+        pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
+        pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT,
+        pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT,
+    }
+)
 ECC_TOTALS = frozenset(
     {
         pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
@@ -109,6 +121,9 @@ class FakeGpu:
     decoder_percent: int | None = None
     memory_bytes: tuple[int, int, int, int] | None = None  # (total, reserved, used, free)
     temperature_celsius: int | None = None
+    # nvmlDeviceGetMarginTemperature: degrees below T.Limit (Ada and later; None answers
+    # NOT_SUPPORTED); the T.Limit thresholds are fields (TLIMIT_FIELDS)
+    tlimit_margin_celsius: int | None = None
     fan_percent: int | None = None
     power_milliwatts: int | None = None
     power_limit_milliwatts: int | None = None
@@ -234,6 +249,7 @@ def h100(index: int = 0) -> FakeGpu:
         decoder_percent=0,
         memory_bytes=(85_520_809_984, 593_494_016, 42_949_672_960, 41_977_643_008),
         temperature_celsius=64,
+        tlimit_margin_celsius=24,
         fan_percent=None,  # SXM boards are fanless too, but answer NOT_SUPPORTED
         power_milliwatts=512_345,
         power_limit_milliwatts=700_000,
@@ -255,6 +271,11 @@ def h100(index: int = 0) -> FakeGpu:
             pynvml.NVML_FI_DEV_MEMORY_TEMP: 71,
             pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 123_456_789,
             pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: 7,
+            # T.Limit thresholds as an H100 on R590 answers them (tests/fixtures/nvidia-smi)
+            pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT: -8,
+            pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT: -2,
+            pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT: 0,
+            pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT: 0,
         },
         samples={
             pynvml.NVML_GPU_UTILIZATION_SAMPLES: [],
@@ -530,14 +551,25 @@ class FakeNvmlLib:
     def c_nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).temperature_celsius)
 
-    def c_nvmlDeviceGetTemperatureV(self, handle: Any, ptr: Any) -> int:
-        if ptr._obj.version != pynvml.nvmlTemperature_v1:
+    @staticmethod
+    def _put_versioned(ptr: Any, version: int, member: str, value: int | None) -> int:
+        """Answer a versioned structure's `member` (a wrong `version` is refused)."""
+        if ptr._obj.version != version:
             return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-        temperature = self._gpu(handle).temperature_celsius
-        if temperature is None:
+        if value is None:
             return NOT_SUPPORTED
-        ptr._obj.temperature = temperature
+        setattr(ptr._obj, member, value)
         return SUCCESS
+
+    def c_nvmlDeviceGetTemperatureV(self, handle: Any, ptr: Any) -> int:
+        temperature = self._gpu(handle).temperature_celsius
+        return self._put_versioned(ptr, pynvml.nvmlTemperature_v1, "temperature", temperature)
+
+    def c_nvmlDeviceGetMarginTemperature(self, handle: Any, ptr: Any) -> int:
+        margin = self._gpu(handle).tlimit_margin_celsius
+        return self._put_versioned(
+            ptr, pynvml.nvmlMarginTemperature_v1, "marginTemperature", margin
+        )
 
     def c_nvmlDeviceGetFanSpeed(self, handle: Any, ptr: Any) -> int:
         return self._put(ptr, self._gpu(handle).fan_percent)
@@ -644,6 +676,9 @@ class FakeNvmlLib:
                 if isinstance(value, float):
                     entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
                     entry.value.dVal = value
+                elif field_id in TLIMIT_FIELDS:
+                    entry.valueType = pynvml.NVML_VALUE_TYPE_SIGNED_INT
+                    entry.value.siVal = value
                 else:
                     entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
                     added = entry.value.ullVal if field_id in gpu.adds_into_value else 0

@@ -10,12 +10,14 @@ What is read when (every NVML call is an ioctl into the driver, so the count mat
 - once per initialisation: the identity (UUID, name, PCI bus id, serial, VBIOS, compute
   capability, minor number);
 - every SLOW_REFRESH_SECONDS (and after re-initialisation, when the state is rebuilt):
-  the limits of `device_static` (max clocks, temperature thresholds, max PCIe link, NVLink
-  link count), the enforced power limit, persistence and MIG mode, and the values
+  the limits of `device_static` (max clocks, temperature thresholds, max PCIe link, and
+  in one field-value call the NVLink link count and the T.Limit thresholds), the enforced
+  power limit, persistence and MIG mode, and the values
   `_SLOW_WHILE` names while they are quiet: encoder and decoder utilization while 0, the
   current PCIe link while at its maximum, the graphics process list while empty (read at
   once when process utilization shows a PID no list has), and the NVLink error counters
-  that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter);
+  that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter), and the
+  T.Limit margin while the GPU temperature stands still (re-read in the interval it moves);
 - every interval: the rest, fields in one `nvmlDeviceGetFieldValues` batch, the sample
   buffers, process lists and process utilization with one call each.
 
@@ -43,6 +45,7 @@ from gpu_exporter.model import (
     DIRECTIONS,
     NVLINK_ERRORS,
     THROTTLE_REASONS,
+    TLIMIT_THRESHOLDS,
     ClocksReading,
     DeviceEvent,
     DeviceReading,
@@ -295,10 +298,14 @@ class PynvmlBackend:
             int(max_gen) if max_gen is not None else None,
             int(max_width) if max_width is not None else None,
         )
-        links = fields.read_fields(
-            self.calls, d, [fields.FieldRequest("nvlink_links", fields.NVLINK_LINK_COUNT)]
-        ).get("nvlink_links")
+        answers = fields.read_fields(self.calls, d, fields.STATIC_REQUESTS)
+        links = answers.get("nvlink_links")
         state.nvlink_links = int(links) if links else 0
+        tlimit = {
+            name: value
+            for name in TLIMIT_THRESHOLDS
+            if (value := answers.get(fields.tlimit_key(name))) is not None
+        }
         serial_text = text(serial) if serial is not None else None
         return DeviceStatic(
             index=index,
@@ -315,6 +322,7 @@ class PynvmlBackend:
             pcie_max_width=int(max_width) if max_width is not None else None,
             nvlink_links=state.nvlink_links or None,
             minor_number=int(minor) if minor is not None else None,
+            tlimit_thresholds_celsius=tlimit,
         )
 
     # Dynamic values ----------------------------------------------------------------
@@ -754,7 +762,29 @@ class _NvmlReader:
             gpu_celsius=float(temp) if temp is not None else None,
             memory_celsius=self._fields.get("memory_temperature_celsius"),
             fan_speed_ratio=fan / 100.0 if fan is not None else None,
+            tlimit_margin_celsius=self._tlimit_margin(temp),
         )
+
+    def _tlimit_margin(self, temp: Any) -> float | None:
+        """nvmlDeviceGetMarginTemperature (nvidia-smi's "GPU T.Limit Temp"), in degrees
+        below T.Limit: read again in the interval the GPU temperature `temp` moves, else
+        every SLOW_REFRESH_SECONDS. The margin falls as the temperature rises (temperature
+        plus margin stays within a few degrees in the H100, H200 and L40S captures), and
+        the budget of 16 calls per GPU and interval has no room for one more call; so a
+        margin is at most a slow period old while the temperature stands still."""
+        if _MARGIN_TEMPERATURE is None:
+            return None
+        key = "tlimit_margin"
+        cached = self._state.slow.get(key)
+        if cached is not None and cached[1][0] != temp:
+            del self._state.slow[key]
+
+        def read() -> tuple[Any, float] | None:
+            margin = self._q(key, _MARGIN_TEMPERATURE)
+            return (temp, float(margin)) if margin is not None else None
+
+        answer = self._backend.slow(self._state, key, read)
+        return answer[1] if answer is not None else None
 
     def power(self) -> PowerReading:
         power = self._fields.get("power_average_milliwatts")
@@ -963,6 +993,11 @@ _MIG_STREAM = "gpm/mig/"
 # nvml.h 13: nvmlDeviceGetTemperature is deprecated for nvmlDeviceGetTemperatureV, which
 # nvidia-ml-py wraps from 12.570.86 (the declared floor, 12.560.30, does not)
 _TEMPERATURE_V: Callable[..., Any] | None = getattr(pynvml, "nvmlDeviceGetTemperatureV", None)
+# nvml.h 13: "the thermal margin temperature (distance to nearest slowdown threshold)";
+# nvidia-ml-py 13.615.71 wraps it, the declared floor (12.560.30) does not
+_MARGIN_TEMPERATURE: Callable[..., Any] | None = getattr(
+    pynvml, "nvmlDeviceGetMarginTemperature", None
+)
 
 
 def _mig_enabled(layout: mig.Layout | None) -> bool:

@@ -65,6 +65,29 @@ _DEVICE_FIELDS: dict[str, tuple[int, str]] = {
 
 NVLINK_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
 
+# T.Limit thresholds (TLIMIT_THRESHOLDS name -> field), read with the device's limits:
+# nvml.h 13 says they are "supported on Ada and later architectures and supersedes
+# nvmlDeviceGetTemperatureThreshold". Degrees relative to T.Limit, signed (a
+# NVML_VALUE_TYPE_SIGNED_INT: -2 for an H100's slowdown).
+TLIMIT_FIELDS: dict[str, int] = {
+    "shutdown": pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT,
+    "slowdown": pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
+    "max_operating": pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT,
+    "memory_max_operating": pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT,
+}
+
+
+def tlimit_key(threshold: str) -> str:
+    """The key of a T.Limit threshold's field."""
+    return f"tlimit/{threshold}"
+
+
+STATIC_REQUESTS: tuple[FieldRequest, ...] = (
+    FieldRequest("nvlink_links", NVLINK_LINK_COUNT),
+    *(FieldRequest(tlimit_key(name), field_id) for name, field_id in TLIMIT_FIELDS.items()),
+)
+"""The fields read with the device's limits, on the slow cadence: one call."""
+
 # Per-link NVLink fields, scopeId = link: state and the data-link error counters. The
 # data-CRC counter has no scoped field: its legacy per-lane ids (39-44, 102-107) answer a
 # false 0 on Hopper and stop at link 11, so it is read with nvmlDeviceGetNvLinkErrorCounter

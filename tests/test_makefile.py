@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def runtime_packages() -> set[str]:
-    """The exporter, pip, and the dependencies pyproject.toml declares (not the extras)."""
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    names = {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower() for d in declared}
+    """The exporter, pip, and the dependencies it declares (not those of its extras)."""
+    declared = importlib.metadata.requires("gpu-exporter") or []
+    names = {
+        re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower() for d in declared if "extra ==" not in d
+    }
     return names | {"gpu-exporter", "pip"}
 
 

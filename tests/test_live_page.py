@@ -47,6 +47,8 @@ GPU_SERIES = {
     "power_limit_watts",
     "temperature_celsius",
     "slowdown_celsius",
+    "power_capped_ratio",
+    "thermal_throttled_ratio",
 }
 UI_PATHS = ("/", "/static/page.js", "/static/page.css", "/api/overview")
 
@@ -58,7 +60,11 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
         ["--simulate", "4", "--collect.interval", "200ms"], tmp_path_factory.mktemp("live")
     )
     try:
-        wait_for_history(exporter, points=8, verdicts={"input-bound", "memory-leaked", "near-oom"})
+        wait_for_history(
+            exporter,
+            points=16,
+            verdicts={"input-bound", "memory-leaked", "near-oom", "power-capped"},
+        )
         yield exporter
     finally:
         exporter.stop()
@@ -105,9 +111,8 @@ def test_the_page_in_a_browser_shows_every_gpu_its_charts_and_verdicts(
         leaked = verdict(1, "memory-leaked")
         assert "GiB" in leaked and "fuser -v /dev/nvidia*" in leaked
         assert "%" in verdict(2, "near-oom")
-        # the MIG GPU lists its instances
-        mig = page.locator(f'[data-gpu-uuid="{gpus[3]["uuid"]}"] ul.mig li')
-        assert mig.count() == 3
+        # the GPU at its power cap says so, with the reason
+        assert "sw_power_cap" in verdict(3, "power-capped")
         # process rows carry their pid
         pids = page.locator("tr[data-pid]").evaluate_all("rs => rs.map(r => r.dataset.pid)")
         expected = [str(p["pid"]) for gpu in gpus.values() for p in gpu["processes"]]
@@ -117,6 +122,162 @@ def test_the_page_in_a_browser_shows_every_gpu_its_charts_and_verdicts(
         page.wait_for_function("() => document.body.dataset.window === '1h'")
         assert "1 h" in (page.locator("svg[data-chart=busy]").first.text_content() or "")
     assert (tmp_path / "live-page.png").stat().st_size > 10_000
+
+
+LAYOUT = """() => {
+  const width = document.documentElement.clientWidth;
+  const off = [...document.querySelectorAll(
+    "header, section.host, article.gpu, ul.verdicts li, figure.chart, svg, p.legend, div.scroll"
+  )].filter((e) => {
+    const box = e.getBoundingClientRect();
+    return box.left < 0 || box.right > width + 0.5;
+  }).map((e) => `${e.tagName}.${e.getAttribute("class")} ${e.getBoundingClientRect().right}`);
+  const lines = (e) => {
+    const range = document.createRange();
+    range.selectNodeContents(e);
+    return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+  };
+  const broken = [...document.querySelectorAll("table th, table td")]
+    .filter((c) => !/\\s/.test(c.textContent.trim()) && lines(c) > 1)
+    .map((c) => c.textContent);
+  return { width, scroll: document.documentElement.scrollWidth, off, broken };
+}"""
+
+
+@pytest.mark.parametrize("width", [360, 768, 1440])
+def test_the_page_fits_a_phone_a_tablet_and_a_laptop(simulated: Exporter, width: int) -> None:
+    with chromium() as browser:
+        page = open_live_page(browser, simulated.url + "/", width=width)
+        layout = page.evaluate(LAYOUT)
+    assert layout["width"] == width
+    # nothing scrolls sideways; every card, verdict, chart and table box is on screen
+    assert layout["scroll"] <= width, layout
+    assert layout["off"] == [], layout
+    # and no word or number in a table is broken over lines (a table that cannot fit
+    # scrolls in its own box instead)
+    assert layout["broken"] == [], layout
+
+
+def test_the_busy_chart_has_a_legend_in_the_colours_of_its_lines(simulated: Exporter) -> None:
+    with chromium() as browser:
+        page = open_live_page(browser, simulated.url + "/")
+        chart = page.locator("figure.chart:has(svg[data-chart=busy])").first
+        keys = chart.locator(".legend .key").evaluate_all(
+            """ks => ks.map((k) => [k.dataset.key, k.textContent,
+                getComputedStyle(k.querySelector('.swatch')).backgroundColor])"""
+        )
+        strokes = dict(
+            chart.locator("path.line").evaluate_all(
+                "ps => ps.map((p) => [p.classList[2], getComputedStyle(p).stroke])"
+            )
+        )
+    legend = {key: (text, colour) for key, text, colour in keys}
+    assert "true busy ratio" in legend["busy_ratio"][0]
+    assert "instantaneous utilization" in legend["utilization_ratio"][0]
+    assert legend["busy_ratio"][1] == strokes["busy_ratio"]
+    assert legend["utilization_ratio"][1] == strokes["utilization_ratio"]
+    assert strokes["busy_ratio"] != strokes["utilization_ratio"]
+
+
+def test_a_flickering_value_draws_as_a_band_with_its_mean_as_a_line(simulated: Exporter) -> None:
+    gpus = by_index(overview(simulated))
+    with chromium() as browser:
+        page = open_live_page(browser, simulated.url + "/")
+        svg = page.locator(f'[data-gpu-uuid="{gpus[0]["uuid"]}"] svg[data-chart=busy]')
+        drawn = svg.evaluate(
+            """(svg) => ({
+              points: Number(svg.dataset.points),
+              paths: [...svg.querySelectorAll("g.lines path")].map((p) => {
+                const box = p.getBBox();
+                return [p.getAttribute("class"), p.getAttribute("d"),
+                        box.y, box.y + box.height, getComputedStyle(p).fillOpacity];
+              }),
+            })"""
+        )
+    paths = {cls: (d, top, bottom, opacity) for cls, d, top, bottom, opacity in drawn["paths"]}
+    # each series, back to front: its band (range per column), then its mean line above
+    assert list(paths) == [
+        "band s0 utilization_ratio",
+        "line s0 utilization_ratio",
+        "band s1 busy_ratio",
+        "line s1 busy_ratio",
+    ]
+    for name in ("utilization_ratio", "busy_ratio"):
+        band, _, band_bottom, opacity = paths[f"band s{'01'[name == 'busy_ratio']} {name}"]
+        line, line_top, line_bottom, _ = paths[f"line s{'01'[name == 'busy_ratio']} {name}"]
+        assert band.endswith("Z") and float(opacity) < 1  # a closed, see-through area
+        # the mean lies within the range, and is one vertex per column, not per point
+        _, band_top, _, _ = paths[f"band s{'01'[name == 'busy_ratio']} {name}"]
+        assert band_top - 0.5 <= line_top and line_bottom <= band_bottom + 0.5
+        vertices = line.count("L") + line.count("M")
+        assert 2 <= vertices < drawn["points"] / 2, (vertices, drawn["points"])
+
+
+def test_a_young_history_says_since_when_in_the_long_windows(simulated: Exporter) -> None:
+    doc = overview(simulated, "1h")
+    first = min(gpu["history"]["times"][0] for gpu in doc["gpus"])
+    last = doc["timestamp_seconds"]
+    allowed = {
+        time.strftime("%H:%M", time.gmtime(t)) for t in range(int(first) - 60, int(last) + 120, 30)
+    }
+    with chromium() as browser:
+        page = open_live_page(browser, simulated.url + "/?window=1h")
+        said = page.locator("svg[data-series] text.since").all_text_contents()
+        charts = page.locator("svg[data-series]").count()
+        before = page.locator("svg[data-series] rect.before").count()
+    assert len(said) == charts == before and said, said
+    for text in said:
+        match = re.fullmatch(r"history since (\d\d:\d\d)", text)
+        assert match and match.group(1) in allowed, (text, sorted(allowed))
+
+
+def test_reference_lines_are_drawn_under_the_data_dashed_and_see_through(
+    simulated: Exporter,
+) -> None:
+    gpus = by_index(overview(simulated))
+    with chromium() as browser:
+        page = open_live_page(browser, simulated.url + "/")
+        # GPU 3 runs at 690 to 700 W under its 700 W limit line
+        svg = page.locator(f'[data-gpu-uuid="{gpus[3]["uuid"]}"] svg[data-chart=power]')
+        found = svg.evaluate(
+            """(svg) => {
+              const lines = svg.querySelector("g.lines");
+              return [...svg.querySelectorAll(".ref")].map((r) => [
+                r.tagName,
+                Boolean(r.compareDocumentPosition(lines) & Node.DOCUMENT_POSITION_FOLLOWING),
+                getComputedStyle(r).strokeDasharray,
+                Number(getComputedStyle(r).strokeOpacity) * Number(getComputedStyle(r).opacity),
+              ]);
+            }"""
+        )
+    assert [tag for tag, *_ in found] == ["line", "text"], found
+    for tag, data_above, dashes, opacity in found:
+        assert data_above, found  # painted later: the data is on top
+        assert opacity < 1, found
+        if tag == "line":
+            assert dashes not in ("", "none"), found
+
+
+def test_mig_instances_are_a_table_with_their_own_verdicts(simulated: Exporter) -> None:
+    gpus = by_index(overview(simulated))
+    with chromium() as browser:
+        page = open_live_page(browser, simulated.url + "/")
+        table = page.locator(f'[data-gpu-uuid="{gpus[3]["uuid"]}"] table.mig')
+        head = table.locator("th").all_inner_texts()
+        rows = table.locator("tr[data-gpu-instance]").evaluate_all(
+            "rs => rs.map((r) => [...r.cells].map((c) => c.innerText))"
+        )
+    assert [h.lower() for h in head] == [
+        "mig instance",
+        "profile",
+        "memory used",
+        "activity",
+        "processes",
+    ]
+    assert [row[1].split()[0] for row in rows] == ["3g.40gb", "2g.20gb", "1g.10gb"]
+    assert all(re.fullmatch(r"[\d.]+ GiB of [\d.]+ GiB", row[2]) for row in rows), rows
+    assert all(re.fullmatch(r"\d+%", row[3]) for row in rows), rows
+    assert [row[4] for row in rows] == ["tritonserver", "none", "none"]
 
 
 # --- the JSON endpoint ----------------------------------------------------------------

@@ -83,3 +83,17 @@ def test_the_parser_reads_what_it_is_given() -> None:
     # the helper must be able to fail: a changed number is read as the changed number
     assert numbers_after("x > 1024 * 1024 * 1024 and y < 0.3", ">") == [1024.0**3]
     assert numbers_after("x > 1024 * 1024 * 1024 and y < 0.3", "<") == [0.3]
+
+
+def test_thermal_throttling_is_the_share_and_reasons_of_the_rule() -> None:
+    text = expr("GPUThermalThrottling")
+    assert numbers_after(text, ">") == [thresholds.THERMAL_THROTTLE_RATIO]
+    reasons = re.search(r'reason=~"([^"]+)"', text)
+    assert reasons is not None, text
+    assert tuple(reasons.group(1).split("|")) == thresholds.THERMAL_THROTTLE_REASONS
+
+
+def test_power_brake_is_the_reason_of_the_rule_being_active() -> None:
+    text = expr("GPUPowerBrake")
+    assert f'reason="{thresholds.POWER_BRAKE_REASON}"' in text
+    assert numbers_after(text, "==") == [1.0]

@@ -3,23 +3,31 @@ thresholds' edges (sampling/thresholds.py) and with missing data."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+
+import pytest
 
 from benchmarks.history_memory import snapshot, static
 from gpu_exporter.model import (
+    THROTTLE_REASONS,
     ActivityTotals,
     Attribution,
+    ClocksReading,
     DeviceReading,
     MemoryReading,
     MigInstanceReading,
     MigReading,
+    PowerReading,
     ProcessSample,
     Snapshot,
+    TemperatureReading,
     UtilizationReading,
 )
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History
-from gpu_exporter.sampling.verdicts import judge
+from gpu_exporter.sampling.verdicts import judge, judge_instances
+from tests.support.snapshots import mig_snapshot
 
 GIB = 1024**3
 
@@ -115,3 +123,109 @@ def test_busy_verdicts_wait_for_history_and_leave_mig_gpus_out() -> None:
     starved = (trainer(4.0, 0),)
     assert "input-bound" not in run(2, busy=0.1, processes=starved)  # one busy point only
     assert "input-bound" not in run(20, busy=0.1, processes=starved, mig=MigReading())
+
+
+def throttled(
+    seconds: int,
+    active: Callable[[int], set[str]],
+    *,
+    celsius: float = 70.0,
+    watts: float = 697.0,
+    slowdown: float | None = 90.0,
+) -> dict[str, str]:
+    """Verdicts (name: summary and advice) on one GPU after `seconds` of samples a second
+    apart, `active(t)` the clocks-event reasons active at second t."""
+    history = History()
+    last: Snapshot | None = None
+    for t in range(seconds):
+        base = snapshot(float(t), [replace(static(0), slowdown_temperature_celsius=slowdown)])
+        reasons = {reason: reason in active(t) for reason in THROTTLE_REASONS}
+        device = replace(
+            base.devices[0],
+            busy_seconds=float(t),
+            reading=DeviceReading(
+                utilization=UtilizationReading(gpu_ratio=1.0),
+                memory=MemoryReading(total_bytes=80 * GIB, used_bytes=10 * GIB),
+                temperature=TemperatureReading(gpu_celsius=celsius),
+                power=PowerReading(watts=watts, limit_watts=700.0),
+                clocks=ClocksReading(throttle_reasons=reasons),
+            ),
+        )
+        last = replace(base, devices=(device,))
+        history.add(last)
+    assert last is not None
+    return {v.name: f"{v.summary} {v.advice}" for v in judge(last.devices[0], history)}
+
+
+def share(fraction: float, *reasons: str) -> Callable[[int], set[str]]:
+    """`reasons` active in the first `fraction` of every 20 seconds."""
+    return lambda t: set(reasons) if t % 20 < 20 * fraction else set()
+
+
+def test_a_gpu_at_its_power_cap_says_so_with_the_watts_and_what_to_do() -> None:
+    found = throttled(20, share(1.0, "sw_power_cap"))
+    assert "sw_power_cap" in found["power-capped"]
+    assert "697 of 700 W" in found["power-capped"] and "nvidia-smi -pl" in found["power-capped"]
+    # the share of the window is the thermal rule's, for power too
+    assert thresholds.POWER_CAPPED_RATIO == thresholds.THERMAL_THROTTLE_RATIO == 0.25
+    assert "power-capped" in throttled(20, share(0.3, "sw_power_cap"))
+    assert "power-capped" not in throttled(20, share(0.2, "sw_power_cap"))
+    assert "power-capped" not in throttled(2, share(1.0, "sw_power_cap"))  # too little history
+
+
+@pytest.mark.parametrize("reason", ["sw_thermal_slowdown", "hw_thermal_slowdown"])
+def test_thermal_throttling_above_the_rules_share_names_its_reason(reason: str) -> None:
+    found = throttled(20, share(0.3, reason), celsius=91.0)
+    assert reason in found["thermal-throttled"]
+    assert "30% of the last 5 minutes" in found["thermal-throttled"]
+    assert "91 °C (slowdown at 90 °C)" in found["thermal-throttled"]
+    assert "airflow" in found["thermal-throttled"]
+    assert "thermal-throttled" not in throttled(20, share(0.2, reason))
+    assert "hw-slowdown" not in throttled(20, share(1.0, reason, "hw_slowdown"))
+
+
+def test_the_power_brake_shows_at_once_and_a_bare_hw_slowdown_on_its_own() -> None:
+    brake = throttled(3, lambda t: {"hw_power_brake_slowdown", "hw_slowdown"} if t == 2 else set())
+    assert "hw_power_brake_slowdown" in brake["power-brake"] and "ipmitool" in brake["power-brake"]
+    assert "hw-slowdown" not in brake  # the brake explains it
+    assert "power-brake" not in throttled(
+        3, lambda t: set() if t == 2 else {"hw_power_brake_slowdown"}
+    )
+    assert "hw_slowdown" in throttled(3, lambda t: {"hw_slowdown"})["hw-slowdown"]
+    quiet = throttled(20, lambda t: {"gpu_idle", "applications_clocks_setting", "sync_boost"})
+    assert quiet == {}
+
+
+def test_near_slowdown_within_the_margin_of_the_gpus_own_threshold() -> None:
+    edge = 90.0 - thresholds.SLOWDOWN_MARGIN_CELSIUS
+    near = throttled(3, lambda t: set(), celsius=edge)
+    assert "85 °C, within 5 °C of the slowdown temperature (90 °C)" in near["near-slowdown"]
+    assert "near-slowdown" not in throttled(3, lambda t: set(), celsius=edge - 1)
+    assert "at or above" in throttled(3, lambda t: set(), celsius=92.0)["near-slowdown"]
+    assert "near-slowdown" not in throttled(3, lambda t: set(), celsius=95.0, slowdown=None)
+
+
+def test_each_mig_instance_has_its_own_verdicts() -> None:
+    held = (
+        replace(trainer(0.0, 0), gpu_instance="2"),
+        replace(trainer(0.0, 0), pid="43", gpu_instance="1"),
+    )
+    snap = mig_snapshot(
+        {
+            1: ("1g.10gb", 10 * GIB - 1, 10 * GIB, 0.9),  # full
+            2: ("1g.10gb", GIB, 10 * GIB, 0.01),  # held, idle
+            3: ("1g.10gb", GIB, 10 * GIB, 0.01),  # idle, nobody on it
+        },
+        held,
+    )
+    history = History()
+    history.add(snap)
+    device = snap.devices[0]
+    verdicts = {
+        gi: [v.name for v in found] for gi, found in judge_instances(device, history).items()
+    }
+    assert verdicts == {1: ["near-oom"], 2: ["idle-allocated"], 3: []}
+    # without attribution, idleness is not judged; without MIG, there is nothing
+    unknown = replace(device, attribution=None)
+    assert [v.name for v in judge_instances(unknown, history)[2]] == []
+    assert judge_instances(replace(device, reading=DeviceReading()), history) == {}

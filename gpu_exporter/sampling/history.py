@@ -13,7 +13,7 @@ and for the host, three tiers of fixed size:
 Values are float32 in `array('f')` rings, timestamps float64; a missing value is NaN
 inside and `None` outside (a gap in a chart, never 0). The rings are allocated at their
 full size when a GPU is first seen, so the memory is fixed: `benchmarks/history_memory.py`
-measures it (under 2 MiB for 8 GPUs, see benchmarks/README.md).
+measures it (about 2.1 MiB for 8 GPUs, see benchmarks/README.md).
 
 A GPU is kept by its `GpuKey`, (NVML index, UUID), never by UUID alone: boards with the
 same UUID (a cloned VBIOS, some virtual GPUs) are still two GPUs, as in the exposition,
@@ -33,7 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_exporter.model import DeviceSample, HostSample, Snapshot
-from gpu_exporter.sampling.thresholds import VERDICT_WINDOW_SECONDS
+from gpu_exporter.sampling.thresholds import (
+    THERMAL_THROTTLE_REASONS,
+    VERDICT_WINDOW_SECONDS,
+)
 
 GPU_SERIES: tuple[str, ...] = (
     "busy_ratio",  # share of time a kernel ran (busy-counter deltas; MIG: graphics engine)
@@ -45,6 +48,8 @@ GPU_SERIES: tuple[str, ...] = (
     "power_limit_watts",
     "temperature_celsius",
     "slowdown_celsius",  # the slowdown temperature threshold
+    "power_capped_ratio",  # 1 while the clocks are held at the power limit (sw_power_cap)
+    "thermal_throttled_ratio",  # 1 while held down by heat (sw/hw_thermal_slowdown)
 )
 """The series kept per GPU, in units their names say (ratios 0..1)."""
 
@@ -311,6 +316,7 @@ class History:
         if busy is None and device.busy_seconds is None:  # MIG: no utilization reported
             busy = _rate(before, now, "graphics_engine_seconds")
         static = device.static
+        reasons = reading.clocks.throttle_reasons if reading.clocks else None
         return {
             "busy_ratio": busy,
             "utilization_ratio": reading.utilization.gpu_ratio if reading.utilization else None,
@@ -323,6 +329,8 @@ class History:
                 reading.temperature.gpu_celsius if reading.temperature else None
             ),
             "slowdown_celsius": static.slowdown_temperature_celsius if static else None,
+            "power_capped_ratio": _active(reasons, ("sw_power_cap",)),
+            "thermal_throttled_ratio": _active(reasons, THERMAL_THROTTLE_REASONS),
         }
 
     def _host_values(self, host: HostSample, t: float) -> dict[str, float | None]:
@@ -395,6 +403,13 @@ class History:
     def gpus_kept(self) -> int:
         with self._lock:
             return len(self._gpus)
+
+
+def _active(reasons: Mapping[str, bool] | None, names: Sequence[str]) -> float | None:
+    """1.0 while any of the clocks-event reasons `names` is active, 0.0 while none is;
+    None when the driver reports none of them (their means are the share of time)."""
+    known = [reasons[name] for name in names if reasons and name in reasons]
+    return float(any(known)) if known else None
 
 
 def _rate(before: _Previous | None, now: _Previous, counter: str) -> float | None:

@@ -35,3 +35,20 @@ BUSY_BUT_SMS_IDLE_SM_RATIO = 0.2
 
 VERDICT_WINDOW_SECONDS = 300.0
 """The live page judges averages over this much history, in seconds (5 minutes)."""
+
+THERMAL_THROTTLE_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
+"""GPUThermalThrottling: the clocks-event reasons that mean the GPU is held down by heat."""
+
+THERMAL_THROTTLE_RATIO = 0.25
+"""GPUThermalThrottling: throttled by heat more than this share of the time (0..1)."""
+
+POWER_BRAKE_REASON = "hw_power_brake_slowdown"
+"""GPUPowerBrake: the reason whose being active (1) means the power brake is engaged."""
+
+POWER_CAPPED_RATIO = THERMAL_THROTTLE_RATIO
+"""The page only (no alert: a GPU at its power limit is doing its job): held at the power
+limit (`sw_power_cap`) more than this share of the time (0..1), as for heat."""
+
+SLOWDOWN_MARGIN_CELSIUS = 5.0
+"""The page only (no alert rule): a temperature within this many degrees Celsius of the
+GPU's slowdown threshold is near thermal slowdown."""

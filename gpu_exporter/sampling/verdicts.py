@@ -8,7 +8,13 @@ not given, never assumed.
 
 The busy-ratio verdicts (input-bound, idle-allocated, busy-but-sms-idle) follow the
 rules in leaving MIG GPUs out: NVML reports no utilization there, and a process runs on
-one instance, not on the whole GPU.
+one instance, not on the whole GPU. `judge_instances` gives each MIG instance its own.
+
+Clocks held down (`gpu_throttle_active`): the power brake as soon as it is engaged
+(GPUPowerBrake), heat and the power limit for more than a share of the window
+(GPUThermalThrottling's share, kept by the history as `thermal_throttled_ratio` and
+`power_capped_ratio`), a bare `hw_slowdown` at once; and a temperature near the GPU's
+own slowdown threshold before it throttles. Each summary names the driver's reason.
 """
 
 from __future__ import annotations
@@ -21,12 +27,34 @@ from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History, gpu_key
 
 VerdictName = Literal[
-    "input-bound", "memory-leaked", "near-oom", "idle-allocated", "busy-but-sms-idle"
+    "power-brake",
+    "thermal-throttled",
+    "hw-slowdown",
+    "near-slowdown",
+    "power-capped",
+    "input-bound",
+    "memory-leaked",
+    "near-oom",
+    "idle-allocated",
+    "busy-but-sms-idle",
 ]
 MIN_POINTS = 3
 """Busy and SM verdicts need at least this many points of history."""
 
 ADVICE: dict[VerdictName, str] = {
+    "power-brake": "The chassis or a power supply asserts the brake: check the power "
+    "supplies and the BMC's event log (`ipmitool sel list`), then reseat or replace the "
+    "failed unit; the GPU runs slowly until the signal clears.",
+    "thermal-throttled": "Cool the GPU: check its fans and airflow, the inlet temperature "
+    "and blocked filters or blanking panels, and compare with its neighbours "
+    "(`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`).",
+    "hw-slowdown": "The board slows itself (heat or an external power signal): run "
+    "`nvidia-smi -q -d PERFORMANCE` for the detail, and check cooling and power cabling.",
+    "near-slowdown": "Clocks drop at the slowdown temperature: improve the airflow or "
+    "lower the inlet temperature now, or cap the power (`nvidia-smi -pl`) to run cooler.",
+    "power-capped": "Expected under full load. If the limit is below the board's default "
+    "(`nvidia-smi -q -d POWER`), raise it with `nvidia-smi -pl`; if the host's power "
+    "budget set it, the job runs at its speed for that budget.",
     "input-bound": "The input pipeline cannot keep up: raise the DataLoader's num_workers, "
     "set pin_memory=True, and check the data loader (decoding, augmentation, storage).",
     "memory-leaked": "Find the holder with `fuser -v /dev/nvidia*` (a crashed job's "
@@ -54,6 +82,8 @@ def judge(device: DeviceSample, history: History) -> tuple[GpuVerdict, ...]:
     if not device.up or device.reading is None or device.static is None:
         return ()
     found = [
+        *_throttled(device, history),
+        _near_slowdown(device),
         _near_oom(device),
         _memory_leaked(device),
         *_busy_verdicts(device, history),
@@ -71,26 +101,110 @@ def _verdict(name: VerdictName, summary: str) -> GpuVerdict:
 
 
 def _near_oom(device: DeviceSample) -> GpuVerdict | None:
-    limit = thresholds.NEAR_OOM_MEMORY_RATIO
+    """The GPU's memory, or else the first of its MIG instances, above the ratio."""
     memory = device.reading.memory if device.reading else None
-    if memory is not None and memory.used_bytes is not None and memory.total_bytes:
-        ratio = memory.used_bytes / memory.total_bytes
-        if ratio > limit:
-            return _verdict(
-                "near-oom",
-                f"Memory {ratio:.0%} full ({gib(memory.used_bytes)} of "
-                f"{gib(memory.total_bytes)}), above {limit:.0%}.",
-            )
+    if memory is not None:
+        found = _memory_near_oom(memory.used_bytes, memory.total_bytes)
+        if found is not None:
+            return found
     mig = device.reading.mig if device.reading else None
     for gi, instance in sorted((mig.instances if mig else {}).items()):
-        used, total = instance.memory_used_bytes, instance.memory_total_bytes
-        if used is not None and total and used / total > limit:
-            return _verdict(
-                "near-oom",
-                f"MIG instance {gi}: memory {used / total:.0%} full ({gib(used)} of "
-                f"{gib(total)}), above {limit:.0%}.",
-            )
+        found = _memory_near_oom(instance.memory_used_bytes, instance.memory_total_bytes)
+        if found is not None:
+            summary = found.summary[0].lower() + found.summary[1:]
+            return _verdict("near-oom", f"MIG instance {gi}: {summary}")
     return None
+
+
+def _memory_near_oom(used: int | None, total: int | None) -> GpuVerdict | None:
+    limit = thresholds.NEAR_OOM_MEMORY_RATIO
+    if used is None or not total or used / total <= limit:
+        return None
+    return _verdict(
+        "near-oom",
+        f"Memory {used / total:.0%} full ({gib(used)} of {gib(total)}), above {limit:.0%}.",
+    )
+
+
+def _throttled(device: DeviceSample, history: History) -> list[GpuVerdict | None]:
+    """The clocks held down: by the power brake now (GPUPowerBrake), by heat or the power
+    limit for more than a share of the window (GPUThermalThrottling), by the board's own
+    hardware slowdown now. Each names the reason as the driver reports it."""
+    reading = device.reading
+    reasons = reading.clocks.throttle_reasons if reading and reading.clocks else None
+    if not reasons:
+        return []
+    active = sorted(name for name, on in reasons.items() if on)
+    out: list[GpuVerdict | None] = []
+    if reasons.get(thresholds.POWER_BRAKE_REASON):
+        out.append(
+            _verdict(
+                "power-brake",
+                f"Clocks held down by {thresholds.POWER_BRAKE_REASON}: the power brake is engaged.",
+            )
+        )
+    window = thresholds.VERDICT_WINDOW_SECONDS
+    minutes = f"{window / 60:.0f} minutes"
+    heat, points = history.mean(gpu_key(device), "thermal_throttled_ratio", window)
+    if heat is not None and points >= MIN_POINTS and heat > thresholds.THERMAL_THROTTLE_RATIO:
+        now = [r for r in thresholds.THERMAL_THROTTLE_REASONS if reasons.get(r)]
+        names = now or list(thresholds.THERMAL_THROTTLE_REASONS)
+        out.append(
+            _verdict(
+                "thermal-throttled",
+                f"Clocks held down by heat ({' or '.join(names)}) {heat:.0%} of the last "
+                f"{minutes}{_temperature(device)}.",
+            )
+        )
+    thermal_or_brake = {*thresholds.THERMAL_THROTTLE_REASONS, thresholds.POWER_BRAKE_REASON}
+    if reasons.get("hw_slowdown") and not thermal_or_brake & set(active):
+        out.append(_verdict("hw-slowdown", "Clocks held down by hw_slowdown."))
+    capped, points = history.mean(gpu_key(device), "power_capped_ratio", window)
+    if capped is not None and points >= MIN_POINTS and capped > thresholds.POWER_CAPPED_RATIO:
+        power = reading.power if reading else None
+        watts = (
+            f": {power.watts:.0f} of {power.limit_watts:.0f} W"
+            if power and power.watts is not None and power.limit_watts
+            else ""
+        )
+        out.append(
+            _verdict(
+                "power-capped",
+                f"Clocks held down by sw_power_cap (the power limit) {capped:.0%} of the "
+                f"last {minutes}{watts}.",
+            )
+        )
+    return out
+
+
+def _temperature(device: DeviceSample) -> str:
+    """ ", now 88 °C (slowdown at 90 °C)", or "" when the temperature is not known."""
+    reading, static = device.reading, device.static
+    celsius = reading.temperature.gpu_celsius if reading and reading.temperature else None
+    if celsius is None:
+        return ""
+    slowdown = static.slowdown_temperature_celsius if static else None
+    limit = f" (slowdown at {slowdown:.0f} °C)" if slowdown else ""
+    return f", now {celsius:.0f} °C{limit}"
+
+
+def _near_slowdown(device: DeviceSample) -> GpuVerdict | None:
+    """The temperature within SLOWDOWN_MARGIN_CELSIUS of the slowdown threshold."""
+    reading, static = device.reading, device.static
+    celsius = reading.temperature.gpu_celsius if reading and reading.temperature else None
+    slowdown = static.slowdown_temperature_celsius if static else None
+    if celsius is None or not slowdown:
+        return None
+    if celsius < slowdown - thresholds.SLOWDOWN_MARGIN_CELSIUS:
+        return None
+    where = (
+        "at or above"
+        if celsius >= slowdown
+        else f"within {thresholds.SLOWDOWN_MARGIN_CELSIUS:.0f} °C of"
+    )
+    return _verdict(
+        "near-slowdown", f"{celsius:.0f} °C, {where} the slowdown temperature ({slowdown:.0f} °C)."
+    )
 
 
 def _memory_leaked(device: DeviceSample) -> GpuVerdict | None:
@@ -165,3 +279,57 @@ def _input_bound(
 def _cores_needed(process: ProcessSample) -> float:
     """GPUInputBound: 0.9 of a core per worker, of one core without workers."""
     return thresholds.INPUT_BOUND_CORES_PER_WORKER * max(process.workers or 0, 1)
+
+
+def judge_instances(device: DeviceSample, history: History) -> dict[int, tuple[GpuVerdict, ...]]:
+    """The verdicts on each MIG GPU instance of a GPU, by GPU-instance id: near-oom on its
+    own memory, and idle-allocated and input-bound on its graphics-engine activity over
+    the latest GPM interval (the page keeps no history per instance) with the processes
+    on it. Empty for a GPU without MIG."""
+    reading = device.reading
+    mig = reading.mig if reading and device.up else None
+    if mig is None:
+        return {}
+    processes = device.attribution.processes if device.attribution else None
+    out: dict[int, tuple[GpuVerdict, ...]] = {}
+    for gi in sorted({d.gpu_instance for d in mig.devices} | set(mig.instances)):
+        instance = mig.instances.get(gi)
+        found: list[GpuVerdict | None] = []
+        if instance is not None:
+            found.append(_memory_near_oom(instance.memory_used_bytes, instance.memory_total_bytes))
+            gpm = instance.gpm
+            active = gpm.graphics_engine_ratio if gpm else None
+            mine = [p for p in processes or () if p.gpu_instance == str(gi)]
+            if active is not None and processes is not None:
+                found += _instance_activity(device, history, active, mine)
+        out[gi] = tuple(v for v in found if v is not None)
+    return out
+
+
+def _instance_activity(
+    device: DeviceSample, history: History, active: float, mine: list[ProcessSample]
+) -> list[GpuVerdict | None]:
+    if not mine:
+        return []
+    out: list[GpuVerdict | None] = []
+    if active < thresholds.IDLE_BUSY_RATIO:
+        out.append(
+            _verdict(
+                "idle-allocated",
+                f"{len(mine)} process(es) hold this instance, but it is {active:.0%} active.",
+            )
+        )
+    if active < thresholds.INPUT_BOUND_BUSY_RATIO:
+        for process in mine:
+            cores = history.cpu_cores(gpu_key(device), process.pid)
+            if cores is not None and cores >= _cores_needed(process):
+                out.append(
+                    _verdict(
+                        "input-bound",
+                        f"{active:.0%} active while {process.process or 'pid'} (pid "
+                        f"{process.pid}) burns {cores:.1f} CPU cores with "
+                        f"{process.workers or 0} worker(s).",
+                    )
+                )
+                break
+    return out

@@ -29,7 +29,7 @@ from gpu_exporter.sampling.history import (
     Window,
     gpu_key,
 )
-from gpu_exporter.sampling.verdicts import judge
+from gpu_exporter.sampling.verdicts import GpuVerdict, judge, judge_instances
 
 Document = dict[str, Any]
 
@@ -116,6 +116,8 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
     key = gpu_key(device)
     points = history.gpu(key, window) if static and window else None
     attribution = device.attribution
+    processes = attribution.processes if attribution else None
+    instance_verdicts = judge_instances(device, history)
     return {
         "index": device.index,
         "uuid": visible(device.uuid),
@@ -138,13 +140,20 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
                 "profile": visible(d.profile),
                 "memory_used_bytes": _instance(mig, d.gpu_instance, "memory_used_bytes"),
                 "memory_total_bytes": _instance(mig, d.gpu_instance, "memory_total_bytes"),
+                "activity_ratio": _activity(mig, d.gpu_instance),
+                # the processes on its GPU instance (None: attribution off)
+                "processes": None
+                if processes is None
+                else [
+                    _shown(p.process) or (f"pid {p.pid}" if p.pid else "other")
+                    for p in processes
+                    if p.gpu_instance == str(d.gpu_instance)
+                ],
+                "verdicts": _verdicts(instance_verdicts.get(d.gpu_instance, ())),
             }
             for d in (mig.devices if mig else ())
         ],
-        "verdicts": [
-            {"name": v.name, "summary": visible(v.summary), "advice": v.advice}
-            for v in judge(device, history)
-        ],
+        "verdicts": _verdicts(judge(device, history)),
         "process_count": attribution.process_count if attribution else None,
         "unattributed_memory_bytes": attribution.unattributed_memory_bytes if attribution else None,
         "processes": [
@@ -157,6 +166,17 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
 def _instance(mig: Any, gpu_instance: int, name: str) -> int | None:
     instance = mig.instances.get(gpu_instance) if mig else None
     return getattr(instance, name) if instance is not None else None
+
+
+def _activity(mig: Any, gpu_instance: int) -> float | None:
+    """A GPU instance's graphics-engine activity (0..1) over the latest GPM interval."""
+    instance = mig.instances.get(gpu_instance) if mig else None
+    gpm = instance.gpm if instance is not None else None
+    return gpm.graphics_engine_ratio if gpm is not None else None
+
+
+def _verdicts(verdicts: tuple[GpuVerdict, ...]) -> list[Document]:
+    return [{"name": v.name, "summary": visible(v.summary), "advice": v.advice} for v in verdicts]
 
 
 def _process(key: GpuKey, p: ProcessSample, history: History) -> Document:

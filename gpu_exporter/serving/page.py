@@ -1,15 +1,20 @@
 """The live page at `/`: server-side HTML of the overview document.
 
 Everything but the chart lines is rendered here: the links, the host row, one card per GPU
-(identity, MIG instances, verdicts, processes) and each chart's frame (axes, labels with
-units, threshold lines). `static/page.js` draws the lines from `/api/overview` and
-refreshes the page every few seconds; `static/page.css` styles it (dark unless the
-browser asks for light). No inline script or style, nothing from another host: the
-Content-Security-Policy allows only 'self'.
+(identity, a table of MIG instances with their own verdicts, verdicts, processes) and each
+chart's frame (axes, labels with units, reference lines, a legend naming each series by
+its colour). `static/page.js` draws each series from `/api/overview` as a band (lowest to
+highest per column) under its mean line, above the reference lines, says "history since
+HH:MM" while the window is older than the history, and refreshes the page every few
+seconds; `static/page.css` styles it (dark unless the browser asks for light) and fits it
+to any width down to 360 px, a table too wide for a phone scrolling in its own box. No
+inline script or style, nothing from another host: the Content-Security-Policy allows
+only 'self'.
 
 Stable hooks for tests and scripts: `data-gpu-index` and `data-gpu-uuid` on each GPU card
 (two boards may share a UUID: the index tells them apart), `data-verdict` on each verdict,
-`data-pid` on each process row, `data-series` on each chart.
+`data-pid` on each process row, `data-gpu-instance` on each MIG instance row,
+`data-series` on each chart, `data-key` on each legend entry.
 
 Text from the host arrives here already `visible` (overview.py). A long name is cut at
 `NAME_MAX_CHARS` with an ellipsis, its whole text in the `title` attribute (shown on
@@ -94,10 +99,21 @@ def _known(gpu: Document, *names: str) -> list[float]:
     return [gpu[name] for name in names if gpu[name] is not None]
 
 
+SERIES_LABELS = {
+    "busy_ratio": "true busy ratio (a kernel ran)",
+    "utilization_ratio": "instantaneous utilization (driver's sample)",
+    "sm_ratio": "SMs with work",
+    "memory_used_bytes": "used",
+    "power_watts": "draw",
+    "temperature_celsius": "GPU",
+}
+"""What each series drawn is, in a chart's legend (next to a swatch of its colour)."""
+BAND_NOTE = "line: mean; band: lowest to highest in each column of the chart"
+
 CHARTS: tuple[Chart, ...] = (
     Chart(
         "busy",
-        "Busy (true, line) over utilization (flicker)",
+        "Busy and utilization",
         ("utilization_ratio", "busy_ratio"),
         "%",
         0.01,
@@ -201,33 +217,58 @@ def _card(gpu: Document, doc: Document) -> str:
     state = (
         "" if gpu["up"] else f' <span class="down">down: {escape(gpu["down_reason"] or "")}</span>'
     )
-    mig = ""
-    if gpu["mig"]:
-        rows = "".join(
-            f"<li>GI {m['gpu_instance']} CI {m['compute_instance']} "
-            f"{_clip(m['profile'], NAME_MAX_CHARS)}: "
-            f"{_gib(m['memory_used_bytes'])} of {_gib(m['memory_total_bytes'])}"
-            f" <code>{escape(m['uuid'])}</code></li>"
-            for m in gpu["mig"]
-        )
-        mig = f'<ul class="mig">{rows}</ul>'
+    mig = _mig(gpu["mig"])
     charts = "".join(_chart(chart, gpu, doc) for chart in CHARTS)
     return (
         f'<article class="gpu" data-gpu-index="{gpu["index"]}" '
         f'data-gpu-uuid="{escape(gpu["uuid"])}">'
         f"<h2>GPU {gpu['index']}: {name}{state}</h2>"
         f'<p class="uuid"><code>{escape(gpu["uuid"])}</code></p>{mig}'
-        f'{_verdicts(gpu)}<div class="charts">{charts}</div>{_processes(gpu)}</article>'
+        f'{_verdicts(gpu["verdicts"])}<div class="charts">{charts}</div>{_processes(gpu)}'
+        "</article>"
     )
 
 
-def _verdicts(gpu: Document) -> str:
-    if not gpu["verdicts"]:
+def _mig(instances: list[Document]) -> str:
+    """A MIG GPU's instances as a table, each instance's verdicts in a row below it."""
+    if not instances:
+        return ""
+    rows = "".join(
+        f'<tr data-gpu-instance="{m["gpu_instance"]}" data-mig-uuid="{escape(m["uuid"])}">'
+        f"<td>GI {m['gpu_instance']} CI {m['compute_instance']}</td>"
+        f'<td class="name">{_clip(m["profile"], NAME_MAX_CHARS)} '
+        f"<code>{escape(m['uuid'])}</code></td>"
+        f"<td>{_gib(m['memory_used_bytes'])} of {_gib(m['memory_total_bytes'])}</td>"
+        f'<td>{_pct(m["activity_ratio"])}</td><td class="name">{_names(m["processes"])}</td>'
+        "</tr>"
+        + (
+            f'<tr class="instance-verdicts"><td colspan="5">{_verdicts(m["verdicts"])}</td></tr>'
+            if m["verdicts"]
+            else ""
+        )
+        for m in instances
+    )
+    return (
+        '<div class="scroll"><table class="mig"><thead><tr><th>MIG instance</th>'
+        '<th class="name">profile</th><th>memory used</th><th>activity</th>'
+        f'<th class="name">processes</th></tr></thead><tbody>{rows}</tbody></table></div>'
+    )
+
+
+def _names(names: list[str] | None) -> str:
+    """The processes on a MIG instance: "none", or their names; not known: a dash."""
+    if names is None:
+        return MISSING
+    return ", ".join(_clip(name, NAME_MAX_CHARS) for name in names) or "none"
+
+
+def _verdicts(verdicts: list[Document]) -> str:
+    if not verdicts:
         return '<p class="verdicts none">No verdicts: nothing looks wrong.</p>'
     items = "".join(
         f'<li data-verdict="{escape(v["name"])}"><strong>{escape(v["name"])}</strong> '
         f"{_clip(v['summary'], SUMMARY_MAX_CHARS)} <em>{escape(v['advice'])}</em></li>"
-        for v in gpu["verdicts"]
+        for v in verdicts
     )
     return f'<ul class="verdicts">{items}</ul>'
 
@@ -252,6 +293,11 @@ def _chart(chart: Chart, gpu: Document, doc: Document) -> str:
         for v, label in chart.lines(gpu)
         if 0 < v <= top
     )
+    legend = "".join(
+        f'<span class="key" data-key="{name}"><i class="swatch {name}"></i>'
+        f"{escape(SERIES_LABELS[name])}</span>"
+        for name in reversed(chart.series)  # front first
+    )
     return (
         f'<figure class="chart"><figcaption>{escape(chart.title)}</figcaption>'
         f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(chart.title)}" '
@@ -259,7 +305,8 @@ def _chart(chart: Chart, gpu: Document, doc: Document) -> str:
         f'data-top="{top!r}" data-left="{LEFT}" data-right="{RIGHT}" data-top-y="{TOP}" '
         f'data-bottom-y="{BOTTOM}" data-points="0">'
         f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{RIGHT - LEFT}" height="{BOTTOM - TOP}"/>'
-        f'{refs}{"".join(labels)}<g class="lines"></g></svg></figure>'
+        f'{refs}{"".join(labels)}<g class="lines"></g></svg>'
+        f'<p class="legend" title="{BAND_NOTE}">{legend}</p></figure>'
     )
 
 
@@ -276,18 +323,20 @@ def _processes(gpu: Document) -> str:
         return f'<p class="processes none">No process on this GPU.{leak}</p>'
     rows = "".join(
         f'<tr data-pid="{"" if p["pid"] is None else p["pid"]}">'
-        f"<td>{_cell(p['pid'])}</td><td>{_clip(p['user'], NAME_MAX_CHARS)}</td>"
-        f"<td>{_clip(p['process'], NAME_MAX_CHARS)}</td>"
-        f"<td>{_clip(p['job'], NAME_MAX_CHARS)}</td><td>{_gib(p['memory_used_bytes'])}</td>"
+        f'<td>{_cell(p["pid"])}</td><td class="name">{_clip(p["user"], NAME_MAX_CHARS)}</td>'
+        f'<td class="name">{_clip(p["process"], NAME_MAX_CHARS)}</td>'
+        f'<td class="name">{_clip(p["job"], NAME_MAX_CHARS)}</td>'
+        f"<td>{_gib(p['memory_used_bytes'])}</td>"
         f"<td>{_pct(p['sm_ratio'])}</td><td>{_number(p['cpu_cores'], 1)}</td>"
         f"<td>{_cell(p['workers'])}</td></tr>"
         for p in gpu["processes"]
     )
     return (
-        '<table class="processes"><thead><tr><th>pid</th><th class="name">user</th>'
-        '<th class="name">process</th><th class="name">container or job</th>'
-        "<th>GPU memory</th><th>SM share</th><th>CPU cores</th>"
-        f"<th>workers</th></tr></thead><tbody>{rows}</tbody></table>{leak}"
+        '<div class="scroll"><table class="processes"><thead><tr><th>pid</th>'
+        '<th class="name">user</th><th class="name">process</th>'
+        '<th class="name">container or job</th><th>GPU memory</th><th>SM share</th>'
+        f"<th>CPU cores</th><th>workers</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        f"{leak}"
     )
 
 

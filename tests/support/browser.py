@@ -71,11 +71,17 @@ def wait_for_history(
 
 
 def open_live_page(
-    browser: Browser, url: str, *, credentials: tuple[str, str] | None = None
+    browser: Browser,
+    url: str,
+    *,
+    credentials: tuple[str, str] | None = None,
+    width: int = VIEWPORT["width"],
 ) -> Page:
-    """Load the page and wait until its script has drawn every chart."""
+    """Load the page in a window `width` CSS pixels wide, its clock in UTC, and wait until
+    its script has drawn every chart."""
     context = browser.new_context(
-        viewport=VIEWPORT,  # type: ignore[arg-type]
+        viewport={"width": width, "height": VIEWPORT["height"]},
+        timezone_id="UTC",
         color_scheme="dark",
         http_credentials=(
             {"username": credentials[0], "password": credentials[1]} if credentials else None

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
+from benchmarks.history_memory import snapshot, static
 from gpu_exporter.metrics.catalogue import COLLECTORS
-from gpu_exporter.model import Snapshot
+from gpu_exporter.model import (
+    Attribution,
+    DeviceReading,
+    GpmReading,
+    MemoryReading,
+    MigDevice,
+    MigInstanceReading,
+    MigReading,
+    ProcessSample,
+    Snapshot,
+)
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.scenario import Faults
 from gpu_exporter.sources.simulated import SimulatedBackend
@@ -28,3 +42,31 @@ def fixed_snapshot(gpus: int, faults: Faults | None = None) -> Snapshot:
     snapshot = sampler.sample_once()
     sampler.stop(0)
     return snapshot
+
+
+def mig_snapshot(
+    instances: Mapping[int, tuple[str, int, int, float]], processes: tuple[ProcessSample, ...]
+) -> Snapshot:
+    """The history benchmark's one GPU, MIG-partitioned: per GPU-instance id its profile,
+    memory used and total (bytes) and graphics-engine activity (0..1), compute instance 0
+    each; with `processes` (their `gpu_instance` set) attributed."""
+    mig = MigReading(
+        devices=tuple(
+            MigDevice(f"MIG-{gi}", gi, 0, profile) for gi, (profile, *_) in instances.items()
+        ),
+        instances={
+            gi: MigInstanceReading(total, used, GpmReading(1.0, graphics_engine_ratio=active))
+            for gi, (_, used, total, active) in instances.items()
+        },
+    )
+    base = snapshot(0.0, [static(0)])
+    device = replace(
+        base.devices[0],
+        reading=DeviceReading(
+            memory=MemoryReading(total_bytes=80 * 1024**3, used_bytes=40 * 1024**3), mig=mig
+        ),
+        attribution=Attribution(
+            processes=processes, unattributed_memory_bytes=0, process_count=len(processes)
+        ),
+    )
+    return replace(base, devices=(device,))

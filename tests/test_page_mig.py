@@ -1,0 +1,64 @@
+"""A MIG GPU's instances on the live page: one table row each (profile, memory used and
+total, activity, processes), each instance's verdicts in a row under its own. Rendered
+from a synthetic sample; tests/test_live_page.py looks at the simulated MIG GPU in a
+browser."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gpu_exporter.model import ProcessSample
+from gpu_exporter.sampling.history import WINDOWS, History
+from gpu_exporter.serving import overview, page
+from tests.support.snapshots import mig_snapshot
+
+GIB = 1024**3
+
+
+def mig_page() -> tuple[dict[str, object], str]:
+    processes = (
+        ProcessSample(
+            pid="7", process="\u202enohtyp", user="u", context="compute", gpu_instance="5"
+        ),
+        ProcessSample(pid="8", process="server", user="u", context="compute", gpu_instance="1"),
+    )
+    snap = mig_snapshot(
+        {1: ("3g.40gb", 39 * GIB, 40 * GIB, 0.9), 5: ("1g.10gb", GIB, 10 * GIB, 0.0)}, processes
+    )
+    history = History()
+    history.add(snap)
+    doc = json.loads(json.dumps(overview.build(snap, history, WINDOWS["5m"])))
+    html = page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
+    return doc, html.decode()
+
+
+def test_each_instance_is_a_row_with_its_memory_activity_and_processes() -> None:
+    doc, html = mig_page()
+    [gpu] = doc["gpus"]  # type: ignore[index]
+    assert [(m["activity_ratio"], m["processes"]) for m in gpu["mig"]] == [
+        (0.9, ["server"]),
+        (0.0, ["⟨U+202E⟩nohtyp"]),
+    ]
+    rows = re.findall(r'<tr data-gpu-instance="(\d+)"[^>]*>(.*?)</tr>', html)
+    assert [gi for gi, _ in rows] == ["1", "5"]
+    cells = [
+        re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", rows[0][1])
+    ]
+    assert cells == ["GI 1 CI 0", "3g.40gb MIG-1", "39.0 GiB of 40.0 GiB", "90%", "server"]
+    assert '<span class="hidden-char">⟨U+202E⟩</span>nohtyp' in rows[1][1]
+    assert '<ul class="mig">' not in html and "<li>GI" not in html
+
+
+def test_each_instance_shows_its_own_verdicts_under_its_row() -> None:
+    doc, html = mig_page()
+    [gpu] = doc["gpus"]  # type: ignore[index]
+    assert [[v["name"] for v in m["verdicts"]] for m in gpu["mig"]] == [
+        ["near-oom"],
+        ["idle-allocated"],
+    ]
+    table = html[html.index('<table class="mig">') : html.index("</table>")]
+    order = re.findall(r'data-gpu-instance="(\d+)"|data-verdict="([\w-]+)"', table)
+    assert order == [("1", ""), ("", "near-oom"), ("5", ""), ("", "idle-allocated")]
+    assert "Memory 98% full (39.0 GiB of 40.0 GiB)" in table
+    assert "1 process(es) hold this instance, but it is 0% active." in table

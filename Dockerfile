@@ -33,7 +33,7 @@ EXPOSE 9872
 # Liveness, not readiness: a node whose driver is not loaded yet is not restarted.
 # Set GPU_EXPORTER_HEALTHCHECK_URL when you change --web.listen-address (https:// with
 # TLS), and GPU_EXPORTER_HEALTHCHECK_AUTH_FILE to a secret holding user:password with
-# basic auth; see `python -m gpu_exporter.healthcheck` in the README.
+# basic auth; see the Docker probe in docs/operations.md.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-m", "gpu_exporter.healthcheck"]
 ENTRYPOINT ["gpu-exporter"]

@@ -294,7 +294,7 @@ OPTIONS: tuple[Option, ...] = (
         "simulate_scenario",
         _text,
         "scenario file of faults, processes and Xid events for --simulate (re-read when it "
-        "changes; see the README)",
+        "changes; see docs/simulated-host.md)",
         "FILE",
     ),
     Option(

@@ -1,6 +1,6 @@
-"""Generate the reference sections of the README and the guides from the code.
+"""Generate the reference sections of the docs from the code.
 
-`python -m gpu_exporter.docs --write README.md docs/migrating-from-dcgm-exporter.md`
+`python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md`
 rewrites the text between the `<!-- BEGIN generated:NAME -->` and
 `<!-- END generated:NAME -->` markers of each file; a test fails when a file and the
 code disagree.
@@ -86,7 +86,8 @@ SECTIONS = {
     "dcgm-to-gpu": dcgm_to_gpu,
     "gpu-to-dcgm": gpu_to_dcgm,
 }
-README_SECTIONS = ("metrics", "flags")
+# The flag and metric tables of docs/reference.md.
+REFERENCE_SECTIONS = ("metrics", "flags")
 
 
 def sections_in(text: str) -> tuple[str, ...]:
@@ -94,7 +95,7 @@ def sections_in(text: str) -> tuple[str, ...]:
     return tuple(name for name in SECTIONS if f"<!-- BEGIN generated:{name} -->" in text)
 
 
-def render(text: str, sections: Iterable[str] = README_SECTIONS) -> str:
+def render(text: str, sections: Iterable[str] = REFERENCE_SECTIONS) -> str:
     """`text` with each of `sections` replaced by its current content."""
     for name in sections:
         text = replace_section(text, f"generated:{name}", SECTIONS[name]())

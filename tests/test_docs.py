@@ -1,22 +1,29 @@
-"""README, --help and the code's catalogue stay in step."""
+"""README, the docs pages, --help and the code's catalogue stay in step."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
+import yaml
+
 from gpu_exporter import docs
 from gpu_exporter.config import OPTIONS, build_parser
 from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
 from gpu_exporter.metrics.dcgm import DCGM_BY_NAME, DCGM_LABELS
+from tests.test_rules import github_anchor
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-DCGM_GUIDE = README.parent / "docs" / "migrating-from-dcgm-exporter.md"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+REFERENCE = REPO / "docs" / "reference.md"
+DCGM_GUIDE = REPO / "docs" / "migrating-from-dcgm-exporter.md"
 
 
-def test_readme_reference_sections_match_the_code() -> None:
-    text = README.read_text()
-    assert docs.render(text) == text, "README is out of date: run `make docs`"
+def test_reference_sections_match_the_code() -> None:
+    text = REFERENCE.read_text()
+    assert docs.sections_in(text) == ("metrics", "flags")
+    assert docs.render(text) == text, "docs/reference.md is out of date: run `make docs`"
 
 
 def test_dcgm_guide_name_map_matches_the_code() -> None:
@@ -52,8 +59,8 @@ def test_every_name_the_dcgm_guide_writes_is_served() -> None:
     assert not DCGM_FIELDS_WE_LACK & set(DCGM_BY_NAME)
 
 
-def test_readme_lists_every_metric_and_flag() -> None:
-    text = README.read_text()
+def test_reference_lists_every_metric_and_flag() -> None:
+    text = REFERENCE.read_text()
     for metric in METRICS:
         assert f"`{metric.name}`" in text
     for option in OPTIONS:
@@ -83,18 +90,16 @@ def test_help_shows_that_the_negative_boolean_form_takes_no_value() -> None:
 
 
 def test_docs_render_rejects_a_readme_without_markers() -> None:
-    import pytest
-
     with pytest.raises(ValueError, match="generated:metrics"):
         docs.render("no markers here")
 
 
-def test_readme_says_of_every_counter_whether_it_can_go_backwards() -> None:
+def test_reference_says_of_every_counter_whether_it_can_go_backwards() -> None:
     """The README once promised that no counter goes backwards while the exporter runs, but
     a GPU reset zeroes the driver's energy and error counters, which are passed through.
     Every counter is now in one of two lists: integrated by the exporter (never goes
     backwards), or the driver's or kernel's (restarts from 0 on a reset)."""
-    text = README.read_text()
+    text = REFERENCE.read_text()
     start = text.index("Counters are of two kinds:")
     section = text[start : text.index("<!-- BEGIN generated:metrics -->", start)]
     own, passed = section.split("**The driver's or the kernel's, passed through as read**")
@@ -106,4 +111,92 @@ def test_readme_says_of_every_counter_whether_it_can_go_backwards() -> None:
         named = f"`{spec.name}`" in section or (
             spec.name.startswith("gpu_mig_") and "the `gpu_mig_` ones" in own
         )
-        assert named, f"{spec.name}: say in the README whether it can go backwards"
+        assert named, f"{spec.name}: say in docs/reference.md whether it can go backwards"
+
+
+# The README leads a new user: quick start, install, scrape, dashboards, alerts,
+# Kubernetes, then links. Reference detail lives in docs/, so the README stays short
+# enough to read (issue 22, item 11).
+README_MAX_LINES = 260
+FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.M | re.S)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> str:
+    """`text` without fenced code blocks and inline code, where a link is not a link."""
+    return re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of the headings of `page` (a repeated one gets -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    for line in FENCE.sub("", page.read_text()).splitlines():
+        if not re.match(r"#{1,6} ", line):
+            continue
+        slug = github_anchor(line.lstrip("#"))
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(f"{slug}-{count}" if count else slug)
+    return anchors
+
+
+def _pages() -> list[Path]:
+    return [README, *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_readme_stays_short() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines < README_MAX_LINES, f"README.md has {lines} lines: move detail to docs/"
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: p.name)
+def test_every_relative_link_points_to_a_file_and_heading_that_exist(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(_prose(page.read_text())):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(f"{target}: {linked.name} has no heading #{anchor}")
+    assert not broken, f"{page.name}: {broken}"
+
+
+def test_the_readme_links_every_docs_page() -> None:
+    linked = {
+        (REPO / target.partition("#")[0]).resolve()
+        for target in LINK.findall(_prose(README.read_text()))
+    }
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert page.resolve() in linked, f"README.md does not link {page.relative_to(REPO)}"
+
+
+def test_make_docs_regenerates_every_file_with_generated_sections() -> None:
+    """The markers moved once (README to docs/reference.md); `make docs` must follow them."""
+    holders = {
+        str(path.relative_to(REPO))
+        for folder in (REPO, REPO / "docs", REPO / "benchmarks")
+        for path in folder.glob("*.md")
+        if docs.sections_in(path.read_text())
+    }
+    assert "docs/reference.md" in holders
+    target = re.search(r"^docs:.*\n\t(.*)$", (REPO / "Makefile").read_text(), re.M)
+    assert target, "the Makefile has no docs target"
+    assert set(target.group(1).split("--write", 1)[1].split()) == holders
+
+
+def test_the_readme_scrape_snippet_feeds_the_alert_rules() -> None:
+    """The snippet a new user copies must name the job the shipped alerts select, or
+    GPUExporterDown never fires for their exporters."""
+    text = README.read_text()
+    section = text[text.index("## Scrape it with Prometheus") :]
+    snippet = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert len(snippet.splitlines()) <= 6, snippet
+    (job,) = yaml.safe_load(snippet)["scrape_configs"]
+    rules = (REPO / "deploy" / "prometheus" / "rules" / "gpu-alerts.yml").read_text()
+    assert f'up{{job="{job["job_name"]}"}}' in rules
+    for target in job["static_configs"][0]["targets"]:
+        assert target.endswith(":9872"), target

@@ -23,7 +23,7 @@ from gpu_exporter.self_check.nvidia_smi import MISSING, parse_csv, parse_xml, va
 from tests.support.exporter import REPO
 from tests.support.fake_nvidia_smi import install
 
-README = REPO / "README.md"
+GUIDE = REPO / "docs" / "self-check.md"
 
 
 @dataclass
@@ -301,7 +301,7 @@ def test_nvidia_smi_texts_without_a_value_are_none_and_units_are_dropped() -> No
     assert order == {"GPU-b": 0}
 
 
-# The tolerances as README and --help write them, per field (exact ones have none).
+# The tolerances as docs/self-check.md and --help write them, per field (exact ones have none).
 DOCUMENTED = {
     "temperature.gpu": "3 C",
     "temperature.gpu.tlimit": "3 C",
@@ -313,7 +313,7 @@ DOCUMENTED = {
 }
 
 
-def test_help_and_readme_document_the_tolerances_the_check_uses() -> None:
+def test_help_and_guide_document_the_tolerances_the_check_uses() -> None:
     tolerant = {q.field: q for q in QUANTITIES if q.tolerance or q.relative}
     assert set(tolerant) >= set(DOCUMENTED)
     for field, text in DOCUMENTED.items():
@@ -321,13 +321,13 @@ def test_help_and_readme_document_the_tolerances_the_check_uses() -> None:
         numbers = [float(n) for n in re.findall(r"\d+", text)]
         assert numbers == [x for x in (q.tolerance, q.relative * 100) if x], field
     help_text = " ".join(build_parser().format_help().split())
-    readme = README.read_text()
+    guide = GUIDE.read_text()
     for text in DOCUMENTED.values():
         assert text in help_text
-        assert text in readme
+        assert text in guide
     for q in QUANTITIES:
-        assert f"`{q.field}`" in readme, q.field
-    assert "gpu-exporter --self-check" in readme
+        assert f"`{q.field}`" in guide, q.field
+    assert "gpu-exporter --self-check" in guide
 
 
 def test_the_daemon_does_not_load_the_self_check(tmp_path: Path) -> None:

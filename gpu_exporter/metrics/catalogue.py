@@ -2,7 +2,7 @@
 
 Each entry names its metric, type, labels, collector and help text, and holds the
 extractor that reads its value from the model (`metrics.specs`). The renderer is one
-loop over this table (`metrics.render`); the README's metrics reference is generated
+loop over this table (`metrics.render`); the metrics reference (docs/reference.md) is generated
 from it (`python -m gpu_exporter.docs`); the dashboard and alert-rule tests
 check that every metric they reference is listed here. No `gpu_` metric name is written
 anywhere else in the package (a test checks that).

@@ -9,7 +9,7 @@ read during the check (its samples bracket nvidia-smi's call), widened by the
 tolerance, and by less than one unit of the last digit nvidia-smi prints (1 MiB, 1 MHz,
 0.01 W; so "exact" means equal at nvidia-smi's precision). Text (names, versions,
 modes) must be equal. A value that only one side has is a finding; N/A on both sides
-agrees. The README and `--help` show the tolerances (a test holds them to this table).
+agrees. docs/self-check.md and `--help` show the tolerances (a test holds them to this table).
 """
 
 from __future__ import annotations

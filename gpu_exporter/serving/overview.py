@@ -3,7 +3,7 @@ the live page at `/` renders it.
 
 Built from the latest Snapshot and the `History`, never from NVML. Units are the model's
 (bytes, watts, degrees Celsius, ratios 0..1, Unix seconds); a value that is not known is
-`None` (JSON `null`), never 0. The shape is documented in the README ("The live page").
+`None` (JSON `null`), never 0. The shape is documented in docs/live-page.md.
 
 Every string the host or the driver provides (process, user, job, GPU name, UUID, MIG
 profile, reasons, verdict summaries that quote a process name) goes through `visible`:

@@ -4,7 +4,6 @@ its section (an element whose id is the link's anchor), with the Markdown escape
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -13,31 +12,9 @@ import yaml
 from gpu_exporter.config import ConfigError, load_settings
 from gpu_exporter.serving.runbooks import render
 from tests.support.exporter import REPO, start_exporter
+from tests.support.html_ids import parse
 
 RULES = REPO / "deploy" / "prometheus" / "rules" / "gpu-alerts.yml"
-
-
-class Ids(HTMLParser):
-    """The ids and the text of a page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: set[str] = set()
-        self.tags: list[str] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self.ids |= {value for name, value in attrs if name == "id" and value}
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def parse(page: str) -> Ids:
-    parser = Ids()
-    parser.feed(page)
-    return parser
 
 
 def runbook_anchors() -> dict[str, str]:

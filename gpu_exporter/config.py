@@ -38,6 +38,7 @@ class Settings:
     telemetry_path: str = "/metrics"
     web_config_file: str | None = None
     max_requests: int = 40
+    max_connections: int = 256
     interval_seconds: float = 5.0
     timeout_seconds: float = 10.0
     collectors: frozenset[str] = frozenset(c.name for c in COLLECTORS if c.default_enabled)
@@ -229,6 +230,13 @@ OPTIONS: tuple[Option, ...] = (
         "max_requests",
         integer(1, 10_000),
         "concurrent requests served, 1 to 10000, probes not counted; more get 503 (default 40)",
+        "N",
+    ),
+    Option(
+        "web.max-connections",
+        "max_connections",
+        integer(1, 10_000),
+        "open connections, 1 to 10000; beyond, the longest idle one is closed (default 256)",
         "N",
     ),
     Option(

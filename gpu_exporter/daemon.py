@@ -270,7 +270,14 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
     host, port = parse_listen_address(settings.listen_address)
     try:
         web_config = load_web_config(settings.web_config_file)
-        server = bind(host, port, exporter.routes, settings.max_requests, web_config)
+        server = bind(
+            host,
+            port,
+            exporter.routes,
+            settings.max_requests,
+            web_config,
+            max_connections=settings.max_connections,
+        )
     except (ListenError, WebConfigError) as error:
         print(f"gpu-exporter: error: {error}", file=sys.stderr)
         return EXIT_USAGE

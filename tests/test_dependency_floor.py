@@ -38,7 +38,7 @@ def declared_floors() -> dict[str, str]:
 
 
 def test_every_runtime_dependency_declares_a_floor() -> None:
-    assert set(declared_floors()) == {"nvidia-ml-py", "pyyaml", "bcrypt"}
+    assert set(declared_floors()) == {"nvidia-ml-py", "pyyaml", "bcrypt", "h11"}
 
 
 @pytest.mark.e2e
@@ -75,3 +75,25 @@ def test_the_exporter_runs_on_the_declared_floor_of_every_dependency(tmp_path: P
         [str(python), "-m", "pip", "show", "nvidia-ml-py"], capture_output=True, text=True
     )
     assert f"Version: {floors['nvidia-ml-py']}" in shown.stdout
+
+    # --once serves no request: the request parser on h11's floor, a head it reads and
+    # the 5000-digit Content-Length that its floor refuses
+    parsed = subprocess.run(
+        [str(python), "-c", _PARSE_ON_THE_FLOOR],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert parsed.returncode == 0, parsed.stderr[-3000:]
+    assert parsed.stdout.split() == ["/metrics", "400"]
+
+
+_PARSE_ON_THE_FLOOR = """
+from gpu_exporter.serving.request_head import BadRequest, parse_head
+print(parse_head(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n").target)
+try:
+    parse_head(b"GET / HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: " + b"9" * 5000 + b"\\r\\n\\r\\n")
+except BadRequest as error:
+    print(int(error.status))
+"""

@@ -115,7 +115,7 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     process = [
         dict(labels)
         for (_, labels) in samples
-        if "pid" in dict(labels) and not dict(labels)["gpu_instance"]
+        if "pid" in dict(labels) and not dict(labels).get("gpu_instance")
     ]
     pids = {(labels["gpu"], labels["pid"]) for labels in process}
     plain = [labels for labels in device if labels["gpu"] == "0"]  # an H100 without MIG

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpu_exporter.metrics import specs as specs_module
 from gpu_exporter.metrics import text as text_module
-from gpu_exporter.metrics.exposition import Exposition, wants_gzip, wants_openmetrics
+from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.render import families, text
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.metrics.text import Family, write_openmetrics, write_text
@@ -48,16 +48,6 @@ def test_text_writer_is_byte_identical_to_prometheus_client() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Fixed(snapshot_families + odd))  # type: ignore[arg-type]
     assert write_text(snapshot_families + odd).encode() == generate_latest(registry)
-
-
-def test_content_negotiation_helpers() -> None:
-    assert wants_openmetrics("application/openmetrics-text; version=1.0.0")
-    assert not wants_openmetrics("text/plain")
-    assert not wants_openmetrics(None)
-    assert wants_gzip("gzip, deflate")
-    assert wants_gzip("deflate;q=1, gzip;q=0.5")
-    assert not wants_gzip("gzip;q=0")
-    assert not wants_gzip("identity")
 
 
 def test_snapshot_text_is_byte_identical_to_prometheus_client_with_awkward_labels() -> None:

@@ -100,5 +100,7 @@ def test_gpu_lost_mid_run_keeps_only_identity_and_up() -> None:
 
 
 def test_gpu_lost_before_identification_is_reported_down_without_uuid() -> None:
+    """No UUID could be read: the series has no `uuid` label, never an empty one."""
     text = render(fixed_snapshot(2, Faults(lost=frozenset({1}))))
-    assert 'gpu_up{gpu="1",uuid=""} 0.0' in text
+    assert 'gpu_up{gpu="1"} 0.0' in text
+    assert 'uuid=""' not in text

@@ -5,9 +5,10 @@ The lazy-import tests run the real program in a subprocess and read `sys.modules
 it exits: PyYAML only with a config or scenario file, bcrypt only with a web config
 that checks a login, prometheus_client never (the OpenMetrics body is ours too),
 pynvml never with --simulate, ssl, http.client and the email package only with a
-TLS web config (the HTTP server reads requests itself, `serving.request_head`),
-html and importlib.resources only once someone opens the live page (html and the
-shipped files' locator for /runbooks; the printing code only for --print-config), psutil never (the
+TLS web config (the HTTP server reads requests with h11, `serving.request_head`, and
+h11 is loaded by the first request),
+html and importlib.resources only once someone opens the live page (html and the shipped
+files' locator for /runbooks; the printing code only for --print-config), psutil never (the
 host and process collectors read /proc themselves), tempfile only to write `--output`,
 and the scenario parser and dcgm-exporter's name table only when they are asked for.
 """
@@ -40,7 +41,7 @@ report = sys.argv[1]
 def dump() -> None:
     names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email",
              "html", "importlib.resources", "psutil", "tempfile", "gpu_exporter.metrics.dcgm",
-             "gpu_exporter.print_config", "gpu_exporter.shipped"}
+             "h11", "gpu_exporter.print_config", "gpu_exporter.shipped"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
     with open(report + ".switch", "w") as out:
@@ -144,6 +145,7 @@ def test_the_shipped_files_are_read_only_by_print_config_and_the_runbooks(
     ]
     assert loaded_while_serving(tmp_path, "--simulate", "1", pages=("/runbooks",)) == [
         "gpu_exporter.shipped",
+        "h11",
         "html",
     ]
 
@@ -154,16 +156,18 @@ def test_the_dcgm_name_table_is_loaded_only_in_compat_mode(tmp_path: Path) -> No
     ]
 
 
-def test_serving_scrapes_without_tls_loads_no_ssl_http_client_email_or_page_modules(
+def test_serving_scrapes_without_tls_loads_h11_and_no_ssl_http_client_email_or_page_modules(
     tmp_path: Path,
 ) -> None:
-    assert loaded_while_serving(tmp_path, "--simulate", "1") == []
+    """h11 (about 0.1 MiB) parses the requests; http.client, ssl and email stay out."""
+    assert loaded_while_serving(tmp_path, "--simulate", "1") == ["h11"]
 
 
 def test_the_live_page_loads_html_and_its_assets_with_importlib_resources(tmp_path: Path) -> None:
-    assert loaded_while_serving(tmp_path, "--simulate", "1", pages=("/",)) == ["html"]
+    assert loaded_while_serving(tmp_path, "--simulate", "1", pages=("/",)) == ["h11", "html"]
     pages = ("/", "/static/page.js")
     assert loaded_while_serving(tmp_path, "--simulate", "1", pages=pages) == [
+        "h11",
         "html",
         "importlib.resources",
         "tempfile",  # importlib.resources brings it

@@ -1,5 +1,5 @@
-"""Floods of bad logins against the real program: the remembered scraper and the probes
-keep getting 200 while the flood goes on.
+"""Floods against the real program: bad logins, header floods and clients that never
+read; the remembered scraper and the probes keep getting 200 while the flood goes on.
 
 Each flood is a fixed set of client threads on loopback that repeat their request until
 the test has made its checks; nothing is measured in time.
@@ -8,7 +8,9 @@ the test has made its checks; nothing is measured in time.
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -17,7 +19,15 @@ import bcrypt
 import pytest
 
 from tests.support.exporter import Exporter
-from tests.support.web import PASSWORD, basic, call, eventually, wait_serving, write
+from tests.support.web import (
+    PASSWORD,
+    basic,
+    call,
+    eventually,
+    slow_readers,
+    wait_serving,
+    write,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -135,3 +145,76 @@ def test_an_unknown_user_flood_costs_a_cost_10_check_whatever_the_file_holds(
         remembered_scraper_and_probes_get_200(exporter)
         assert flood.running()
     assert set(flood.statuses) <= {401, 503}
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_header_flood_is_bounded_and_scrapes_are_served_meanwhile(
+    started: Callable[..., Exporter],
+) -> None:
+    """Issue 21: 40 clients that each send a request line and 100 header fields of 64 KiB
+    and stall before the empty line. Every byte used to be kept for 10 seconds, before
+    basic auth: 24 such clients got the exporter OOM-killed in a 128 MiB cgroup. A head
+    now holds at most 16 KiB; the exporter stays under 120 MiB and answers a scrape
+    within 2 seconds."""
+    exporter = started()
+    wait_serving(exporter, lambda: call(exporter.port))
+    field = b"X-Pad: " + b"a" * (64 * 1024 - 9) + b"\r\n"
+    flooders: list[socket.socket] = []
+
+    def flood() -> None:
+        sock = socket.create_connection(("127.0.0.1", exporter.port), timeout=30)
+        flooders.append(sock)
+        try:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            for _ in range(100):
+                sock.sendall(field)
+        except OSError:
+            pass  # answered 431 and closed: the rest is never read
+
+    threads = [threading.Thread(target=flood) for _ in range(40)]
+    try:
+        for thread in threads:
+            thread.start()
+        peak = 0.0
+        for _ in range(40):  # while the flood is sent and for a while after
+            peak = max(peak, rss_mib(exporter.process.pid))
+            time.sleep(0.1)
+        for thread in threads:
+            thread.join(60)
+        for _ in range(10):
+            peak = max(peak, rss_mib(exporter.process.pid))
+            time.sleep(0.1)
+        assert peak < 120, f"{peak:.1f} MiB resident under the flood"
+        assert call(exporter.port, timeout=2).status == 200
+    finally:
+        for sock in flooders:
+            sock.close()
+    assert rss_mib(exporter.process.pid) < 120
+    assert exporter.process.poll() is None
+
+
+def test_clients_that_pipeline_scrapes_and_never_read_do_not_starve_scrapes(
+    started: Callable[..., Exporter],
+) -> None:
+    """Issue 21: 45 clients with a tiny receive buffer pipeline 150 scrapes each and never
+    read. Each held one of the 40 request slots while its write waited, and real scrapes
+    got 503 for as long as the attack went on."""
+    exporter = started("--simulate", "8")
+    wait_serving(exporter, lambda: call(exporter.port))
+    held = slow_readers(exporter.port, 45, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 150)
+    try:
+        time.sleep(0.5)  # until the responses fill what the sockets can hold
+        statuses = []
+        for _ in range(20):
+            statuses.append(call(exporter.port, timeout=10).status)
+            time.sleep(0.1)
+        assert statuses == [200] * 20
+    finally:
+        for sock in held:
+            sock.close()

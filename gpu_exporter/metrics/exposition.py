@@ -39,19 +39,6 @@ class BodyFormat(NamedTuple):
 TEXT = BodyFormat()
 
 
-def wants_openmetrics(accept: str | None) -> bool:
-    """Prometheus asks for OpenMetrics first in its Accept header when it wants it."""
-    return bool(accept) and "application/openmetrics-text" in (accept or "")
-
-
-def wants_gzip(accept_encoding: str | None) -> bool:
-    for part in (accept_encoding or "").split(","):
-        token, _, params = part.strip().partition(";")
-        if token.strip().lower() == "gzip" and params.replace(" ", "") != "q=0":
-            return True
-    return False
-
-
 # One render at a time, whichever exposition and thread (the sampler rendering ahead, a
 # scrape rendering what was not): the writer's caches (`metrics.text`) are shared.
 _RENDERING = threading.Lock()

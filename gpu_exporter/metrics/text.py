@@ -199,8 +199,14 @@ class _FamilyTexts:
 
 
 def _write_labels(names: LabelValues, values: LabelValues) -> str:
-    """`{a="x",b="y"} `: labels sorted by name, values capped and escaped where they need it."""
-    pairs = sorted(zip(names, values, strict=True))
+    """`{a="x",b="y"} `: labels sorted by name, values capped and escaped where they need it.
+
+    A label whose value is empty is left out: to Prometheus an empty value is no label at
+    all, and a series should not claim a label (a lost GPU's `uuid`, a host process's
+    `container_id`) that it does not have."""
+    pairs = sorted((k, v) for k, v in zip(names, values, strict=True) if v)
+    if not pairs:
+        return " "
     return (
         "{"
         + ",".join(f'{k}="{escape_label_value(capped_label_value(k, v))}"' for k, v in pairs)

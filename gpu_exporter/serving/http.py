@@ -2,32 +2,35 @@
 
 Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request gets;
 `bind` binds the socket for a threaded server (one thread per connection, on
-`socketserver`; request heads are read by `serving.request_head`, so a server without
-TLS never loads ssl):
+`socketserver`; request heads are read by `serving.request_head` with h11, so a server
+without TLS never loads ssl). Everything below holds before basic auth:
 
 - TLS and basic auth from the web config file (`serving.web_config`), re-read when it
   or its certificates change; the TLS handshake runs in the connection's thread under the
   read deadline, so a client that never finishes it cannot stall the accept loop;
-- a deadline of READ_TIMEOUT_SECONDS for each request's line and headers (counted from the
-  end of the previous response, so it is also the keep-alive idle timeout), so clients that
-  trickle bytes or sit idle are dropped; writes time out the same way;
+- at most `--web.max-connections` connections open (`Connections`): beyond, the one that
+  has waited longest for a request is closed, or the new one gets 503 when all are busy;
+- a request head of at most `request_head.MAX_HEAD_BYTES`, which must arrive within
+  READ_TIMEOUT_SECONDS (counted from the end of the previous response, so it is also the
+  keep-alive idle timeout): clients that trickle bytes or sit idle are dropped;
+- each response must be taken within WRITE_TIMEOUT_SECONDS, or the client is dropped;
 - the rate limit of the web config (429 beyond), then the credentials, checked before a
   request counts against the cap: a remembered login is a lookup, a bcrypt check waits
   in its own small queue (`serving.basic_auth`; 503 when that is full), so guesses hold
   no request slot;
-- at most `--web.max-requests` requests in flight (503 beyond), counted from the moment a
-  request is let in until its response is written, so idle connections do not take a
-  slot. The probes (/livez, /healthz) are answered outside that cap and the rate limit:
-  they cost no I/O, and an orchestrator must hear them while scrapes pile up;
-- only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests, request
-  lines without a version (HTTP/0.9) and framing that could smuggle a body in as a
-  request (`serving.request_framing`), absolute-form targets accepted, and the
-  configured headers on every response, errors included.
+- at most `--web.max-requests` responses built at once (503 beyond): a request holds a
+  slot while its route builds the response, not while the client reads it, so clients
+  that never read hold none. The probes (/livez, /healthz) are answered outside that cap
+  and the rate limit: they cost no I/O, and an orchestrator must hear them while scrapes
+  pile up;
+- only GET and HEAD (405 with `Allow` otherwise), 400 for malformed requests and framing
+  that could smuggle a body in as a request (`serving.request_head`), absolute-form
+  targets accepted (`serving.request_framing`), and the configured headers on every
+  response, errors included.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
@@ -42,16 +45,15 @@ from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
-from gpu_exporter.serving.request_framing import framing_error, has_body, origin_form
+from gpu_exporter.serving.request_framing import has_body, origin_form
 from gpu_exporter.serving.request_head import (
+    MAX_HEAD_BYTES,
     BadRequest,
     Headers,
+    HeadReader,
     NoRequest,
-    RequestLine,
     http_date,
     keeps_alive,
-    read_headers,
-    read_request_line,
     response_head,
 )
 from gpu_exporter.serving.routes import Response, Routes, plain
@@ -60,7 +62,9 @@ from gpu_exporter.serving.web_config import WebConfig, WebConfigError, load_web_
 
 log = logging.getLogger(__name__)
 
-READ_TIMEOUT_SECONDS = 10.0
+READ_TIMEOUT_SECONDS = 10.0  # to send a request's head, from the end of the last response
+WRITE_TIMEOUT_SECONDS = 10.0  # to take a response
+MAX_CONNECTIONS = 256  # open at once (--web.max-connections)
 WEB_CONFIG_CHECK_SECONDS = 1.0  # how often the web config files' mtimes are looked at
 ALLOWED_METHODS = ("GET", "HEAD")
 ONE_WRITE_BYTES = 16 * 1024  # a body up to this size is joined to the head and sent at once
@@ -165,38 +169,85 @@ _PLAIN_TO_TLS = (
     b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
     b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 )
+_TOO_MANY_CONNECTIONS_BODY = b"too many open connections\n"
+_TOO_MANY_CONNECTIONS = (
+    response_head(
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        [
+            *plain().items(),
+            ("Connection", "close"),
+            ("Content-Length", str(len(_TOO_MANY_CONNECTIONS_BODY))),
+        ],
+    )
+    + _TOO_MANY_CONNECTIONS_BODY
+)
 
 
-class _DeadlineReader(io.RawIOBase):
-    """Socket reads that share one deadline, so trickling a byte at a time does not help."""
+class Connections:
+    """The open connections, at most `limit` of them.
 
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
-        self._sock = sock
-        self.deadline = math.inf
+    A connection is waiting while the server waits for a request's head on it (from its
+    accept, or from the end of its last response), and busy from a complete head until
+    its response is written. When a connection arrives at the limit, the one that has
+    waited longest is shut down to make room: an idle keep-alive client reconnects when
+    it needs to, and clients that connect and send nothing cannot lock the others out.
+    When every connection is busy, the new one is refused.
+    """
 
-    def readable(self) -> bool:
-        return True
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, float | None] = {}  # waiting since, or None: busy
 
-    def readinto(self, buffer: Any) -> int:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("request not received in time")
-        self._sock.settimeout(remaining)
-        return self._sock.recv_into(buffer)
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def admit(self, sock: socket.socket) -> bool:
+        """Count `sock` in, shutting the longest-waiting connection down at the limit;
+        False when every open connection is busy."""
+        with self._lock:
+            if len(self._open) >= self.limit:
+                waiting = [(since, s) for s, since in self._open.items() if since is not None]
+                if not waiting:
+                    return False
+                _, oldest = min(waiting, key=lambda pair: pair[0])
+                del self._open[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's read returns at once
+                except OSError:
+                    pass
+                log.debug("http: connection limit reached; the longest idle one was closed")
+            self._open[sock] = self._clock()
+            return True
+
+    def waiting(self, sock: socket.socket) -> None:
+        with self._lock:
+            if sock in self._open:
+                self._open[sock] = self._clock()
+
+    def busy(self, sock: socket.socket) -> None:
+        with self._lock:
+            if sock in self._open:
+                self._open[sock] = None
+
+    def leave(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._open.pop(sock, None)
 
 
-class _Handler(socketserver.StreamRequestHandler):
+class _Handler(socketserver.BaseRequestHandler):
     """One connection: its requests, one after the other, until either side closes."""
 
     server: HttpServer
-    timeout = READ_TIMEOUT_SECONDS  # handshake, request and write deadline
+    timeout = READ_TIMEOUT_SECONDS  # handshake and request deadline
     server_version = f"gpu-exporter/{__version__}"
     _config: WebConfig
-    _reader: _DeadlineReader
+    connection: socket.socket
 
     def setup(self) -> None:
         self._config = self.server.web.current()
+        self._raw: socket.socket = self.request
         self._tls = False
         context = self._config.ssl_context
         if context is not None:
@@ -217,158 +268,152 @@ class _Handler(socketserver.StreamRequestHandler):
                 tls.close()
                 raise
         self.connection = self.request
-        self.connection.settimeout(self.timeout)
         # a large body goes out in a write of its own after the head: without this,
         # Nagle's algorithm and the client's delayed ACK add ~40 ms to a keep-alive scrape
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._reader = _DeadlineReader(self.connection)
-        self.rfile = io.BufferedReader(self._reader)
+        self._deadline = math.inf
+        self._heads = HeadReader(self._recv)
+
+    def _recv(self, size: int) -> bytes:
+        """Socket reads that share one deadline, so trickling a byte at a time does not help."""
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request not received in time")
+        self.connection.settimeout(remaining)
+        return self.connection.recv(size)
 
     def handle(self) -> None:
-        self._handle_one()
-        while not self.close_connection:
-            self._handle_one()
+        while self._handle_one():
+            pass
 
     def finish(self) -> None:
-        try:
-            self.rfile.close()
-        finally:
-            if self._tls:
-                self.request.close()
+        if self._tls:
+            self.request.close()
 
-    def _handle_one(self) -> None:
-        """Read one request and answer it; a malformed one is answered and ends the
-        connection, as does a client that takes longer than the deadline to send it."""
-        self._reader.deadline = time.monotonic() + self.timeout
+    def _handle_one(self) -> bool:
+        """Read one request and answer it; True when the connection stays open. A
+        malformed one is answered and ends the connection, as does a client that takes
+        longer than the deadline to send it."""
+        self.server.connections.waiting(self._raw)
+        self._deadline = time.monotonic() + self.timeout
         self.close_connection = True
-        self.command = self.requestline = ""
-        self.headers = Headers()
+        self._http10 = False
+        self.requestline = ""
         try:
-            request = read_request_line(self.rfile)
-            self.command = request.method
-            self.requestline = f"{request.method} {request.target[:200]} {request.name}"
-            self.headers = read_headers(self.rfile)
-            path = self._admit(request)
+            request = self._heads.next_request()
         except NoRequest:
-            return
+            return False
         except BadRequest as error:
             self.send_error(error.status, str(error))
-            return
+            return False
         except TimeoutError as error:
             log.debug("http: request timed out", extra={"error": repr(error)})
-            return
-        if path is not None:
-            self.path = path
-            self._serve(head=request.method == "HEAD")
-
-    def _admit(self, request: RequestLine) -> str | None:
-        """The path to serve, or None when the request was answered here (405)."""
-        problem = framing_error(self.headers, request.name)
-        if problem is not None:  # the body's end is unknown: it could pass as a request
-            raise BadRequest(HTTPStatus.BAD_REQUEST, problem)
+            return False
+        self.server.connections.busy(self._raw)
+        self.requestline = f"{request.method} {request.target[:200]} {request.name}"
         # a body we do not read must not pass as a request: close after the response
-        self.close_connection = has_body(self.headers) or not keeps_alive(request, self.headers)
+        self.close_connection = has_body(request.headers) or not keeps_alive(request)
+        self._http10 = request.version == (1, 0)
+        head = request.method == "HEAD"
         if request.method not in ALLOWED_METHODS:
             self.close_connection = True
-            self._send(
-                Response(
-                    HTTPStatus.METHOD_NOT_ALLOWED,
-                    b"405 method not allowed\n",
-                    {**plain(), "Allow": ", ".join(ALLOWED_METHODS)},
-                ),
-                head=False,
+            response = Response(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                b"405 method not allowed\n",
+                {**plain(), "Allow": ", ".join(ALLOWED_METHODS)},
             )
-            return None
-        path = origin_form(request.target)
-        if path is None:
-            raise BadRequest(HTTPStatus.BAD_REQUEST, "Request target is not a path or URL")
-        return path
+            head = False
+        else:
+            path = origin_form(request.target)
+            if path is None:
+                self.send_error(HTTPStatus.BAD_REQUEST, "Request target is not a path", head)
+                return False
+            response = self._respond(path, request.headers)
+        self._send(response, head)
+        return not self.close_connection
 
-    def _serve(self, *, head: bool) -> None:
+    def _respond(self, path: str, headers: Headers) -> Response:
+        """The response to a GET of `path`. A request slot is held only while the route
+        builds its response, not while a client takes its time to read it."""
         # a long keep-alive connection follows changes to the file too
         config = self._config = self.server.web.current()
         routes = self.server.routes
-        probe = routes.is_probe(self.path)
+        probe = routes.is_probe(path)
         if not probe and config.limiter is not None and not config.limiter.allow():
-            self._send(
-                Response(HTTPStatus.TOO_MANY_REQUESTS, b"429 too many requests\n", plain()), head
-            )
-            return
+            return Response(HTTPStatus.TOO_MANY_REQUESTS, b"429 too many requests\n", plain())
         if config.auth is not None:
-            login = config.auth.login(self.headers.get("Authorization"))
+            login = config.auth.login(headers.get("Authorization"))
             if login is Login.BUSY:
-                self._send(
-                    Response(
-                        HTTPStatus.SERVICE_UNAVAILABLE,
-                        b"too many password checks at once\n",
-                        plain(),
-                    ),
-                    head,
+                return Response(
+                    HTTPStatus.SERVICE_UNAVAILABLE, b"too many password checks at once\n", plain()
                 )
-                return
             if login is Login.DENIED:
-                self._send(
-                    Response(
-                        HTTPStatus.UNAUTHORIZED,
-                        b"401 unauthorized\n",
-                        {**plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
-                    ),
-                    head,
+                return Response(
+                    HTTPStatus.UNAUTHORIZED,
+                    b"401 unauthorized\n",
+                    {**plain(), "WWW-Authenticate": 'Basic realm="gpu-exporter"'},
                 )
-                return
         if probe:
-            self._send(self._answer(routes), head)
-            return
+            return self._answer(routes, path, headers)
         if not self.server.slots.acquire(blocking=False):
-            self._send(
-                Response(
-                    HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", plain()
-                ),
-                head,
+            return Response(
+                HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", plain()
             )
-            return
         try:
-            self._send(self._answer(routes), head)
+            return self._answer(routes, path, headers)
         finally:
             self.server.slots.release()
 
-    def _answer(self, routes: Routes) -> Response:
+    def _answer(self, routes: Routes, path: str, headers: Headers) -> Response:
         """The route's response; a bug in a route is a logged 500, never an empty reply."""
         try:
-            return routes.get(self.path, self.headers, client=str(self.client_address[0]))
+            return routes.get(path, headers, client=str(self.client_address[0]))
         except Exception:
-            log.exception("error answering a request", extra={"path": self.path[:200]})
+            log.exception("error answering a request", extra={"path": path[:200]})
             self.close_connection = True
             return Response(
                 HTTPStatus.INTERNAL_SERVER_ERROR, b"500 internal server error\n", plain()
             )
 
-    def send_error(self, code: int, message: str) -> None:
+    def send_error(self, code: int, message: str, head: bool = False) -> None:
         """Malformed requests (400, 414, 431, 505): plain text, configured headers, close."""
         log.debug("http: bad request", extra={"status": int(code), "error": message})
         self.close_connection = True
         body = f"{int(code)} {message}\n".encode("latin-1", "replace")
-        self._send(Response(code, body, plain()), head=self.command == "HEAD")
+        self._send(Response(code, body, plain()), head)
 
     def _send(self, response: Response, head: bool) -> None:
         """The response, in one write when small; `Connection: close` when the connection
-        ends after it."""
-        self.connection.settimeout(self.timeout)  # a client that does not read is dropped
+        ends after it, `Connection: keep-alive` when an HTTP/1.0 client's stays open."""
         fields = [("Server", self.server_version), ("Date", http_date(time.time()))]
         fields.extend(response.headers.items())
         if self.close_connection:
             fields.append(("Connection", "close"))
+        elif self._http10:  # it asked for keep-alive (RFC 9112 9.3, C.2.2): say so
+            fields.append(("Connection", "keep-alive"))
         fields.extend(self._config.headers.items())
         fields.append(("Content-Length", str(len(response.body))))
         head_bytes = response_head(response.status, fields)
+        deadline = time.monotonic() + WRITE_TIMEOUT_SECONDS
         if head or not response.body:
-            self.connection.sendall(head_bytes)
+            self._write(head_bytes, deadline)
         elif len(response.body) <= ONE_WRITE_BYTES:
-            self.connection.sendall(head_bytes + response.body)
+            self._write(head_bytes + response.body, deadline)
         else:  # an exposition: no copy of it just to join the head
-            self.connection.sendall(head_bytes)
-            self.connection.sendall(response.body)
+            self._write(head_bytes, deadline)
+            self._write(response.body, deadline)
         log.debug('http: "%s" %d', self.requestline, int(response.status))
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        """All of `data` by `deadline`: a client that does not read is dropped then (over
+        TLS, `sendall` would wait that long for each record)."""
+        view = memoryview(data)
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("response not taken in time")
+            self.connection.settimeout(remaining)
+            view = view[self.connection.send(view) :]
 
 
 class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
@@ -383,12 +428,35 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         max_requests: int,
         family: int,
         web_config: WebConfig,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.address_family = family
         self.routes = routes
         self.slots = threading.BoundedSemaphore(max_requests)
+        self.connections = Connections(max_connections)
         self.web = LiveWebConfig(web_config)
         super().__init__(address, _Handler, bind_and_activate=False)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, when `connections` lets it in."""
+        if self.connections.admit(request):
+            super().process_request(request, client_address)
+            return
+        log.debug("http: connection refused: every open connection is busy")
+        try:  # without blocking the accept loop
+            request.setblocking(False)
+            if self.web.current().ssl_context is None:
+                request.send(_TOO_MANY_CONNECTIONS)
+            # what the client has sent already: closing with it unread would send a reset,
+            # which can throw the answer away before the client reads it
+            request.recv(MAX_HEAD_BYTES)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.connections.leave(request)
+        super().shutdown_request(request)
 
     def serve(self) -> None:
         """Serve until `stop()`. The accept loop blocks without polling (no idle wake-ups);
@@ -440,6 +508,7 @@ def bind(
     routes: Routes,
     max_requests: int,
     web_config: WebConfig | None = None,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> HttpServer:
     """Bind the server socket; raises ListenError with one clear line.
 
@@ -458,7 +527,9 @@ def bind(
     elif ":" in host:
         family = socket.AF_INET6
     try:
-        server = HttpServer((bind_host, port), routes, max_requests, family, web_config)
+        server = HttpServer(
+            (bind_host, port), routes, max_requests, family, web_config, max_connections
+        )
     except OSError as error:
         raise ListenError(
             f"cannot listen on {_show(host, port)}: {error.strerror or error}"

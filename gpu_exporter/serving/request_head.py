@@ -1,36 +1,47 @@
-"""A request's head read off the wire, and a response's head written to it (RFC 9112).
+"""A request's head read off the wire with h11, and a response's head written to it.
 
 The server answers GET and HEAD from memory and never reads a body, so all it needs of
-a request is the request line and the header fields. They are read here with the limits
-the standard library's `http.server` had (a line of at most MAX_LINE_BYTES, at most
-MAX_FIELDS header fields) and a stricter field syntax: a field name is a token followed
-at once by a colon, and obsolete line folding is refused (RFC 9112 sections 5.1 and 5.2
-let a server answer 400 to both; either could hide a field from one parser and not another).
+a request is its head: the request line and the header fields, up to the empty line.
+`HeadReader` collects each head of a connection, at most MAX_HEAD_BYTES of it (a total,
+request line and fields together: a client that sends more gets 414 or 431 at once,
+whatever it meant to send after), and hands it to h11, a strict HTTP/1.1 parser
+(RFC 9112), which refuses what a lenient one would let through: separators other than
+one space in the request line, control characters (a bare CR, NUL) in a field, a field
+name followed by whitespace, a Content-Length that is not one number of at most 20
+digits, a Transfer-Encoding other than chunked, and an HTTP/1.1 request without exactly
+one Host. Around it, this module:
 
-This stands in for `http.server`, which imports `http.client`, and with it `ssl`, libcrypto
-and the `email` package: about 7 MiB of resident memory in a server that serves no TLS.
+- ignores empty lines before a request line (RFC 9112 section 2.2);
+- answers at once a first line that is no HTTP/1.x request line (an HTTP/0.9 request
+  sends no headers: waiting for them would leave the client without an answer);
+- refuses obsolete line folding with 400 (h11 would join the lines; section 5.2 lets a
+  server refuse them, and a folded field could be read one way here and another way by a
+  proxy in front), more than MAX_FIELDS fields (431), versions from 2.0 on (505),
+  Transfer-Encoding in an HTTP/1.0 request (section 6.1: the framing is faulty) or next
+  to Content-Length (h11 would go by Transfer-Encoding; section 6.1 lets a server refuse
+  it), and reads later HTTP/1.x versions as HTTP/1.1, which needs a Host too.
+
+No `http.server`: it imports `http.client`, and with it `ssl`, libcrypto and the `email`
+package, about 7 MiB of resident memory in a server that serves no TLS.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Protocol
 
-MAX_LINE_BYTES = 65536  # of the request line and of each header line
+MAX_HEAD_BYTES = 16 * 1024  # request line and header fields of one request, together
 MAX_FIELDS = 100  # header fields in one request
+RECV_BYTES = 8 * 1024  # read at most this much at a time
 
-_VERSION = re.compile(r"HTTP/([0-9]{1,10})\.([0-9]{1,10})")
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEAD_END = re.compile(rb"\n\r?\n")  # the empty line, as h11 finds it
+_FOLDED = re.compile(rb"\n[ \t]")  # a line that starts with whitespace
+_REQUEST_LINE = re.compile(rb"[^ ]+ [^ ]+ HTTP/[0-9]\.[0-9]\r?")
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-class LineReader(Protocol):
-    def readline(self, size: int | None = -1, /) -> bytes: ...
 
 
 class BadRequest(Exception):
@@ -42,7 +53,7 @@ class BadRequest(Exception):
 
 
 class NoRequest(Exception):
-    """The connection ended, or sent an empty line, where a request line belongs."""
+    """The connection ended before a request's head was complete."""
 
 
 class Headers:
@@ -64,75 +75,142 @@ class Headers:
 
 
 @dataclass(frozen=True)
-class RequestLine:
+class Request:
     method: str
     target: str  # as sent; `request_framing.origin_form` reduces it to a path
     version: tuple[int, int]  # (1, 0) or (1, 1); later 1.x versions read as 1.1
+    headers: Headers
 
     @property
     def name(self) -> str:
         """The version as `HTTP/1.0` or `HTTP/1.1`."""
-        return f"HTTP/1.{min(self.version[1], 1)}"
+        return f"HTTP/1.{self.version[1]}"
 
 
-def read_line(rfile: LineReader, too_long: HTTPStatus, what: str) -> bytes:
-    """One line (its ending included); BadRequest(`too_long`) beyond MAX_LINE_BYTES."""
-    line = rfile.readline(MAX_LINE_BYTES + 1)
-    if len(line) > MAX_LINE_BYTES:
-        raise BadRequest(too_long, f"{what} longer than {MAX_LINE_BYTES} bytes")
-    return line
+class HeadReader:
+    """The request heads of one connection, one after the other.
+
+    `recv(n)` returns up to n bytes, b"" when the client has closed, and raises (a
+    timeout) when the caller's deadline has passed. Bytes after a head (a pipelined
+    request) are kept for the next one; at most MAX_HEAD_BYTES + RECV_BYTES are held.
+    """
+
+    def __init__(self, recv: Callable[[int], bytes]) -> None:
+        self._recv = recv
+        self._buffer = bytearray()
+
+    def next_request(self) -> Request:
+        """The next request. Raises NoRequest when the connection ends first and
+        BadRequest for a head that gets an error status (the connection then ends)."""
+        buffer = self._buffer
+        searched = 0  # the empty line is not in buffer[:searched]
+        while True:
+            _drop_empty_lines(buffer)
+            end = _HEAD_END.search(buffer, max(0, searched - 2))
+            if end is not None:
+                if end.end() > MAX_HEAD_BYTES:
+                    raise _too_long(buffer)
+                break
+            _check_incomplete(buffer)
+            searched = len(buffer)
+            chunk = self._recv(RECV_BYTES)
+            if not chunk:
+                raise NoRequest
+            buffer += chunk
+        head = bytes(buffer[: end.end()])
+        del buffer[: end.end()]
+        return parse_head(head)
 
 
-def read_request_line(rfile: LineReader) -> RequestLine:
-    """The request line. Raises NoRequest at the end of the connection, BadRequest for a
-    line too long (414), without a version (HTTP/0.9), malformed, or not HTTP/1.x (505)."""
-    raw = read_line(rfile, HTTPStatus.REQUEST_URI_TOO_LONG, "request line")
-    words = raw.decode("iso-8859-1").split()
-    if not words:
-        raise NoRequest
-    if len(words) == 2:  # HTTP/0.9 sends no headers: answer now rather than wait for them
-        raise BadRequest(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
-    if len(words) != 3:
-        raise BadRequest(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({' '.join(words)[:80]!r})")
-    method, target, version = words
-    match = _VERSION.fullmatch(version)
-    if match is None:
-        raise BadRequest(HTTPStatus.BAD_REQUEST, f"Bad request version ({version[:20]!r})")
-    number = (int(match[1]), int(match[2]))
-    if number >= (2, 0):
-        raise BadRequest(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"Invalid HTTP version ({version})")
-    if number < (1, 0):
-        raise BadRequest(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
-    if target.startswith("//"):  # as http.server did: "//metrics" is "/metrics"
-        target = "/" + target.lstrip("/")
-    return RequestLine(method, target, number)
-
-
-def read_headers(rfile: LineReader) -> Headers:
-    """The header fields up to the empty line. BadRequest: 431 for a line too long or more
-    than MAX_FIELDS fields, 400 for a line that is not `name: value` or is folded."""
-    fields: list[tuple[str, str]] = []
+def _drop_empty_lines(buffer: bytearray) -> None:
+    """RFC 9112 section 2.2: a server SHOULD ignore an empty line before a request line."""
+    start = 0
     while True:
-        raw = read_line(rfile, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "header line")
-        line = raw.decode("iso-8859-1").rstrip("\r\n")
-        if not line:  # the empty line, or the connection ended: the head is complete
-            return Headers(fields)
-        if len(fields) == MAX_FIELDS:
-            raise BadRequest(
-                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"more than {MAX_FIELDS} headers"
-            )
-        name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.fullmatch(name):  # also a folded line (leading space)
-            raise BadRequest(HTTPStatus.BAD_REQUEST, "Malformed request header")
-        fields.append((name, value.strip(" \t")))
+        if buffer.startswith(b"\n", start):
+            start += 1
+        elif buffer.startswith(b"\r\n", start):
+            start += 2
+        else:
+            break
+    if start:
+        del buffer[:start]
 
 
-def keeps_alive(request: RequestLine, headers: Headers) -> bool:
+def _check_incomplete(buffer: bytearray) -> None:
+    """BadRequest for a head that is too long or cannot become a request, before its end."""
+    newline = buffer.find(b"\n")
+    if newline >= 0:
+        line = bytes(buffer[:newline])
+        if not _REQUEST_LINE.fullmatch(line):
+            if len(line.split()) == 2:
+                raise BadRequest(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+            raise BadRequest(HTTPStatus.BAD_REQUEST, f"Bad request line ({line[:80]!r})")
+    if len(buffer) > MAX_HEAD_BYTES:
+        raise _too_long(buffer)
+
+
+def _too_long(buffer: bytearray) -> BadRequest:
+    """414 when the request line alone is longer than MAX_HEAD_BYTES, else 431."""
+    if buffer.find(b"\n", 0, MAX_HEAD_BYTES) < 0:
+        return BadRequest(
+            HTTPStatus.REQUEST_URI_TOO_LONG, f"request line longer than {MAX_HEAD_BYTES} bytes"
+        )
+    return BadRequest(
+        HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+        f"request head longer than {MAX_HEAD_BYTES} bytes",
+    )
+
+
+def parse_head(head: bytes) -> Request:
+    """The request whose head (up to and with the empty line) is `head`; BadRequest
+    when h11 or the rules above refuse it."""
+    import h11  # with the first request: `--once` serves none
+
+    if _FOLDED.search(head):
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "obsolete line folding")
+    if head.count(b"\n") - 2 > MAX_FIELDS:  # the lines less the request line and the end
+        raise BadRequest(
+            HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"more than {MAX_FIELDS} headers"
+        )
+    connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    connection.receive_data(head)
+    try:
+        event = connection.next_event()
+    except h11.RemoteProtocolError as error:
+        raise BadRequest(HTTPStatus.BAD_REQUEST, f"Malformed request: {error}") from None
+    if not isinstance(event, h11.Request):  # not reached: the head is complete
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "Malformed request")
+    major, _, minor = event.http_version.partition(b".")
+    version = (int(major), int(minor))
+    if version < (1, 0):
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+    if version >= (2, 0):
+        raise BadRequest(
+            HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+            f"Invalid HTTP version ({event.http_version.decode()})",
+        )
+    headers = Headers((name.decode(), value.decode("latin-1")) for name, value in event.headers)
+    if version > (1, 1) and headers.get_all("Host") is None:
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "Malformed request: Missing mandatory Host")
+    if headers.get_all("Transfer-Encoding") is not None:
+        if version == (1, 0):
+            raise BadRequest(HTTPStatus.BAD_REQUEST, "Transfer-Encoding in an HTTP/1.0 request")
+        if headers.get_all("Content-Length") is not None:  # section 6.1 lets a server refuse
+            raise BadRequest(HTTPStatus.BAD_REQUEST, "both Transfer-Encoding and Content-Length")
+    return Request(
+        event.method.decode("ascii"),
+        event.target.decode("latin-1"),
+        min(version, (1, 1)),
+        headers,
+    )
+
+
+def keeps_alive(request: Request) -> bool:
     """Whether the connection stays open after the response: HTTP/1.1 unless the client
     says `Connection: close`; HTTP/1.0 only when it says `Connection: keep-alive`."""
     options = {
         option.strip().lower()
-        for value in headers.get_all("Connection") or ()
+        for value in request.headers.get_all("Connection") or ()
         for option in value.split(",")
     }
     if "close" in options:

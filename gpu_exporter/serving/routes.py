@@ -16,10 +16,11 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 from gpu_exporter import __version__
-from gpu_exporter.metrics.exposition import BodyFormat, Exposition, wants_gzip, wants_openmetrics
+from gpu_exporter.metrics.exposition import BodyFormat, Exposition
 from gpu_exporter.sampling.health import Verdict
 from gpu_exporter.sampling.history import History
 from gpu_exporter.serving import overview
+from gpu_exporter.serving.negotiation import wants_gzip, wants_openmetrics
 from gpu_exporter.serving.scrape_clock import ScrapeClock
 
 PROBE_PATHS = ("/healthz", "/livez")

@@ -21,16 +21,19 @@ def to_client(family: Family) -> Metric:
     `unknown`: an OpenMetrics counter's samples must end in `_total`, and renaming them
     would break the queries the names are kept for.
     """
-    labels = list(family.label_names)
     out: GaugeMetricFamily | CounterMetricFamily | UnknownMetricFamily
     if family.type == "counter" and not family.name.endswith("_total"):
-        out = UnknownMetricFamily(family.name, family.help, labels=labels)
+        out = UnknownMetricFamily(family.name, family.help, labels=list(family.label_names))
     elif family.type == "counter":
-        out = CounterMetricFamily(family.family_name, family.help, labels=labels)
+        out = CounterMetricFamily(family.family_name, family.help, labels=list(family.label_names))
     else:
-        out = GaugeMetricFamily(family.family_name, family.help, labels=labels)
+        out = GaugeMetricFamily(family.family_name, family.help, labels=list(family.label_names))
+    sample_name = family.name  # a counter's samples keep `_total`
     for values, value in family.rows:
-        out.add_metric(list(values), value)
+        # a label with an empty value is no label (as Prometheus reads it): the series
+        # is handed over without it, so the reference writes it as we mean it
+        labels = {k: v for k, v in zip(family.label_names, values, strict=True) if v}
+        out.add_sample(sample_name, labels, value)
     return out
 
 

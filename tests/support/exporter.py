@@ -59,13 +59,26 @@ def parse_samples(text: str) -> Samples:
 
 
 def values(samples: Samples, name: str, **labels: str) -> list[float]:
-    """Values of every series of `name` whose labels include `labels`."""
-    want = set(labels.items())
-    return [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
+    """Values of every series of `name` whose labels include `labels`; as in PromQL,
+    `label=""` matches a series without that label (the exporter writes no empty value)."""
+    want = labels.items()
+    return [
+        v
+        for (n, ls), v in samples.items()
+        if n == name and all(dict(ls).get(k, "") == value for k, value in want)
+    ]
+
+
+class Labels(dict[str, str]):
+    """A series' labels; a label the series lacks reads as "" (as in PromQL)."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
 
 
 def series(samples: Samples, name: str) -> list[dict[str, str]]:
-    return [dict(ls) for (n, ls) in samples if n == name]
+    """The label sets of `name`'s series."""
+    return [Labels(ls) for (n, ls) in samples if n == name]
 
 
 @dataclass

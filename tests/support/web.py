@@ -99,6 +99,18 @@ def raw_request(port: int, data: bytes, timeout: float = 5.0) -> HttpResult:
         return HttpResult(response.status, dict(response.getheaders()), response.read())
 
 
+def slow_readers(port: int, count: int, requests: bytes) -> list[socket.socket]:
+    """`count` clients with a 4 KiB receive buffer that send `requests` and read nothing."""
+    held = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(requests)
+        held.append(sock)
+    return held
+
+
 def tls_config(pki: Pki, tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "web.yml"
     write(

@@ -1,0 +1,146 @@
+"""Request slots and connections of the server, in-process with routes that wait on the
+test (issue 21): a slot is held while a response is built, not while it is read; the
+number of open connections is bounded, and idle ones make room for new ones."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from gpu_exporter.serving import http
+from gpu_exporter.serving.http import HttpServer, bind
+from gpu_exporter.serving.routes import Response, Routes, plain
+from tests.support.web import call, eventually, exchange, slow_readers
+
+BIG = 16 * 1024 * 1024  # more than the socket buffers of both ends hold
+
+
+class GatedRoutes(Routes):
+    """/slow waits for the test's gate, /big is BIG bytes, the rest a line; /livez a probe."""
+
+    def __init__(self) -> None:  # no state: nothing but the waiting is needed
+        self.entered = threading.Semaphore(0)
+        self.gate = threading.Event()
+        self.big = b"x" * BIG
+
+    def is_probe(self, path: str) -> bool:
+        return path == "/livez"
+
+    def get(self, path: str, headers: Any, client: str = "") -> Response:
+        if path == "/slow":
+            self.entered.release()
+            self.gate.wait(30)
+        if path == "/big":
+            return Response(200, self.big, plain())
+        return Response(200, b"ok\n", plain())
+
+
+@contextmanager
+def serving(routes: Routes, **options: Any) -> Iterator[HttpServer]:
+    server = bind("127.0.0.1", 0, routes, **options)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        thread.join(5)
+
+
+def in_background(port: int, path: str) -> tuple[threading.Thread, list[int]]:
+    statuses: list[int] = []
+    thread = threading.Thread(
+        target=lambda: statuses.append(call(port, path, timeout=30).status), daemon=True
+    )
+    thread.start()
+    return thread, statuses
+
+
+def test_requests_beyond_the_cap_get_503_and_the_probes_are_answered() -> None:
+    routes = GatedRoutes()
+    with serving(routes, max_requests=2) as server:
+        port = server.server_address[1]
+        waiting = [in_background(port, "/slow") for _ in range(2)]
+        for _ in waiting:
+            assert routes.entered.acquire(timeout=10)
+        beyond = call(port, "/fast")
+        assert beyond.status == 503
+        assert beyond.body == b"too many concurrent requests\n"
+        assert call(port, "/livez").status == 200
+        routes.gate.set()
+        for thread, statuses in waiting:
+            thread.join(10)
+            assert statuses == [200]
+        assert call(port, "/fast").status == 200
+
+
+def test_a_client_that_never_reads_holds_no_request_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a cap of 1, a client that asked for a large response and reads none of it
+    used to hold the only slot until the write timeout: every other request got 503."""
+    monkeypatch.setattr(http, "WRITE_TIMEOUT_SECONDS", 3.0)
+    with serving(GatedRoutes(), max_requests=1) as server:
+        port = server.server_address[1]
+        (reader,) = slow_readers(port, 1, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            for _ in range(20):
+                assert call(port, "/fast").status == 200
+                time.sleep(0.02)
+            # writes have a deadline of their own: the reader is dropped after it
+            reader.settimeout(10)
+            taken = 0
+            started = time.monotonic()
+            time.sleep(4.0)
+            while chunk := reader.recv(1 << 20):
+                taken += len(chunk)
+            assert taken < BIG
+            assert time.monotonic() - started < 10
+        finally:
+            reader.close()
+
+
+def connected(port: int, count: int) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
+
+
+def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> None:
+    with serving(GatedRoutes(), max_requests=4, max_connections=3) as server:
+        port = server.server_address[1]
+        idle = connected(port, 3)
+        try:
+            eventually(lambda: len(server.connections) == 3, what="three connections open")
+            assert call(port, "/fast").status == 200  # the first idle one was closed for it
+            assert idle[0].recv(1) == b""
+            idle[1].sendall(b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert idle[1].recv(1024).startswith(b"HTTP/1.1 200 OK\r\n")
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_when_every_connection_is_busy_a_new_one_gets_503() -> None:
+    routes = GatedRoutes()
+    with serving(routes, max_requests=4, max_connections=2) as server:
+        port = server.server_address[1]
+        waiting = [in_background(port, "/slow") for _ in range(2)]
+        try:
+            for _ in waiting:
+                assert routes.entered.acquire(timeout=10)
+            # answered as it is accepted, before any request
+            (refused,), closed = exchange(port, b"")
+            assert refused.status == 503
+            assert refused.body == b"too many open connections\n"
+            assert refused.headers["Connection"] == "close"
+            assert closed
+        finally:
+            routes.gate.set()
+        for thread, statuses in waiting:
+            thread.join(10)
+            assert statuses == [200]
+        eventually(lambda: len(server.connections) == 0, what="the connections are counted out")
+        assert call(port, "/fast").status == 200

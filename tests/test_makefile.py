@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIME_PACKAGES = {"gpu-exporter", "nvidia-ml-py", "pyyaml", "bcrypt", "pip"}
+RUNTIME_PACKAGES = {"gpu-exporter", "nvidia-ml-py", "pyyaml", "bcrypt", "h11", "pip"}
 
 
 def test_the_demo_venv_holds_the_exporter_and_its_runtime_dependencies_only(

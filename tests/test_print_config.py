@@ -6,6 +6,8 @@ and the alert rules with their runbook links moved to another base by `--runbook
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -49,7 +51,7 @@ def test_no_or_an_unknown_name_lists_them_all_on_one_line_and_exits_2(args: list
 
 
 @pytest.mark.parametrize("which", ["alerts", "kubernetes"])
-def test_runbook_url_moves_every_runbook_link_and_nothing_else(which: str) -> None:
+def test_runbook_url_moves_every_runbook_link_and_nothing_else(which: str, tmp_path: Path) -> None:
     base = "https://wiki.example.com/gpu/runbooks"
     result = run_exporter(["--print-config", "rules", which, "--runbook-url", base])
     assert result.returncode == 0, result.stderr
@@ -60,8 +62,14 @@ def test_runbook_url_moves_every_runbook_link_and_nothing_else(which: str) -> No
     links = [r["annotations"]["runbook_url"] for g in groups for r in g["rules"] if "alert" in r]
     names = [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
     assert links == [f"{base}#{name.lower()}" for name in names]
-    # the rest of the file is untouched
+    # the rest of the file is untouched, and Prometheus still loads it
     assert result.stdout.replace(base, DEFAULT_RUNBOOK_BASE) == original
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump(data["spec"] if which == "kubernetes" else data))
+    check = subprocess.run(
+        ["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_runbook_url_is_refused_where_it_means_nothing() -> None:

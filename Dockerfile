@@ -9,8 +9,11 @@
 
 FROM python:3.12-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY gpu_exporter ./gpu_exporter
+COPY deploy ./deploy
+COPY grafana ./grafana
+COPY docs/alerts.md ./docs/
 RUN python -m venv /opt/gpu-exporter \
     && /opt/gpu-exporter/bin/pip install --no-cache-dir --no-compile . \
     && /opt/gpu-exporter/bin/python -m compileall -q /opt/gpu-exporter/lib

@@ -26,6 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"gpu-exporter: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if settings.print_config is not None:
+        # imported here: the daemon never loads the shipped files' table
+        from gpu_exporter.print_config import print_config
+
+        return print_config(settings.print_config, settings.runbook_url)
     logs.configure(settings.log_level, settings.log_format)
     if settings.once:
         return run_once(settings)

@@ -55,6 +55,8 @@ class Settings:
     config_file: str | None = None
     self_check: bool = False
     self_check_nvidia_smi: str | None = None
+    print_config: tuple[str, ...] | None = None
+    runbook_url: str | None = None
 
 
 _DURATION = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -154,6 +156,17 @@ def _text(value: Any) -> str:
 _PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/-]*")  # RFC 3986 path characters, unescaped
 
 
+def _words(value: Any) -> tuple[str, ...]:
+    return tuple(str(word) for word in value)
+
+
+def _http_url(value: Any) -> str:
+    text = _text(value)
+    if not text.startswith(("http://", "https://")):
+        raise ValueError(f"not an http:// or https:// URL: {text!r}")
+    return text
+
+
 def _telemetry_path(value: Any) -> str:
     """A path a scrape can ask for, exactly as the server compares it (no decoding), and
     none the exporter serves itself."""
@@ -186,6 +199,7 @@ class Option:
     help: str
     metavar: str | None = None
     flag_only: bool = False  # not allowed in the config file
+    nargs: str | None = None  # argparse's, for a flag of several words
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -201,7 +215,7 @@ OPTIONS: tuple[Option, ...] = (
         "telemetry_path",
         _telemetry_path,
         "path of the metrics (default /metrics); not a path the exporter serves itself "
-        "(/, /healthz, /livez, /api/..., /static/...)",
+        "(/, /healthz, /livez, /runbooks, /api/..., /static/...)",
         "PATH",
     ),
     Option(
@@ -344,6 +358,26 @@ OPTIONS: tuple[Option, ...] = (
         "PATH",
         flag_only=True,
     ),
+    Option(
+        "print-config",
+        "print_config",
+        _words,
+        "print a file shipped with the exporter and exit: a systemd unit, the Prometheus, "
+        "rule and Alertmanager files, a Grafana dashboard, the runbooks (e.g. systemd, rules "
+        "alerts, dashboard fleet); without WHAT, or with an unknown one, list them (exit 2)",
+        "WHAT",
+        flag_only=True,
+        nargs="*",
+    ),
+    Option(
+        "runbook-url",
+        "runbook_url",
+        _http_url,
+        "with --print-config rules alerts|kubernetes: the runbook links' base instead of "
+        "the exporter's own http://INSTANCE/runbooks (each link adds #alertname)",
+        "URL",
+        flag_only=True,
+    ),
 )
 _BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "web_ui", "once", "self_check"})
 _BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
@@ -421,8 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
             kind: Any = _BooleanFlag if not option.flag_only else "store_true"
             parser.add_argument(f"--{option.key}", dest=option.key, action=kind, help=text)
         else:
+            extra: dict[str, Any] = {"nargs": option.nargs} if option.nargs else {}
             parser.add_argument(
-                f"--{option.key}", dest=option.key, metavar=option.metavar, help=text
+                f"--{option.key}", dest=option.key, metavar=option.metavar, help=text, **extra
             )
     for key in _COLLECTOR_KEYS:
         parser.add_argument(f"--{key}", dest=key, action=_BooleanFlag, help=argparse.SUPPRESS)
@@ -536,6 +571,8 @@ def validate(s: Settings) -> None:
         _check_output(s.output)
     if s.self_check_nvidia_smi is not None and not s.self_check:
         raise ConfigError("--self-check.nvidia-smi: needs --self-check")
+    if s.runbook_url is not None and s.print_config is None:
+        raise ConfigError("--runbook-url: needs --print-config rules alerts|kubernetes")
     if s.self_check and s.once:
         raise ConfigError("--self-check: cannot be combined with --once")
     parse_listen_address(s.listen_address)

@@ -18,6 +18,7 @@ import bcrypt
 import pytest
 
 from gpu_exporter.config import DEFAULT_PORT
+from gpu_exporter.print_config import CONFIGS
 from tests.support.certs import Pki, make_pki
 from tests.support.exporter import REPO, Exporter, free_port, start_exporter
 from tests.support.packaging import build
@@ -260,8 +261,10 @@ def test_build_context_holds_the_package_and_nothing_local() -> None:
     context = build_context()
     assert "pyproject.toml" in context and "README.md" in context
     assert "gpu_exporter/cli.py" in context
-    for unwanted in (".venv/", "tests/", ".git/", "deploy/", "__pycache__"):
+    for unwanted in (".venv/", "tests/", ".git/", "__pycache__", "docs/architecture.md"):
         assert not any(unwanted in f for f in context), unwanted
+    # the files setup.py ships beside the code (--print-config, /runbooks)
+    assert {"setup.py", "docs/alerts.md", "deploy/systemd/gpu-exporter.service"} <= set(context)
     # every COPY from the context is present in it
     for word, args in instructions():
         if word == "COPY" and not args.startswith("--from"):
@@ -280,6 +283,7 @@ def test_the_build_context_is_enough_to_build_the_package(tmp_path: Path) -> Non
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert "gpu_exporter/cli.py" in names and "gpu_exporter/sources/nvml/backend.py" in names
+    assert set(CONFIGS.values()) <= names  # what the wheel ships beside the code
     assert not any(name.startswith("tests/") for name in names)
     # the license is an SPDX expression: setuptools warns about nothing
     assert "Warning" not in warnings and "deprecated" not in warnings, warnings

@@ -3,14 +3,17 @@
 Three real exporters (`--simulate`, each with its own scenario) are found by the real
 Prometheus from Debian's package through file-based discovery, with the example
 configuration and the shipped rules; a second Prometheus federates the recording rules
-from the first. Everything listens on 127.0.0.1.
+from the first. The first sends its alerts (their `for:` at 0s) to Debian's real
+Alertmanager with the example configuration, which posts them to a webhook in the test.
+Everything listens on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import re
+import pwd
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +23,22 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.exporter import Exporter, start_exporter
-from tests.support.fleet import EXAMPLES, cluster_config, federation_config, write_yaml
+from tests.support.alertmanager import (
+    Alertmanager,
+    Webhook,
+    loopback_config,
+    start_alertmanager,
+    start_webhook,
+)
+from tests.support.exporter import Exporter, http_get, start_exporter
+from tests.support.fleet import (
+    EXAMPLES,
+    cluster_config,
+    federation_config,
+    immediate_alert_rules,
+    write_yaml,
+)
+from tests.support.html_ids import parse
 from tests.support.prometheus import Prometheus, start_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -67,6 +84,9 @@ class Fleet:
     exporters: dict[str, Exporter]
     prometheus: Prometheus
     workdir: Path
+    alertmanager: Alertmanager
+    webhook: Webhook
+    scenario_files: dict[str, Path]
 
     def instance(self, node: str) -> str:
         return f"127.0.0.1:{self.exporters[node].port}"
@@ -95,10 +115,14 @@ def picked(result: list[dict[str, Any]], fleet: Fleet) -> set[tuple[str, str]]:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     workdir = tmp_path_factory.mktemp("fleet")
     exporters: dict[str, Exporter] = {}
+    scenario_files: dict[str, Path] = {}
     prometheus: Prometheus | None = None
+    alertmanager: Alertmanager | None = None
+    webhook = start_webhook()
     try:
         for node, spec in scenarios().items():
             scenario = write_yaml(workdir / f"{node}-scenario.yml", spec["scenario"])
+            scenario_files[node] = scenario
             args = ["--simulate", str(spec["gpus"]), "--simulate.scenario", str(scenario)]
             exporters[node] = start_exporter([*args, "--collect.interval", "1s"], workdir)
         targets = [
@@ -107,12 +131,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         ]
         # the example discovers targets/gpu-exporter-*.yml
         write_yaml(workdir / "targets" / "gpu-exporter-fleet.yml", targets)
-        config = write_yaml(workdir / "prometheus.yml", cluster_config(workdir / "targets"))
+        alertmanager = start_alertmanager(loopback_config(webhook.url), workdir)
+        rules = {"gpu-alerts.yml": immediate_alert_rules(workdir / "rules" / "gpu-alerts.yml")}
+        settings = cluster_config(
+            workdir / "targets", alertmanager.url.removeprefix("http://"), rules
+        )
+        config = write_yaml(workdir / "prometheus.yml", settings)
         prometheus = start_prometheus(config, workdir)
-        yield Fleet(exporters, prometheus, workdir)
+        yield Fleet(exporters, prometheus, workdir, alertmanager, webhook, scenario_files)
     finally:
         if prometheus is not None:
             prometheus.stop()
+        if alertmanager is not None:
+            alertmanager.stop()
+        webhook.stop()
         for exporter in exporters.values():
             exporter.stop()
 
@@ -178,10 +210,8 @@ def test_the_idle_rule_picks_out_the_idle_but_allocated_gpu(fleet: Fleet) -> Non
     fleet.prometheus.wait_for(IDLE_RULE)
     assert picked(fleet.prometheus.query(IDLE_RULE), fleet) == {("node-a", "1")}
     # GPUIdleWhileAllocated reads it, and the MIG instances' rule beside it
-    assert set(re.split(r"\s+or\s+", alert_exprs()["GPUIdleWhileAllocated"].strip())) == {
-        IDLE_RULE,
-        MIG_IDLE_RULE,
-    }
+    idle_alert = alert_exprs()["GPUIdleWhileAllocated"]
+    assert IDLE_RULE in idle_alert and MIG_IDLE_RULE in idle_alert
     # the count is recorded from the rule above, possibly one evaluation later
     fleet.prometheus.wait_for("name:gpu_idle_while_allocated:count == 1")
     counts = fleet.prometheus.query("name:gpu_idle_while_allocated:count")
@@ -345,3 +375,78 @@ def test_a_global_prometheus_federates_the_recording_rules(
     # raw series stay in the cluster
     assert global_prometheus.query("gpu_up") == []
     assert global_prometheus.query("gpu_memory_used_bytes") == []
+
+
+# Alerts that reach a person --------------------------------------------------------------
+
+RECEIVER_OF_SEVERITY = {"critical": "/gpu-hardware", "warning": "/gpu-team", "info": "/gpu-waste"}
+XID_NODE, XID_GPU, LOST_GPU = "node-c", "0", "1"  # raised and lost mid-run, below
+
+
+def test_alerts_reach_the_webhook_through_a_real_alertmanager(fleet: Fleet) -> None:
+    """Placed last: it raises an Xid on node-c's GPU 0 and loses its GPU 1 (lost after
+    its UUID was read, as a GPU that falls off the bus does), then restores the scenario.
+
+    GPUIdleWhileAllocated, GPUMemoryNearFull, GPULost and GPUXidCritical arrive at the
+    receiver of their severity with node, GPU, UUID, the user of the process that holds
+    the memory (container and pod too where it has them), a summary naming them, and a
+    runbook link that the exporter under test serves, at a section that exists.
+    """
+    original = scenarios()[XID_NODE]["scenario"]
+    changed = dict(original, events=[{"gpu": int(XID_GPU), "xid": 79}])
+    changed["faults"] = dict(original["faults"], lost=[int(LOST_GPU)])
+    write_yaml(fleet.scenario_files[XID_NODE], changed)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    expected = {
+        ("GPUIdleWhileAllocated", "node-a", "1"),
+        ("GPUMemoryNearFull", "node-a", "2"),
+        ("GPUMemoryNearFull", "node-b", "2"),
+        ("GPULost", XID_NODE, LOST_GPU),
+        ("GPUXidCritical", XID_NODE, XID_GPU),
+    }
+
+    def arrived(alerts: list[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str, str], Any]:
+        out = {}
+        for path, alert in alerts:
+            labels = alert["labels"]
+            key = (labels["alertname"], labels.get("node", ""), labels.get("gpu", ""))
+            if key in expected and alert["status"] == "firing":
+                out[key] = (path, alert)
+        return out
+
+    try:
+        fleet.webhook.wait_for(lambda alerts: set(arrived(alerts)) == expected, timeout=120)
+    finally:
+        write_yaml(fleet.scenario_files[XID_NODE], original)
+    got = arrived(fleet.webhook.alerts())
+    uuids = {
+        (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"]): r["metric"].get("uuid")
+        for r in fleet.prometheus.query("last_over_time(gpu_up[10m])")
+    }
+    for (name, node, gpu), (path, alert) in sorted(got.items()):
+        labels, annotations = alert["labels"], alert["annotations"]
+        assert path == RECEIVER_OF_SEVERITY[labels["severity"]], (name, path)
+        assert labels["uuid"] and labels["uuid"] == uuids[(node, gpu)], (name, labels)
+        assert labels["instance"] == fleet.instance(node)
+        # the summary names the GPU and the node's exporter
+        assert f"GPU {gpu}" in annotations["summary"], annotations["summary"]
+        assert fleet.instance(node) in annotations["summary"]
+        # the runbook link opens the section of this alert on the exporter under test
+        url = annotations["runbook_url"]
+        page, _, anchor = url.partition("#")
+        assert page == f"http://{fleet.instance(node)}/runbooks" and anchor == name.lower()
+        result = http_get(page)
+        assert result.status == 200 and anchor in parse(result.body.decode()).ids, url
+    # a process is the cause: its user, and its container and pod where it has them
+    idle = got[("GPUIdleWhileAllocated", "node-a", "1")][1]
+    assert idle["labels"]["user"] == me and f"user {me}" in idle["annotations"]["summary"]
+    near_full = got[("GPUMemoryNearFull", "node-a", "2")][1]
+    assert near_full["labels"]["user"] == me
+    # node-b's built-in near-OOM tenant: a Slurm job of carol's (no container or pod;
+    # the promtool cases show those labels joined where a process has them)
+    tenant = got[("GPUMemoryNearFull", "node-b", "2")][1]
+    assert tenant["labels"]["user"] == "carol", json.dumps(tenant["labels"])
+    assert "user carol" in tenant["annotations"]["summary"]
+    assert "held by a process of user carol" in tenant["annotations"]["description"]
+    xid = got[("GPUXidCritical", XID_NODE, XID_GPU)][1]
+    assert xid["labels"]["xid"] == "79" and "Xid 79" in xid["annotations"]["summary"]

@@ -7,7 +7,8 @@ that checks a login, prometheus_client never (the OpenMetrics body is ours too),
 pynvml never with --simulate, ssl, http.client and the email package only with a
 TLS web config (the HTTP server reads requests with h11, `serving.request_head`, and
 h11 is loaded by the first request),
-html and importlib.resources only once someone opens the live page, psutil never (the
+html and importlib.resources only once someone opens the live page (html and the shipped
+files' locator for /runbooks; the printing code only for --print-config), psutil never (the
 host and process collectors read /proc themselves), tempfile only to write `--output`,
 and the scenario parser and dcgm-exporter's name table only when they are asked for.
 """
@@ -40,7 +41,7 @@ report = sys.argv[1]
 def dump() -> None:
     names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email",
              "html", "importlib.resources", "psutil", "tempfile", "gpu_exporter.metrics.dcgm",
-             "h11"}
+             "h11", "gpu_exporter.print_config", "gpu_exporter.shipped"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
     with open(report + ".switch", "w") as out:
@@ -132,6 +133,21 @@ def test_the_program_on_a_driver_loads_no_simulator_or_scenario_parser() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_shipped_files_are_read_only_by_print_config_and_the_runbooks(
+    tmp_path: Path,
+) -> None:
+    """The serving tests above load neither; these show that the probe can see them."""
+    assert loaded(tmp_path, "--print-config", "systemd") == [
+        "gpu_exporter.print_config",
+        "gpu_exporter.shipped",
+    ]
+    assert loaded_while_serving(tmp_path, "--simulate", "1", pages=("/runbooks",)) == [
+        "gpu_exporter.shipped",
+        "h11",
+        "html",
+    ]
 
 
 def test_the_dcgm_name_table_is_loaded_only_in_compat_mode(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 import zipfile
@@ -30,8 +29,8 @@ from gpu_exporter.daemon import Exporter as Daemon
 from gpu_exporter.sampling.history import History
 from gpu_exporter.serving.page import NAME_MAX_CHARS
 from tests.support.browser import chromium, open_live_page, overview, strings, wait_for_history
-from tests.support.exporter import REPO, Exporter, start_exporter, values
-from tests.support.packaging import build
+from tests.support.exporter import Exporter, start_exporter, values
+from tests.support.packaging import build, copy_source
 from tests.support.web import PASSWORD, basic, call, wait_serving, write
 
 pytestmark = pytest.mark.e2e
@@ -547,10 +546,7 @@ def test_web_ui_config_file_key(tmp_path: Path) -> None:
 
 def test_the_wheel_ships_the_page_script_and_style(tmp_path: Path) -> None:
     """Package data (pyproject.toml): an installed exporter serves its page."""
-    source = tmp_path / "source"
-    shutil.copytree(REPO / "gpu_exporter", source / "gpu_exporter")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
+    source = copy_source(tmp_path / "source")
     wheel_path, _ = build("wheel", source, tmp_path / "dist")
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())

@@ -12,13 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 import yaml
 
 from gpu_exporter.metrics.catalogue import METRICS_BY_NAME
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS
+from gpu_exporter.print_config import DEFAULT_RUNBOOK_BASE
 from tests.support.exporter import REPO
 
 PROMETHEUS = REPO / "deploy" / "prometheus"
@@ -91,7 +91,9 @@ def test_promtool_test_rules_fails_when_an_alert_changes(tmp_path: Path) -> None
     shutil.copy(RULES / "gpu-recording.yml", rules)
     text = (RULES / "gpu-alerts.yml").read_text()
     # GPUMemoryNearFull's one threshold, for GPUs and MIG instances alike
-    changed = text.replace(") > 0.95\n        for: 5m", ") > 0\n        for: 5m")
+    changed = text.replace(
+        "            ) > 0.95\n          )\n", "            ) > 0\n          )\n"
+    )
     assert changed != text
     (rules / "gpu-alerts.yml").write_text(changed)
     tests = tmp_path / "tests"
@@ -181,10 +183,12 @@ def test_alert_has_severity_summary_description_and_a_runbook_section(name: str)
     annotations = rule["annotations"]
     assert set(annotations) == {"summary", "description", "runbook_url"}
     assert annotations["summary"].strip() and len(annotations["description"]) > 40
-    url = urlparse(annotations["runbook_url"])
-    assert url.scheme == "https" and url.path.endswith("/docs/alerts.md")
-    assert url.fragment == name.lower()
-    assert url.fragment in doc_anchors(), f"docs/alerts.md has no section for {name}"
+    # one base for every link (the exporter's /runbooks unless --runbook-url rewrites it),
+    # and the anchor of the alert's section in docs/alerts.md, which /runbooks serves
+    base, _, anchor = annotations["runbook_url"].rpartition("#")
+    assert base == DEFAULT_RUNBOOK_BASE
+    assert anchor == name.lower()
+    assert anchor in doc_anchors(), f"docs/alerts.md has no section for {name}"
 
 
 def test_alerts_doc_explains_each_alert_s_cause_and_fix() -> None:
@@ -219,10 +223,11 @@ def test_mig_instances_share_the_gpu_thresholds() -> None:
     mig_idle = rules["instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m"]["expr"]
     assert set(thresholds(gpu_idle)) == set(thresholds(mig_idle)) == {0.05, 0.0}
     idle = alerts()["GPUIdleWhileAllocated"]["expr"]
-    assert set(re.split(r"\s+or\s+", idle.strip())) == {
-        "instance_gpu:gpu_idle_while_allocated:ratio_rate30m",
-        "instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m",
-    }
+    assert idle.strip().startswith(
+        "(\n  instance_gpu:gpu_idle_while_allocated:ratio_rate30m\n  or\n"
+        "  instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m\n)\n"
+    )
+    assert thresholds(idle) == []
     # memory: one comparison for GPUs and instances, and GPUMemoryFillingUp leaves
     # to GPUMemoryNearFull exactly what that one fires on
     near_full = alerts()["GPUMemoryNearFull"]["expr"]
@@ -231,7 +236,28 @@ def test_mig_instances_share_the_gpu_thresholds() -> None:
     filling = alerts()["GPUMemoryFillingUp"]["expr"]
     unless = filling.split("unless", 1)[1]
     assert thresholds(unless) == [0.95]
-    assert " ".join(near_full.split()) in " ".join(unless.split())
+    comparison = unless.split(")", 1)[1]  # after `on (...)`
+    assert " ".join(comparison.split()) in " ".join(near_full.split())
+
+
+TOP_HOLDER = re.compile(
+    r"\* on \(instance, job, gpu, uuid, gpu_instance\) group_left \(user, container_id, pod_uid\)"
+    r"\s*\(\s*topk by \(instance, job, gpu, uuid, gpu_instance\) "
+    r'\(1, gpu_process_memory_used_bytes\{pid!=""\}\) \* 0 \+ 1'
+    r"\s*or on \(instance, job, gpu, uuid, gpu_instance\)"
+    r"\s*\(gpu_up or gpu_mig_memory_total_bytes\) \* 0 \+ 1\s*\)\s*$"
+)
+
+
+@pytest.mark.parametrize("name", ["GPUMemoryNearFull", "GPUIdleWhileAllocated"])
+def test_alerts_a_process_causes_name_its_largest_holder(name: str) -> None:
+    """The user, container and pod of the process holding the most memory come with the
+    alert (the promtool cases show it), and the alert stays when no process is there."""
+    rule = alerts()[name]
+    assert TOP_HOLDER.search(rule["expr"]), rule["expr"]
+    assert "$labels.user" in rule["annotations"]["summary"]
+    assert "$labels.container_id" in rule["annotations"]["summary"]
+    assert "$labels.pod_uid" in rule["annotations"]["description"]
 
 
 def test_busy_but_sms_idle_reads_the_busy_and_sm_counters() -> None:

@@ -1,6 +1,6 @@
 """What each request gets: /metrics from the cached exposition, the probes, the live page
 (`/`, its assets under /static/ and `/api/overview`), or the bare link page with
-`--web.ui=false`.
+`--web.ui=false`, and the alerts' runbooks at /runbooks.
 
 Pure apart from reading the health verdicts and the history: no NVML, no I/O (the page's
 assets are read from the package once). The probes' decisions are made in
@@ -24,6 +24,7 @@ from gpu_exporter.serving.negotiation import wants_gzip, wants_openmetrics
 from gpu_exporter.serving.scrape_clock import ScrapeClock
 
 PROBE_PATHS = ("/healthz", "/livez")
+RUNBOOKS_PATH = "/runbooks"  # the alerts' runbooks: each rule's runbook_url links here
 OVERVIEW_PATH = "/api/overview"
 ASSETS = {
     "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
@@ -68,6 +69,8 @@ def built_in_route(path: str) -> str | None:
         return "probe"
     if path == "/":
         return "live page"
+    if path == RUNBOOKS_PATH:
+        return "runbooks"
     if path.startswith(BUILT_IN_PREFIXES) or path + "/" in BUILT_IN_PREFIXES:
         return "live page API" if path.startswith("/api") else "live page assets"
     return None
@@ -100,6 +103,10 @@ class Routes:
             return _probe(self.health.ready())
         if path == "/livez":
             return _probe(self.health.live())
+        if path == RUNBOOKS_PATH:
+            from gpu_exporter.serving import runbooks  # with `html`: only once someone looks
+
+            return Response(HTTPStatus.OK, runbooks.page(), ui_headers("text/html; charset=utf-8"))
         history = self.state.history
         if path == "/" and history is None:
             return Response(
@@ -182,7 +189,8 @@ class Routes:
             f"<p>{source}.</p>"
             f'<ul><li><a href="{path.lstrip("/")}">Metrics</a></li>'
             f'<li><a href="healthz">Readiness</a>: {html.escape(ready.reason)}</li>'
-            f'<li><a href="livez">Liveness</a>: {html.escape(live.reason)}</li></ul>'
+            f'<li><a href="livez">Liveness</a>: {html.escape(live.reason)}</li>'
+            '<li><a href="runbooks">Alert runbooks</a></li></ul>'
             "</body></html>\n"
         ).encode()
 

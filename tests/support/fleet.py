@@ -2,11 +2,13 @@
 
 The examples in deploy/prometheus/ are what operators copy; the fleet test runs them
 with only what a test must change: second-long intervals, absolute paths, the file_sd
-directory, and no Alertmanager (nothing may leave 127.0.0.1).
+directory, the alert rules' `for:` at 0s, and the test's own Alertmanager on 127.0.0.1
+(nothing may leave 127.0.0.1).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +35,33 @@ def _fast_globals(config: dict[str, Any]) -> None:
         job.pop("scrape_timeout", None)
 
 
-def cluster_config(targets_dir: Path) -> dict[str, Any]:
-    """deploy/prometheus/prometheus.yml, reading file_sd targets from `targets_dir`."""
+def immediate_alert_rules(dest: Path) -> Path:
+    """A copy of rules/gpu-alerts.yml at `dest` whose alerts fire without waiting: every
+    `for:` is 0s; the expressions, labels and annotations are the file's."""
+    text = (EXAMPLES / "rules" / "gpu-alerts.yml").read_text()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(re.sub(r"^(\s+for: )\S+$", r"\g<1>0s", text, flags=re.M))
+    return dest
+
+
+def cluster_config(
+    targets_dir: Path, alertmanager: str | None = None, rules: dict[str, Path] | None = None
+) -> dict[str, Any]:
+    """deploy/prometheus/prometheus.yml, reading file_sd targets from `targets_dir`,
+    sending alerts to `alertmanager` (host:port) or nowhere, with the rule files of
+    `rules` (by file name) in place of the examples'."""
     config = load_example("prometheus.yml")
     _fast_globals(config)
-    config.pop("alerting", None)
+    if alertmanager is None:
+        config.pop("alerting", None)
+    else:
+        (manager,) = config["alerting"]["alertmanagers"]
+        manager["static_configs"] = [{"targets": [alertmanager]}]
     config.pop("remote_write", None)
-    config["rule_files"] = [str(EXAMPLES / path) for path in config["rule_files"]]
+    rules = rules or {}
+    config["rule_files"] = [
+        str(rules.get(Path(path).name, EXAMPLES / path)) for path in config["rule_files"]
+    ]
     for job in config["scrape_configs"]:
         for sd in job.get("file_sd_configs", []):
             sd["files"] = [str(targets_dir / Path(pattern).name) for pattern in sd["files"]]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import threading
 import time
 import urllib.request
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 
 from tests.support.exporter import REPO, free_port, http_get
+from tests.support.service import LocalService, start_service
 
 EXAMPLE = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 
@@ -99,15 +99,8 @@ def loopback_config(webhook_url: str) -> dict[str, Any]:
     return config
 
 
-@dataclass
-class Alertmanager:
-    process: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+class Alertmanager(LocalService):
+    """A running Alertmanager and its v2 API."""
 
     def post(self, alerts: list[dict[str, Any]]) -> None:
         request = urllib.request.Request(
@@ -123,18 +116,6 @@ class Alertmanager:
         result = http_get(f"{self.url}/api/v2/alerts", timeout=10)
         return list(json.loads(result.body))
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
 
 def start_alertmanager(config: dict[str, Any], workdir: Path) -> Alertmanager:
     """Run Alertmanager with `config` on loopback, clustering off."""
@@ -149,18 +130,4 @@ def start_alertmanager(config: dict[str, Any], workdir: Path) -> Alertmanager:
         f"--web.listen-address=127.0.0.1:{port}",
         "--cluster.listen-address=",
     ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    server = Alertmanager(process, port, log_path)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"alertmanager exited {process.returncode}:\n{server.log()}")
-        try:
-            if http_get(f"{server.url}/-/ready").status == 200:
-                return server
-        except OSError:
-            pass
-        time.sleep(0.2)
-    server.stop()
-    raise AssertionError(f"alertmanager did not become ready:\n{server.log()}")
+    return start_service(Alertmanager, args, port, log_path, workdir)

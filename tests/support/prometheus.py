@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.support.exporter import free_port, http_get
+from tests.support.service import LocalService, start_service
 
 
 def prometheus_binary() -> str:
@@ -21,15 +20,8 @@ def prometheus_binary() -> str:
     return binary
 
 
-@dataclass
-class Prometheus:
-    process: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+class Prometheus(LocalService):
+    """A running Prometheus and its HTTP API."""
 
     def api(self, path: str, **params: str) -> Any:
         query = urllib.parse.urlencode(params)
@@ -59,18 +51,6 @@ class Prometheus:
     def targets(self) -> list[dict[str, Any]]:
         return list(self.api("targets")["activeTargets"])
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
 
 def start_prometheus(config_path: Path, workdir: Path, *extra_args: str) -> Prometheus:
     """Run prometheus with `config_path`, storage in `workdir`, listening on loopback."""
@@ -84,18 +64,4 @@ def start_prometheus(config_path: Path, workdir: Path, *extra_args: str) -> Prom
         "--web.enable-lifecycle",
         *extra_args,
     ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    server = Prometheus(process, port, log_path)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"prometheus exited {process.returncode}:\n{server.log()}")
-        try:
-            if http_get(f"{server.url}/-/ready").status == 200:
-                return server
-        except OSError:
-            pass
-        time.sleep(0.2)
-    server.stop()
-    raise AssertionError(f"prometheus did not become ready:\n{server.log()}")
+    return start_service(Prometheus, args, port, log_path, workdir)

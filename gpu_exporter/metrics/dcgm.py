@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpu_exporter.metrics.specs import (
+    KUBERNETES_LABELS,
     LabelValues,
     MetricSpec,
     MetricType,
@@ -68,9 +69,20 @@ class DcgmMetric(MetricSpec):
     difference: str | None = None  # why `equivalent` is not one comparable value, if not
 
     def label_names(self, options: RenderOptions) -> LabelValues:
-        return DCGM_LABELS + (MIG_LABELS if self.instance is not None else ())
+        names = DCGM_LABELS + (MIG_LABELS if self.instance is not None else ())
+        return names + (_POD_LABELS if options.kubernetes else ())
 
     def rows(self, snapshot: Snapshot, options: RenderOptions) -> Iterator[Series]:
+        if options.kubernetes:
+            owners = _owners(snapshot)
+            for labels, value in self._rows(snapshot, options):
+                # labels: DCGM_LABELS (gpu first), then GPU_I_ID where this family has it
+                gpu_instance = labels[len(DCGM_LABELS)] if self.instance is not None else ""
+                yield labels + owners.get((labels[0], labels[1], gpu_instance), _NO_OWNER), value
+        else:
+            yield from self._rows(snapshot, options)
+
+    def _rows(self, snapshot: Snapshot, options: RenderOptions) -> Iterator[Series]:
         driver = snapshot.driver.driver_version if snapshot.driver else None
         for d in snapshot.devices:
             st = d.static
@@ -94,6 +106,23 @@ class DcgmMetric(MetricSpec):
                     value = self.instance(reading)
                     if value is not None:
                         yield labels + (str(gi), profiles.get(gi, "")), value
+
+
+_POD_LABELS: LabelValues = ("pod", "namespace", "container")  # dcgm-exporter's order
+_NO_OWNER: LabelValues = ("", "", "")
+assert set(_POD_LABELS) == set(KUBERNETES_LABELS)
+
+
+def _owners(snapshot: Snapshot) -> dict[tuple[str, str, str], LabelValues]:
+    """(gpu, UUID, GPU instance or "") -> (pod, namespace, container) of its first
+    allocation."""
+    out: dict[tuple[str, str, str], LabelValues] = {}
+    k = snapshot.kubernetes
+    for a in sorted(
+        k.allocations if k is not None else (), key=lambda a: (a.namespace, a.pod, a.container)
+    ):
+        out.setdefault((str(a.gpu), a.uuid, a.gpu_instance), (a.pod, a.namespace, a.container))
+    return out
 
 
 def _reading(pick: Callable[[DeviceReading], Number | None]) -> DeviceValue:

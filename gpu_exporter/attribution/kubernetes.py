@@ -1,0 +1,184 @@
+"""Kubernetes attribution: who was given each GPU, who uses it, and who uses one unasked.
+
+`KubernetesAttributor` runs on the sampler thread once per sample, on the last reading of
+the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does three things:
+
+- names each process series: the container ID and pod UID its cgroup gave
+  (`cgroups.py`) looked up in the kubelet's log layout (`sources.kubelet.logs`);
+- maps the kubelet's device IDs to this node's GPUs: `nvidia.com/gpu` gives GPU UUIDs,
+  or indices under the device plugin's index strategy; `nvidia.com/mig-*` gives MIG
+  device UUIDs; a time-sliced replica is `<UUID>::<N>`, one GPU however many replicas;
+- finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
+  kubelet did not allocate to it.
+
+Its `KubernetesState.reason` names what keeps it from working, or what it found wrong
+(a pod using a GPU without asking for one); each new reason is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from gpu_exporter.model import (
+    ContainerDevices,
+    DeviceSample,
+    GpuAllocation,
+    KubeletReading,
+    KubernetesState,
+    ProcessSample,
+    UnallocatedUse,
+)
+
+log = logging.getLogger(__name__)
+
+NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
+REPLICA_SEPARATOR = "::"  # time-slicing and MPS replicas: "GPU-<uuid>::<n>"
+SHOWN_IDS = 3  # device IDs quoted in a reason
+
+Devices = tuple[DeviceSample, ...]
+Target = tuple[int, str, str]  # (index, GPU UUID, MIG GPU instance or "")
+
+
+class KubernetesAttributor:
+    """One sample's Kubernetes view. Used on the sampler thread only."""
+
+    def __init__(self) -> None:
+        self._logged: str | None = None
+
+    def __call__(
+        self, devices: Devices, reading: KubeletReading | None
+    ) -> tuple[Devices, KubernetesState]:
+        if reading is None:
+            return devices, KubernetesState(up=False, reason="the kubelet has not been read yet")
+        devices = tuple(_named(d, reading) for d in devices)
+        state = _state(devices, reading)
+        if state.reason != self._logged:
+            if state.reason is not None and reading.error is None:
+                log.warning("kubernetes attribution: %s", state.reason)
+            self._logged = state.reason  # the kubelet's own failures are logged by its watcher
+        return devices, state
+
+
+# Names -------------------------------------------------------------------------------
+
+
+def _named(device: DeviceSample, reading: KubeletReading) -> DeviceSample:
+    attribution = device.attribution
+    if attribution is None or not (reading.containers or reading.pod_names):
+        return device
+    processes = tuple(_name(p, reading) for p in attribution.processes)
+    return replace(device, attribution=replace(attribution, processes=processes))
+
+
+def _name(p: ProcessSample, reading: KubeletReading) -> ProcessSample:
+    name = reading.containers.get(p.container_id) if p.container_id else None
+    if name is None and p.pod_uid:
+        name = reading.pod_names.get(p.pod_uid)
+    if name is None:
+        return p
+    return replace(p, namespace=name.namespace, pod=name.pod, container=name.container)
+
+
+# Allocation --------------------------------------------------------------------------
+
+
+def targets(devices: Devices) -> dict[str, Target]:
+    """Every device ID the NVIDIA device plugin may name, to the GPU (and MIG instance) it
+    names: GPU UUIDs, NVML indices, MIG device UUIDs."""
+    out: dict[str, Target] = {}
+    for d in devices:
+        if d.static is None:
+            continue
+        whole = (d.index, d.static.uuid, "")
+        out[d.static.uuid] = whole
+        out[str(d.index)] = whole
+        mig = d.reading.mig if d.reading is not None else None
+        for m in mig.devices if mig is not None else ():
+            out[m.uuid] = (d.index, d.static.uuid, str(m.gpu_instance))
+    return out
+
+
+def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
+    if reading.error is not None:
+        return KubernetesState(up=False, reason=reading.error)
+    known = targets(devices)
+    allocations: dict[GpuAllocation, None] = {}
+    unmatched: dict[str, str] = {}  # device ID -> resource
+    for entry in _nvidia(reading.allocations):
+        for device_id in entry.device_ids:
+            target = known.get(device_id.split(REPLICA_SEPARATOR, 1)[0])
+            if target is None:
+                unmatched[device_id] = entry.resource
+                continue
+            index, uuid, gpu_instance = target
+            allocation = GpuAllocation(
+                index, uuid, gpu_instance, entry.namespace, entry.pod, entry.container
+            )
+            allocations[allocation] = None
+    unallocated = _unallocated(devices, allocations)
+    up = bool(allocations) or not unmatched
+    return KubernetesState(
+        up=up,
+        reason=_unmatched_reason(unmatched, devices)
+        or _unrequested_reason(unallocated, allocations),
+        allocations=tuple(allocations),
+        unallocated=unallocated,
+    )
+
+
+def _nvidia(entries: Iterable[ContainerDevices]) -> Iterable[ContainerDevices]:
+    return (e for e in entries if e.resource.startswith(NVIDIA_RESOURCE_PREFIX))
+
+
+def _unmatched_reason(unmatched: Mapping[str, str], devices: Devices) -> str | None:
+    if not unmatched:
+        return None
+    ids = ", ".join(sorted(unmatched)[:SHOWN_IDS]) + (", ..." if len(unmatched) > SHOWN_IDS else "")
+    resources = ", ".join(sorted(set(unmatched.values())))
+    gpus = len([d for d in devices if d.static is not None])
+    return (
+        f"{len(unmatched)} device IDs of {resources} match no GPU of this node ({ids}); "
+        f"expected GPU or MIG UUIDs, or indices 0 to {gpus - 1}: is the device plugin's "
+        "DEVICE_ID_STRATEGY or the exporter's view of the GPUs different?"
+    )
+
+
+def _unrequested_reason(
+    unallocated: tuple[UnallocatedUse, ...], allocations: Mapping[GpuAllocation, None]
+) -> str | None:
+    asked = {(a.namespace, a.pod) for a in allocations}
+    for use in unallocated:
+        if (use.namespace, use.pod) not in asked:
+            return (
+                f"pod {use.namespace}/{use.pod} runs processes on GPU {use.gpu} but has no "
+                "nvidia.com/gpu in its resource limits (NVIDIA_VISIBLE_DEVICES=all or a "
+                "privileged container?): the scheduler counts that GPU as free"
+            )
+    return None
+
+
+def _unallocated(
+    devices: Devices, allocations: Mapping[GpuAllocation, None]
+) -> tuple[UnallocatedUse, ...]:
+    """Processes of containers on GPUs not allocated to them, counted per container."""
+    given: set[tuple[int, str, str, str, str]] = set()  # (gpu, gi, namespace, pod, container)
+    for a in allocations:
+        given.add((a.gpu, a.gpu_instance, a.namespace, a.pod, a.container))
+        given.add((a.gpu, a.gpu_instance, a.namespace, a.pod, ""))  # its pod, container unknown
+    counts: dict[tuple[int, str, str, str, str, str], int] = {}
+    for d in devices:
+        if d.attribution is None:
+            continue
+        for p in d.attribution.processes:
+            if not p.pod:
+                continue
+            if any(
+                (d.index, gi, p.namespace, p.pod, p.container) in given
+                for gi in ("", p.gpu_instance)
+            ):
+                continue
+            key = (d.index, d.uuid, p.gpu_instance, p.namespace, p.pod, p.container)
+            counts[key] = counts.get(key, 0) + 1
+    return tuple(UnallocatedUse(*key, processes=n) for key, n in sorted(counts.items()))

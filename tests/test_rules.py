@@ -152,6 +152,9 @@ REQUIRED_ALERTS = {
     "GPUBusyButSMsIdle",
     "GPUNVLinkDown",
     "GPUNVLinkErrors",
+    "GPUAllocatedButIdle",
+    "GPUUsedWithoutAllocation",
+    "GPUKubernetesAttributionDown",
 }
 
 

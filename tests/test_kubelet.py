@@ -372,3 +372,24 @@ def test_before_the_first_reading_kubernetes_is_down_and_says_why() -> None:
     assert not state.up and state.reason == "the kubelet has not been read yet"
     _, state = KubernetesAttributor()((), KubeletReading(error="x"))
     assert state.reason == "x"
+
+
+# The live page -------------------------------------------------------------------------
+
+
+def test_the_live_page_and_its_json_say_why_kubernetes_is_down_and_name_the_pod(
+    host: Host,
+) -> None:
+    from gpu_exporter.sampling.history import DEFAULT_WINDOW, WINDOWS, History
+    from gpu_exporter.serving import overview, page
+
+    snapshot, _ = host.sample()  # no kubelet: no socket
+    history = History()
+    history.add(snapshot)
+    doc = overview.build(snapshot, history, WINDOWS[DEFAULT_WINDOW])
+    assert doc["kubernetes"]["up"] is False
+    assert "does not exist" in doc["kubernetes"]["reason"]
+    assert doc["gpus"][0]["processes"][0]["job"] == "pod ml/train-0 (trainer)"
+    html = page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
+    assert b"Kubernetes attribution unavailable:" in html
+    assert b"kubelet.sock does not exist" in html

@@ -393,3 +393,26 @@ def test_the_live_page_and_its_json_say_why_kubernetes_is_down_and_name_the_pod(
     html = page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
     assert b"Kubernetes attribution unavailable:" in html
     assert b"kubelet.sock does not exist" in html
+
+
+def test_samples_take_the_watchers_last_reading_and_never_call_the_kubelet(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
+) -> None:
+    from gpu_exporter.config import Settings
+    from gpu_exporter.daemon import KubernetesSource
+
+    settings = Settings(
+        kubernetes_socket=str(socket_path),
+        kubernetes_log_root=str(tmp_path),
+        kubernetes_refresh_seconds=600.0,  # the watcher thread's next refresh is far off
+    )
+    source = KubernetesSource(settings)
+    try:
+        _, state = source(())  # the first sample reads the kubelet, for --once
+        assert kubelet.calls == 1 and state.reason is None
+        kubelet.delay = 30.0  # a hung kubelet from now on
+        for _ in range(5):
+            _, state = source(())
+        assert kubelet.calls == 1 and state.up
+    finally:
+        source.watcher.stop()

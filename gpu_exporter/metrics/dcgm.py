@@ -11,7 +11,12 @@ What is kept from dcgm-exporter, so that its dashboards and alert rules work unc
 - names exactly as it serves them in the text format: counters without `_total`;
 - its labels: `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidiaN`), `modelName`,
   `Hostname` and `DCGM_FI_DRIVER_VERSION` on every series; on MIG GPU instances also
-  `GPU_I_ID` and `GPU_I_PROFILE`, with `gpu`, `UUID` and `device` the parent's.
+  `GPU_I_ID` and `GPU_I_PROFILE`, with `gpu`, `UUID` and `device` the parent's;
+- with the kubernetes collector, `pod`, `namespace` and `container` of the container the
+  kubelet allocated the GPU (or MIG GPU instance) to, empty when none. A time-sliced GPU
+  allocated to several containers names the first (by namespace, pod, container);
+  dcgm-exporter without `--kubernetes-virtual-gpus` names one too (the last the kubelet
+  lists). `gpu_allocation_info` lists them all.
 
 What is not: a series the device cannot answer is absent, never blank or 0. In the
 OpenMetrics format, where a counter's samples must end in `_total`, DCGM's counters are
@@ -24,7 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpu_exporter.metrics.specs import (
-    KUBERNETES_LABELS,
     LabelValues,
     MetricSpec,
     MetricType,
@@ -108,9 +112,12 @@ class DcgmMetric(MetricSpec):
                         yield labels + (str(gi), profiles.get(gi, "")), value
 
 
-_POD_LABELS: LabelValues = ("pod", "namespace", "container")  # dcgm-exporter's order
+_POD_LABELS: LabelValues = (
+    "pod",
+    "namespace",
+    "container",
+)  # specs.KUBERNETES_LABELS, in dcgm-exporter's order
 _NO_OWNER: LabelValues = ("", "", "")
-assert set(_POD_LABELS) == set(KUBERNETES_LABELS)
 
 
 def _owners(snapshot: Snapshot) -> dict[tuple[str, str, str], LabelValues]:

@@ -170,6 +170,24 @@ def test_gpus_by_index_under_the_device_plugins_index_strategy(
     }
 
 
+def test_gkes_device_ids_name_gpus_mig_instances_and_shared_replicas(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [
+        Pod("ml", "a", [Container("c", {GPU: ["nvidia0"]})]),
+        Pod("ml", "b", [Container("c", {GPU: ["nvidia1/vgpu0", "nvidia1/vgpu1"]})]),
+        Pod("ml", "c", [Container("c", {GPU: ["nvidia3/gi9"]})]),
+    ]
+    snapshot, exposition = host.sample()
+    assert allocations(exposition) == {
+        ("0", "", "ml", "a", "c"),
+        ("1", "", "ml", "b", "c"),
+        ("3", "9", "ml", "c", "c"),
+    }
+    assert snapshot.kubernetes is not None and snapshot.kubernetes.up
+    assert "match no GPU" not in (snapshot.kubernetes.reason or "")
+
+
 def test_dcgm_series_of_an_allocated_gpu_carry_pod_namespace_and_container(
     host: Host, kubelet: FakeKubelet
 ) -> None:

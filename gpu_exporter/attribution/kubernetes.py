@@ -8,6 +8,8 @@ the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does thre
 - maps the kubelet's device IDs to this node's GPUs: `nvidia.com/gpu` gives GPU UUIDs,
   or indices under the device plugin's index strategy; `nvidia.com/mig-*` gives MIG
   device UUIDs; a time-sliced replica is `<UUID>::<N>`, one GPU however many replicas;
+  GKE's device plugin names `nvidia<index>`, `nvidia<index>/gi<GPU instance>` and
+  shared replicas `.../vgpu<N>` (the forms dcgm-exporter's pod mapper matches);
 - finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
   kubelet did not allocate to it.
 
@@ -34,7 +36,8 @@ from gpu_exporter.model import (
 log = logging.getLogger(__name__)
 
 NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
-REPLICA_SEPARATOR = "::"  # time-slicing and MPS replicas: "GPU-<uuid>::<n>"
+REPLICA_SEPARATORS = ("::", "/vgpu")  # time-slicing and MPS replicas: "GPU-<uuid>::<n>",
+# and GKE's shared GPUs: "nvidia0/vgpu3"
 SHOWN_IDS = 3  # device IDs quoted in a reason
 
 Devices = tuple[DeviceSample, ...]
@@ -94,10 +97,20 @@ def targets(devices: Devices) -> dict[str, Target]:
         whole = (d.index, d.static.uuid, "")
         out[d.static.uuid] = whole
         out[str(d.index)] = whole
+        out[f"nvidia{d.index}"] = whole  # GKE
         mig = d.reading.mig if d.reading is not None else None
         for m in mig.devices if mig is not None else ():
-            out[m.uuid] = (d.index, d.static.uuid, str(m.gpu_instance))
+            instance = (d.index, d.static.uuid, str(m.gpu_instance))
+            out[m.uuid] = instance
+            out[f"nvidia{d.index}/gi{m.gpu_instance}"] = instance  # GKE
     return out
+
+
+def _base(device_id: str) -> str:
+    """The device a replica ID shares: "GPU-x::3" -> "GPU-x", "nvidia0/vgpu3" -> "nvidia0"."""
+    for separator in REPLICA_SEPARATORS:
+        device_id = device_id.split(separator, 1)[0]
+    return device_id
 
 
 def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
@@ -108,7 +121,7 @@ def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
     unmatched: dict[str, str] = {}  # device ID -> resource
     for entry in _nvidia(reading.allocations):
         for device_id in entry.device_ids:
-            target = known.get(device_id.split(REPLICA_SEPARATOR, 1)[0])
+            target = known.get(_base(device_id))
             if target is None:
                 unmatched[device_id] = entry.resource
                 continue

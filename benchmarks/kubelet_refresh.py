@@ -30,8 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from gpu_exporter.attribution.kubernetes import KubernetesAttributor  # noqa: E402
 from gpu_exporter.docs import write_section  # noqa: E402
-from gpu_exporter.model import DeviceSample, DeviceStatic  # noqa: E402
+from gpu_exporter.model import DeviceSample  # noqa: E402
 from gpu_exporter.sources.kubelet.watch import KubeletWatcher  # noqa: E402
+from gpu_exporter.sources.simulated import SimulatedBackend  # noqa: E402
 
 SIZES = (100, 1_000, 10_000)
 GPUS = 8
@@ -54,7 +55,7 @@ from pathlib import Path
 from tests.support.kubelet import Container, FakeKubelet, Pod
 n, path = int(sys.argv[1]), Path(sys.argv[2])
 pods = [Pod("batch", f"job-{i}", [Container("main")]) for i in range(n - 8)]
-pods += [Pod("ml", f"train-{g}", [Container("trainer", {"nvidia.com/gpu": [f"GPU-{g:08d}"]})])
+pods += [Pod("ml", f"train-{g}", [Container("trainer", {"nvidia.com/gpu": [str(g)]})])
          for g in range(8)]
 FakeKubelet(path, pods).start()
 print("ready", flush=True)
@@ -100,26 +101,11 @@ def log_tree(root: Path, n: int) -> None:
 
 
 def devices() -> tuple[DeviceSample, ...]:
+    """An 8-GPU sample of the simulated host (identity only: allocation is by index)."""
+    backend = SimulatedBackend(GPUS)
+    backend.init()
     return tuple(
-        DeviceSample(
-            index=g,
-            static=DeviceStatic(
-                index=g,
-                uuid=f"GPU-{g:08d}",
-                name="NVIDIA H100 80GB HBM3",
-                pci_bus_id=None,
-                serial=None,
-                vbios_version=None,
-                compute_capability=None,
-                max_clocks_hertz={},
-                slowdown_temperature_celsius=None,
-                shutdown_temperature_celsius=None,
-                pcie_max_generation=None,
-                pcie_max_width=None,
-            ),
-            up=True,
-        )
-        for g in range(GPUS)
+        DeviceSample(index=g, static=backend.device_static(g), up=True) for g in range(GPUS)
     )
 
 

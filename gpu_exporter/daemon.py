@@ -82,6 +82,7 @@ def make_sampler(
     xid: XidView | None = None,
     *,
     retries: bool = True,
+    kubernetes: KubernetesSource | None = None,
 ) -> Sampler:
     attributor = ProcessAttributor(
         limit=settings.process_limit,
@@ -102,7 +103,7 @@ def make_sampler(
         attribute_processes=attributor,
         read_host=read_host,
         xid=xid,
-        attribute_kubernetes=KubernetesSource(settings),
+        attribute_kubernetes=kubernetes or KubernetesSource(settings),
         retries=retries,
     )
 
@@ -184,7 +185,10 @@ class Exporter:
         self.state = ServingState(history=History() if settings.web_ui else None)
         self.backend = make_backend(settings)
         self.xid = XidListener(self.backend)
-        self.sampler = make_sampler(settings, self.backend, self.publish, xid=self.xid)
+        self.kubernetes = KubernetesSource(settings)
+        self.sampler = make_sampler(
+            settings, self.backend, self.publish, xid=self.xid, kubernetes=self.kubernetes
+        )
         self.sampler.on_nvml_init.append(self.xid.rearm)
         self.health = Health(self.sampler)
         self.routes = Routes(self.state, self.health, telemetry_path=settings.telemetry_path)
@@ -246,6 +250,7 @@ class Exporter:
         self.watchdog.stop()
         if self.server is not None:
             self.server.stop()
+        self.kubernetes.watcher.stop()  # not waited for: a call in flight has its deadline
         xid_done = self.xid.stop(timeout_seconds=0.05)
         self.sampler.stop(timeout_seconds=0.5, shutdown_nvml=xid_done)
 

@@ -434,3 +434,34 @@ def test_samples_take_the_watchers_last_reading_and_never_call_the_kubelet(
         assert kubelet.calls == 1 and state.up
     finally:
         source.watcher.stop()
+
+
+# The real program --------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_the_program_serves_allocation_and_keeps_serving_while_the_kubelet_hangs_or_vanishes(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
+) -> None:
+    from tests.support.exporter import start_exporter
+
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["0", "1"]})])]
+    args = [
+        "--simulate", "2", "--collect.interval", "0.2s", "--collector.kubernetes",
+        "--kubernetes.pod-resources-socket", str(socket_path),
+        "--kubernetes.log-directory", str(tmp_path), "--kubernetes.refresh-interval", "1s",
+    ]  # fmt: skip
+    exporter = start_exporter(args, tmp_path)
+    try:
+        samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [1.0])
+        assert len(values(samples, "gpu_allocation_info")) == 2
+        # a kubelet that takes 3 s per answer: sampling goes on at its own pace
+        kubelet.delay = 3.0
+        first = values(exporter.scrape(), "gpu_exporter_samples_total")[0]
+        exporter.wait_for(lambda s: values(s, "gpu_exporter_samples_total")[0] >= first + 10)
+        kubelet.stop()  # and then it vanishes
+        samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [0.0])
+        assert values(samples, "gpu_allocation_info") == []
+        assert "does not exist" in exporter.log()
+    finally:
+        assert exporter.stop() == 0

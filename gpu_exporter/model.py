@@ -368,6 +368,8 @@ class Attribution:
     processes: tuple[ProcessSample, ...]  # capped, with the `other` roll-up
     unattributed_memory_bytes: int | None  # used memory no listed process accounts for
     process_count: int  # distinct PIDs holding a context, before the cap
+    # processes per (gpu_instance, container_id, pod_uid) of containers, before the cap
+    containers: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 # Kubernetes --------------------------------------------------------------------------

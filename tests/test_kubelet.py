@@ -245,6 +245,23 @@ def test_a_pod_using_a_gpu_it_was_not_allocated_is_a_stowaway(
     assert snapshot.kubernetes is not None and snapshot.kubernetes.up
 
 
+def test_a_stowaway_whose_processes_fall_beyond_the_process_cap_is_still_counted(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    from dataclasses import replace
+
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[1]]})])]
+    snapshot, _ = host.sample()
+    device = snapshot.devices[0]
+    assert device.attribution is not None
+    # as if the pod's process had been summed into `other` by --collector.process.limit
+    capped = replace(device, attribution=replace(device.attribution, processes=()))
+    _, state = KubernetesAttributor()((capped,), host.watcher.latest())
+    assert [(u.gpu, u.pod, u.container, u.processes) for u in state.unallocated] == [
+        (0, "train-0", "trainer", 1)
+    ]
+
+
 def test_a_pod_with_no_gpu_in_its_limits_using_one_is_named_as_the_reason(
     host: Host, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from gpu_exporter.model import (
     ContainerDevices,
+    ContainerName,
     DeviceSample,
     GpuAllocation,
     KubeletReading,
@@ -76,12 +77,18 @@ def _named(device: DeviceSample, reading: KubeletReading) -> DeviceSample:
 
 
 def _name(p: ProcessSample, reading: KubeletReading) -> ProcessSample:
-    name = reading.containers.get(p.container_id) if p.container_id else None
-    if name is None and p.pod_uid:
-        name = reading.pod_names.get(p.pod_uid)
+    name = _lookup(reading, p.container_id, p.pod_uid)
     if name is None:
         return p
     return replace(p, namespace=name.namespace, pod=name.pod, container=name.container)
+
+
+def _lookup(reading: KubeletReading, container_id: str, pod_uid: str) -> ContainerName | None:
+    """Who a container ID (or, failing it, a pod UID) is, from the log layout."""
+    name = reading.containers.get(container_id) if container_id else None
+    if name is None and pod_uid:
+        name = reading.pod_names.get(pod_uid)
+    return name
 
 
 # Allocation --------------------------------------------------------------------------
@@ -130,7 +137,7 @@ def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
                 index, uuid, gpu_instance, entry.namespace, entry.pod, entry.container
             )
             allocations[allocation] = None
-    unallocated = _unallocated(devices, allocations)
+    unallocated = _unallocated(devices, reading, allocations)
     up = bool(allocations) or not unmatched
     return KubernetesState(
         up=up,
@@ -173,7 +180,7 @@ def _unrequested_reason(
 
 
 def _unallocated(
-    devices: Devices, allocations: Mapping[GpuAllocation, None]
+    devices: Devices, reading: KubeletReading, allocations: Mapping[GpuAllocation, None]
 ) -> tuple[UnallocatedUse, ...]:
     """Processes of containers on GPUs not allocated to them, counted per container."""
     given: set[tuple[int, str, str, str, str]] = set()  # (gpu, gi, namespace, pod, container)
@@ -184,14 +191,16 @@ def _unallocated(
     for d in devices:
         if d.attribution is None:
             continue
-        for p in d.attribution.processes:
-            if not p.pod:
+        # every container's processes, those beyond the per-GPU process cap included
+        for (gpu_instance, container_id, pod_uid), n in d.attribution.containers.items():
+            name = _lookup(reading, container_id, pod_uid)
+            if name is None:
                 continue
             if any(
-                (d.index, gi, p.namespace, p.pod, p.container) in given
-                for gi in ("", p.gpu_instance)
+                (d.index, gi, name.namespace, name.pod, name.container) in given
+                for gi in ("", gpu_instance)
             ):
                 continue
-            key = (d.index, d.uuid, p.gpu_instance, p.namespace, p.pod, p.container)
-            counts[key] = counts.get(key, 0) + 1
+            key = (d.index, d.uuid, gpu_instance, name.namespace, name.pod, name.container)
+            counts[key] = counts.get(key, 0) + n
     return tuple(UnallocatedUse(*key, processes=n) for key, n in sorted(counts.items()))

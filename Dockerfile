@@ -7,6 +7,8 @@
 # container; --pid=host lets the exporter see the processes that hold the GPUs, without it
 # process names, users and containers cannot be attributed.
 
+# The [kubernetes] extra (grpcio, protobuf) is for --collector.kubernetes, and is imported
+# only when that collector is on.
 FROM python:3.12-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
@@ -15,7 +17,7 @@ COPY deploy ./deploy
 COPY grafana ./grafana
 COPY docs/alerts.md ./docs/
 RUN python -m venv /opt/gpu-exporter \
-    && /opt/gpu-exporter/bin/pip install --no-cache-dir --no-compile . \
+    && /opt/gpu-exporter/bin/pip install --no-cache-dir --no-compile '.[kubernetes]' \
     && /opt/gpu-exporter/bin/python -m compileall -q /opt/gpu-exporter/lib
 
 FROM python:3.12-slim-bookworm

@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http soak docs screenshot clean
+.PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,9 @@ bench-history: $(STAMP)
 
 bench-http: $(STAMP)
 	$(BIN)/python benchmarks/http_serving.py
+
+bench-kubelet: $(STAMP)
+	$(BIN)/python benchmarks/kubelet_refresh.py --write benchmarks/README.md
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md

@@ -26,7 +26,12 @@ setup(
     packages=[*find_namespace_packages(include=["gpu_exporter*"]), *DATA_PACKAGES],
     package_dir=DATA_PACKAGES,
     package_data={
-        "gpu_exporter": ["py.typed", "serving/static/*.js", "serving/static/*.css"],
+        "gpu_exporter": [
+            "py.typed",
+            "serving/static/*.js",
+            "serving/static/*.css",
+            "sources/kubelet/api.proto",
+        ],
         **{package: SHIPPED[folder] for package, folder in DATA_PACKAGES.items()},
     },
 )

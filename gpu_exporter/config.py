@@ -45,6 +45,9 @@ class Settings:
     process_limit: int = 32
     process_cmdline: bool = False
     compat_dcgm: bool = False
+    kubernetes_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    kubernetes_log_root: str = "/var/log"
+    kubernetes_refresh_seconds: float = 5.0
     web_ui: bool = True
     log_level: str = "info"
     log_format: str = "logfmt"
@@ -274,6 +277,30 @@ OPTIONS: tuple[Option, ...] = (
         _bool,
         "also serve dcgm-exporter's default metrics under its names, units and labels "
         "(DCGM_FI_*), beside the gpu_ ones; see docs/migrating-from-dcgm-exporter.md",
+    ),
+    Option(
+        "kubernetes.pod-resources-socket",
+        "kubernetes_socket",
+        _text,
+        "with --collector.kubernetes: the kubelet's pod-resources socket (default "
+        "/var/lib/kubelet/pod-resources/kubelet.sock)",
+        "PATH",
+    ),
+    Option(
+        "kubernetes.log-directory",
+        "kubernetes_log_root",
+        _text,
+        "with --collector.kubernetes: the directory holding the kubelet's containers/ and pods/ "
+        "log layout, which names each container (default /var/log)",
+        "DIR",
+    ),
+    Option(
+        "kubernetes.refresh-interval",
+        "kubernetes_refresh_seconds",
+        duration(1.0, 600.0),
+        "with --collector.kubernetes: how often to ask the kubelet, 1s to 10m, on a thread of "
+        "its own (default 5s)",
+        "DURATION",
     ),
     Option(
         "web.ui",

@@ -16,6 +16,7 @@ from dataclasses import fields, replace
 from types import FrameType
 
 from gpu_exporter import __version__, logs
+from gpu_exporter.attribution.kubernetes import KubernetesAttributor
 from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.config import (
     ConfigError,
@@ -28,7 +29,7 @@ from gpu_exporter.malloc_settings import tune_malloc
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.specs import RenderOptions
-from gpu_exporter.model import HostSample, Snapshot
+from gpu_exporter.model import DeviceSample, HostSample, KubernetesState, Snapshot
 from gpu_exporter.sampling.health import Health
 from gpu_exporter.sampling.history import History
 from gpu_exporter.sampling.sampler import Sampler, XidView
@@ -37,6 +38,7 @@ from gpu_exporter.serving.routes import Routes, ServingState
 from gpu_exporter.serving.web_config import WebConfigError, load_web_config
 from gpu_exporter.sources.backend import Backend
 from gpu_exporter.sources.host import HostReader
+from gpu_exporter.sources.kubelet.watch import KubeletWatcher
 from gpu_exporter.sources.xid import XidListener
 from gpu_exporter.systemd_notify import Notifier, Watchdog
 
@@ -80,6 +82,7 @@ def make_sampler(
     xid: XidView | None = None,
     *,
     retries: bool = True,
+    kubernetes: KubernetesSource | None = None,
 ) -> Sampler:
     attributor = ProcessAttributor(
         limit=settings.process_limit,
@@ -100,8 +103,34 @@ def make_sampler(
         attribute_processes=attributor,
         read_host=read_host,
         xid=xid,
+        attribute_kubernetes=kubernetes or KubernetesSource(settings),
         retries=retries,
     )
+
+
+class KubernetesSource:
+    """The kubelet watcher and the attributor, started by the first sample that has the
+    kubernetes collector on (at start, or after a SIGHUP turned it on). That first sample
+    reads the kubelet itself, so `--once` has the allocation; later ones take the watcher
+    thread's last reading and never wait on the kubelet."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.watcher = KubeletWatcher(
+            settings.kubernetes_socket,
+            log_root=settings.kubernetes_log_root,
+            refresh_seconds=settings.kubernetes_refresh_seconds,
+        )
+        self.attributor = KubernetesAttributor()
+        self._started = False
+
+    def __call__(
+        self, devices: tuple[DeviceSample, ...]
+    ) -> tuple[tuple[DeviceSample, ...], KubernetesState]:
+        if not self._started:
+            self._started = True
+            self.watcher.refresh()
+            self.watcher.start()
+        return self.attributor(devices, self.watcher.latest())
 
 
 def node_name() -> str:
@@ -114,6 +143,7 @@ def render_options(settings: Settings) -> RenderOptions:
         cmdline=settings.process_cmdline,
         dcgm=settings.compat_dcgm,
         hostname=node_name() if settings.compat_dcgm else "",
+        kubernetes="kubernetes" in settings.collectors,
     )
 
 
@@ -155,7 +185,10 @@ class Exporter:
         self.state = ServingState(history=History() if settings.web_ui else None)
         self.backend = make_backend(settings)
         self.xid = XidListener(self.backend)
-        self.sampler = make_sampler(settings, self.backend, self.publish, xid=self.xid)
+        self.kubernetes = KubernetesSource(settings)
+        self.sampler = make_sampler(
+            settings, self.backend, self.publish, xid=self.xid, kubernetes=self.kubernetes
+        )
         self.sampler.on_nvml_init.append(self.xid.rearm)
         self.health = Health(self.sampler)
         self.routes = Routes(self.state, self.health, telemetry_path=settings.telemetry_path)
@@ -217,6 +250,7 @@ class Exporter:
         self.watchdog.stop()
         if self.server is not None:
             self.server.stop()
+        self.kubernetes.watcher.stop()  # not waited for: a call in flight has its deadline
         xid_done = self.xid.stop(timeout_seconds=0.05)
         self.sampler.stop(timeout_seconds=0.5, shutdown_nvml=xid_done)
 

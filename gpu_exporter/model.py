@@ -365,6 +365,9 @@ class ProcessSample:
     pod_uid: str = ""
     systemd_unit: str = ""
     slurm_job_id: str = ""
+    namespace: str = ""  # Kubernetes, from the kubelet's log layout (collector kubernetes)
+    pod: str = ""
+    container: str = ""
     cmdline: str | None = None  # only with --collector.process.cmdline
     memory_used_bytes: int | None = None
     sm_ratio: float | None = None  # 0..1
@@ -382,6 +385,77 @@ class Attribution:
     processes: tuple[ProcessSample, ...]  # capped, with the `other` roll-up
     unattributed_memory_bytes: int | None  # used memory no listed process accounts for
     process_count: int  # distinct PIDs holding a context, before the cap
+    # processes per (gpu_instance, container_id, pod_uid) of containers, before the cap
+    containers: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+
+
+# Kubernetes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerDevices:
+    """Devices of one resource the kubelet allocated to one container (pod-resources List)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-3g.40gb"
+    device_ids: tuple[str, ...]  # as the device plugin names them: UUID, index, "UUID::N"
+
+
+@dataclass(frozen=True)
+class ContainerName:
+    """Who a container is, from the kubelet's log layout; "" where it does not say."""
+
+    namespace: str
+    pod: str
+    container: str = ""
+
+
+@dataclass(frozen=True)
+class KubeletReading:
+    """The kubelet's view of the node at one refresh. `error` says why it is missing."""
+
+    allocations: tuple[ContainerDevices, ...] = ()  # devices of every container, any vendor
+    pods: int = 0  # pods the kubelet listed
+    error: str | None = None  # None: the List call answered
+    containers: Mapping[str, ContainerName] = field(default_factory=dict)  # by container ID
+    pod_names: Mapping[str, ContainerName] = field(default_factory=dict)  # by pod UID
+
+
+@dataclass(frozen=True)
+class GpuAllocation:
+    """One GPU or MIG device allocated to one container."""
+
+    gpu: int  # NVML index
+    uuid: str  # the GPU's UUID (a MIG device's parent)
+    gpu_instance: str  # MIG GPU instance id, "" for the whole GPU
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True)
+class UnallocatedUse:
+    """Processes of a container on a GPU (or MIG instance) not allocated to it."""
+
+    gpu: int
+    uuid: str
+    gpu_instance: str
+    namespace: str
+    pod: str
+    container: str
+    processes: int
+
+
+@dataclass(frozen=True)
+class KubernetesState:
+    """What the Kubernetes collector adds to a sample."""
+
+    up: bool  # the kubelet answered and its GPU device IDs matched this node's GPUs
+    reason: str | None  # why not, or a warning while up (a pod using a GPU it never asked for)
+    allocations: tuple[GpuAllocation, ...] = ()
+    unallocated: tuple[UnallocatedUse, ...] = ()
 
 
 # One sample --------------------------------------------------------------------------
@@ -475,6 +549,7 @@ class Snapshot:
     stages: Mapping[str, StageResult] = field(default_factory=dict)  # by STAGES name
     # /proc shows the host's PID namespace (None: process attribution off)
     host_pid_namespace: bool | None = None
+    kubernetes: KubernetesState | None = None  # None: collector kubernetes off
 
     @property
     def gpus(self) -> int:

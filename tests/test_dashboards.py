@@ -126,7 +126,7 @@ def test_no_import_inputs_so_file_provisioning_works(dashboard: dict[str, Any]) 
     assert dashboard.get("id") is None
 
 
-def test_variables_are_datasource_job_instance_gpu_in_that_order(
+def test_variables_are_datasource_job_instance_gpu_namespace_pod_in_that_order(
     dashboard: dict[str, Any],
 ) -> None:
     variables = dashboard["templating"]["list"]
@@ -141,14 +141,24 @@ def test_variables_are_datasource_job_instance_gpu_in_that_order(
 
 def test_variables_are_used_only_as_regex_matchers() -> None:
     """`=~"$var"` is what makes All (.+) and multi-value selections work."""
+    filters = {"job", "instance", "gpu", "namespace", "pod"}
     for query in all_queries():
-        for variable in ("job", "instance", "gpu"):
+        for variable in filters:
             uses = len(re.findall(rf"\${variable}\b", query.expr))
             matchers = len(re.findall(rf'\b{variable}=~"\${variable}"', query.expr))
             assert uses == matchers, (query.name, variable)
-        assert variables_used(query.expr) <= GRAFANA_GLOBALS | {"job", "instance", "gpu"}, (
-            query.name
-        )
+        assert variables_used(query.expr) <= GRAFANA_GLOBALS | filters, query.name
+
+
+def test_namespace_and_pod_filter_only_the_kubernetes_series() -> None:
+    """A fleet without the Kubernetes collector has no namespace to choose: the other
+    panels must not depend on it. Every Kubernetes series is filtered by both."""
+    for query in all_queries():
+        for selector in re.findall(r"\b(\w+)\{([^}]*)\}", query.expr):
+            name, matchers = selector
+            kubernetes = name in ("gpu_allocation_info", "gpu_unallocated_processes")
+            for variable in ("namespace", "pod"):
+                assert (f'{variable}=~"${variable}"' in matchers) == kubernetes, (query.name, name)
 
 
 def test_every_device_query_filters_by_job_instance_and_gpu() -> None:

@@ -9,6 +9,9 @@ instead of the built-in ones; B's and C's built-in inference server sits on inst
 Grafana's variables are substituted as in `LIVE_VALUES`: the node dashboard is pointed at
 A, the fleet dashboard at everything; `$__range` is 1h, longer than this Prometheus has
 been alive, to show that range queries work on a young server too.
+A and B run on Kubernetes (a kubelet stand-in each): A's GPU 0 is allocated to ml/train,
+its idle GPU 1 to lab/notebook; B's built-in training job runs in pod ml/train-b, which
+was allocated no GPU (a stowaway), and B's GPU 1 is allocated to lab/scratch.
 
 rate() over a window that starts before a series' first sample divides by the whole
 window, so while a series is younger than `$__rate_interval` its rate reads low (a busy
@@ -28,11 +31,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from gpu_exporter.sources.simulated_tenants import PROFILE_PROCESSES, labels
 from tests.support.dashboards import (
     DASHBOARD_FILES,
     Query,
@@ -43,6 +48,7 @@ from tests.support.dashboards import (
     variable_queries,
 )
 from tests.support.exporter import Exporter, start_exporter
+from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
 from tests.support.prometheus import Prometheus, prometheus_binary, start_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -55,6 +61,8 @@ except RuntimeError:
 
 GIB = 1024**3
 LIVE_VALUES = {
+    "namespace": ".+",
+    "pod": ".+",
     "__rate_interval": "10s",  # what Grafana derives from a 1s scrape interval, or near it
     "__interval": "1s",
     "__interval_ms": "1000",
@@ -64,6 +72,41 @@ LIVE_VALUES = {
     "gpu": ".+",
 }
 STEADY_RANGE = {"__range": "4s"}
+
+
+def kubelets(tmp: Path) -> tuple[list[FakeKubelet], list[list[str]]]:
+    """Kubelet stand-ins for exporters A and B, and the flags that point each at its own."""
+    gpu = "nvidia.com/gpu"
+    cgroup = labels(0, PROFILE_PROCESSES["input-starved"][0])  # B's built-in job
+    train_b = Pod("ml", "train-b", [Container("trainer")], uid=cgroup.pod_uid)
+    nodes = {
+        "a": (
+            [
+                Pod("ml", "train", [Container("trainer", {gpu: ["0"]})]),
+                Pod("lab", "notebook", [Container("jupyter", {gpu: ["1"]})]),
+            ],
+            [],
+        ),
+        "b": (
+            [train_b, Pod("lab", "scratch", [Container("shell", {gpu: ["1"]})])],
+            [(train_b, "trainer", cgroup.container_id)],
+        ),
+    }
+    servers, flags = [], []
+    for name, (pods, logged) in nodes.items():
+        socket_path = Path(f"/tmp/dashboards-kubelet-{os.getpid()}-{name}.sock")
+        servers.append(FakeKubelet(socket_path, pods).start())
+        logs = write_log_tree(tmp / f"log-{name}", logged)
+        flags.append(
+            [
+                "--collector.kubernetes",
+                "--kubernetes.pod-resources-socket",
+                str(socket_path),
+                "--kubernetes.log-directory",
+                str(logs),
+            ]
+        )
+    return servers, flags
 
 
 @dataclass
@@ -104,6 +147,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     trees = [_process_tree(2), _process_tree(0)]
     exporters: list[Exporter] = []
     prometheus: Prometheus | None = None
+    servers, kubernetes_flags = kubelets(tmp)
+    kubernetes_flags.append([])  # C has no Kubernetes
     try:
         scenarios = [
             {
@@ -119,7 +164,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             path = tmp / f"scenario-{i}.json"
             path.write_text(json.dumps(scenario))
             args = ["--simulate", "4", "--collect.interval", "1s", "--simulate.scenario", str(path)]
-            exporters.append(start_exporter(args, tmp))
+            exporters.append(start_exporter([*args, *kubernetes_flags[i]], tmp))
         config = tmp / "prometheus.yml"
         config.write_text(
             yaml.safe_dump(
@@ -155,6 +200,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for tree in trees:
             os.killpg(tree.pid, signal.SIGKILL)
             tree.wait()
+        for server in servers:
+            server.stop()
 
 
 @pytest.mark.parametrize("query", all_queries(), ids=lambda q: q.name)
@@ -175,7 +222,7 @@ def test_template_variables_list_the_fleet(fleet: Fleet, dashboard: str) -> None
     found: dict[str, list[str]] = {}
     for variable, query in variable_queries(dashboard).items():
         selector, label = label_values_parts(query)
-        match = substitute(selector or "", {"job": ".+", "instance": ".+"})
+        match = substitute(selector or "", {"job": ".+", "instance": ".+", "namespace": ".+"})
         found[variable] = sorted(
             fleet.prometheus.api(f"label/{label}/values", **{"match[]": match})
         )
@@ -183,7 +230,27 @@ def test_template_variables_list_the_fleet(fleet: Fleet, dashboard: str) -> None
         "job": ["gpu"],
         "instance": sorted(fleet.instances),
         "gpu": ["0", "1", "2", "3"],
+        "namespace": ["lab", "ml"],
+        "pod": ["notebook", "scratch", "train"],  # train-b was allocated nothing
     }
+
+
+def test_kubernetes_panels_show_the_idle_pods_and_the_stowaway(fleet: Fleet) -> None:
+    fleet.prometheus.wait_for("count(gpu_exporter_kubernetes_up == 1) == 2")
+    idle = fleet.run(_panel("gpu-fleet.json", "Idle GPU-hours by namespace"), **STEADY_RANGE)
+    assert {r["metric"]["namespace"] for r in idle if _value(r) > 0} == {"lab"}
+    stowaways = fleet.run(_panel("gpu-fleet.json", "GPUs used without allocation"))
+    assert [(r["metric"]["pod"], r["metric"]["gpu"], _value(r)) for r in stowaways] == [
+        ("train-b", "0", 1.0)
+    ]
+    # on node A, the pods that were given GPUs 0 and 1, and the variables narrow them
+    pods = fleet.run(_panel("gpu-node.json", "Pods allocated each GPU"))
+    assert sorted((r["metric"]["gpu"], r["metric"]["pod"]) for r in pods) == [
+        ("0", "train"),
+        ("1", "notebook"),
+    ]
+    only_lab = fleet.run(_panel("gpu-node.json", "Pods allocated each GPU"), namespace="lab")
+    assert [r["metric"]["pod"] for r in only_lab] == ["notebook"]
 
 
 def _panel(dashboard: str, title: str, ref: str = "A") -> Query:

@@ -284,6 +284,11 @@ def test_the_build_context_is_enough_to_build_the_package(tmp_path: Path) -> Non
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert "gpu_exporter/cli.py" in names and "gpu_exporter/sources/nvml/backend.py" in names
     assert set(CONFIGS.values()) <= names  # what the wheel ships beside the code
+    # the kubelet's api.proto travels with the messages generated from it
+    assert {
+        "gpu_exporter/sources/kubelet/api.proto",
+        "gpu_exporter/sources/kubelet/api_pb2.py",
+    } <= names
     assert not any(name.startswith("tests/") for name in names)
     # the license is an SPDX expression: setuptools warns about nothing
     assert "Warning" not in warnings and "deprecated" not in warnings, warnings

@@ -91,10 +91,36 @@ def test_container_is_locked_down() -> None:
     assert context["capabilities"]["drop"] == ["ALL"]
     assert "add" not in context["capabilities"]
     assert context.get("privileged", False) is False
+    # uid 0, for the kubelet's pod-resources socket (root's, 0600) and nothing more: no
+    # capability, no escalation; the image itself runs as a non-root user
     pod = pod_spec()["securityContext"]
-    assert pod["runAsNonRoot"] is True
+    assert pod["runAsUser"] == 0 and "--collector.kubernetes" in container()["args"]
     dockerfile_user = re.search(r"^USER (\d+)", (REPO / "Dockerfile").read_text(), re.M)
-    assert dockerfile_user and pod["runAsUser"] == int(dockerfile_user.group(1))
+    assert dockerfile_user and int(dockerfile_user.group(1)) != 0
+
+
+def test_the_kubelets_socket_and_log_layout_are_mounted_read_only() -> None:
+    mounts = {m["name"]: m for m in container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
+    wanted = {
+        "/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
+        "/var/log/pods": "/var/log/pods",
+        "/var/log/containers": "/var/log/containers",
+    }
+    found = {
+        m["mountPath"]: volumes[name]["hostPath"]["path"]
+        for name, m in mounts.items()
+        if "hostPath" in volumes[name]
+    }
+    assert found == wanted
+    assert all(m.get("readOnly") is True for m in mounts.values() if m["mountPath"] in wanted)
+    args = container()["args"]
+    assert "--collector.kubernetes" in args
+    # the program's defaults are these paths: no flag needed
+    result = run_exporter([*args, "--simulate", "1", "--once"])
+    assert result.returncode == 0, result.stderr
+    assert "gpu_exporter_kubernetes_up 0" in result.stdout
+    assert "/var/lib/kubelet/pod-resources/kubelet.sock does not exist" in result.stderr
 
 
 def test_liveness_is_livez_and_readiness_is_healthz_on_the_metrics_port() -> None:

@@ -72,7 +72,7 @@ def test_federation_pulls_only_recording_rules_with_their_labels() -> None:
     assert job["metrics_path"] == "/federate"
     assert job["honor_labels"] is True
     assert job["params"]["match[]"] == [
-        '{__name__=~"(instance_gpu|instance_gpu_instance|name):gpu_.+"}'
+        '{__name__=~"(instance_gpu|instance_gpu_instance|instance_gpu_pod|name|namespace):gpu_.+"}'
     ]
 
 
@@ -138,7 +138,13 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     per_gpu = [n for n in names if n.startswith("instance_gpu:")]
     per_model = [n for n in names if n.startswith("name:")]
     per_mig_instance = [n for n in names if n.startswith("instance_gpu_instance:")]
-    assert len(per_gpu) + len(per_model) + len(per_mig_instance) == len(names)
+    per_pod = [n for n in names if n.startswith("instance_gpu_pod:")]
+    per_namespace = [n for n in names if n.startswith("namespace:")]
+    assert len(per_gpu) + len(per_model) + len(per_mig_instance) + len(per_pod) + len(
+        per_namespace
+    ) == len(names)
+    assert len(per_pod) == doc_figure(text, "recording rules, per idle allocation (Kubernetes)")
+    assert len(per_namespace) == doc_figure(text, "recording rules, per namespace (Kubernetes)")
     assert len(per_gpu) == doc_figure(text, "recording rules, per GPU")
     assert len(per_mig_instance) == doc_figure(text, "recording rules, per MIG GPU instance")
     assert len(per_model) == doc_figure(text, "recording rules, per GPU model")

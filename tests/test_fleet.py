@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_exporter.sources.simulated_tenants import PROFILE_PROCESSES, labels
 from tests.support.alertmanager import (
     Alertmanager,
     Webhook,
@@ -39,6 +40,7 @@ from tests.support.fleet import (
     write_yaml,
 )
 from tests.support.html_ids import parse
+from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
 from tests.support.prometheus import Prometheus, start_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -71,12 +73,33 @@ def scenarios() -> dict[str, dict[str, Any]]:
         # built-in tenants: GPU 1's memory is pinned by no process, GPU 3's inference
         # server holds its busy MIG instance; GPU 0 is lost
         "node-b": {"gpus": 4, "scenario": {"faults": {"lost": [0]}}},
-        # a smaller node whose boards have no fan reading
+        # a smaller node whose boards have no fan reading, on Kubernetes (kubelet()): its
+        # GPU 0 tenant runs in pod ml/train-0, which asked for no GPU (a stowaway), and
+        # GPU 1, idle with no process, is allocated to a notebook (allocated but idle)
         "node-c": {
             "gpus": 2,
             "scenario": {"faults": {"unsupported": ["temperature.fan_speed_ratio"]}},
         },
     }
+
+
+def kubelet(workdir: Path) -> tuple[FakeKubelet, list[str]]:
+    """node-c's kubelet stand-in and log tree, and the exporter flags that read them."""
+    tenant = PROFILE_PROCESSES["input-starved"][0]
+    cgroup = labels(0, tenant)  # the simulated tenant's container ID and pod UID
+    train = Pod("ml", "train-0", [Container("trainer")], uid=cgroup.pod_uid)
+    notebook = Pod("lab", "notebook", [Container("jupyter", {"nvidia.com/gpu": ["1"]})])
+    logs = write_log_tree(workdir / "node-c-log", [(train, "trainer", cgroup.container_id)])
+    socket_path = Path(f"/tmp/fleet-kubelet-{os.getpid()}.sock")
+    server = FakeKubelet(socket_path, [train, notebook]).start()
+    flags = [
+        "--collector.kubernetes",
+        "--kubernetes.pod-resources-socket",
+        str(socket_path),
+        "--kubernetes.log-directory",
+        str(logs),
+    ]
+    return server, flags
 
 
 @dataclass
@@ -119,11 +142,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     prometheus: Prometheus | None = None
     alertmanager: Alertmanager | None = None
     webhook = start_webhook()
+    node_c_kubelet, kubernetes_flags = kubelet(workdir)
     try:
         for node, spec in scenarios().items():
             scenario = write_yaml(workdir / f"{node}-scenario.yml", spec["scenario"])
             scenario_files[node] = scenario
             args = ["--simulate", str(spec["gpus"]), "--simulate.scenario", str(scenario)]
+            if node == "node-c":
+                args += kubernetes_flags
             exporters[node] = start_exporter([*args, "--collect.interval", "1s"], workdir)
         targets = [
             {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"node": node}}
@@ -147,6 +173,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         webhook.stop()
         for exporter in exporters.values():
             exporter.stop()
+        node_c_kubelet.stop()
 
 
 def test_all_targets_are_discovered_and_up(fleet: Fleet) -> None:
@@ -239,6 +266,34 @@ def test_alert_expressions_pick_out_the_injected_faults(fleet: Fleet) -> None:
     assert fleet.prometheus.query(alerts["GPUNVLinkErrors"]) == []
     links = fleet.prometheus.wait_for("count(gpu_nvlink_link_up == 1)")
     assert float(links[0]["value"][1]) == 18 * 9  # node-a's 4 GPUs, node-b's 3, node-c's 2
+
+
+def test_a_stowaway_and_an_allocated_idle_pod_raise_their_alerts(fleet: Fleet) -> None:
+    """Through Prometheus' own rule evaluation: the alerts are active (pending until
+    their `for:`, which a test cannot wait) for exactly node-c's two pods."""
+    fleet.prometheus.wait_for("gpu_exporter_kubernetes_up == 1")
+    stowaway = fleet.prometheus.wait_for('ALERTS{alertname="GPUUsedWithoutAllocation"}')
+    assert [
+        (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"], r["metric"]["pod"])
+        for r in stowaway
+    ] == [("node-c", "0", "train-0")]
+    fleet.prometheus.wait_for(
+        f"min(count_over_time(gpu_utilization_ratio[30m])) >= {STEADY_READINGS}"
+    )
+    idle = fleet.prometheus.wait_for('ALERTS{alertname="GPUAllocatedButIdle"}')
+    assert [
+        (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"], r["metric"]["pod"])
+        for r in idle
+    ] == [("node-c", "1", "notebook")]
+    by_namespace = fleet.prometheus.wait_for("namespace:gpu_allocated_idle:count")
+    assert [(r["metric"]["namespace"], float(r["value"][1])) for r in by_namespace] == [
+        ("lab", 1.0)
+    ]
+    # the pod is named on its processes too, from the kubelet's log layout
+    processes = fleet.prometheus.query('gpu_process_memory_used_bytes{pod="train-0"}')
+    assert {(r["metric"]["namespace"], r["metric"]["container"]) for r in processes} == {
+        ("ml", "trainer")
+    }
 
 
 def test_busy_but_sms_idle_picks_out_the_launch_bound_gpus(fleet: Fleet) -> None:

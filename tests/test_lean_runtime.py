@@ -41,7 +41,8 @@ report = sys.argv[1]
 def dump() -> None:
     names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email",
              "html", "importlib.resources", "psutil", "tempfile", "gpu_exporter.metrics.dcgm",
-             "h11", "gpu_exporter.print_config", "gpu_exporter.shipped"}
+             "h11", "gpu_exporter.print_config", "gpu_exporter.shipped",
+             "grpc", "google.protobuf", "gpu_exporter.sources.kubelet.client"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
     with open(report + ".switch", "w") as out:
@@ -154,6 +155,30 @@ def test_the_dcgm_name_table_is_loaded_only_in_compat_mode(tmp_path: Path) -> No
     assert loaded(tmp_path, "--simulate", "2", "--once", "--compat.dcgm") == [
         "gpu_exporter.metrics.dcgm"
     ]
+
+
+def test_grpc_and_protobuf_are_loaded_only_when_the_kubernetes_collector_reads_a_kubelet(
+    tmp_path: Path,
+) -> None:
+    from tests.support.kubelet import FakeKubelet
+
+    socket_path = Path(f"/tmp/lean-kubelet-{os.getpid()}.sock")
+    kubelet = FakeKubelet(socket_path).start()
+    try:
+        args = ("--simulate", "1", "--once", "--collector.kubernetes")
+        assert loaded(tmp_path, *args, "--kubernetes.pod-resources-socket", str(socket_path)) == [
+            "google.protobuf",
+            "gpu_exporter.sources.kubelet.client",
+            "grpc",
+            "ssl",  # grpcio imports it, though the kubelet's socket is plain
+        ]
+        # no socket: the cause is named before gRPC is loaded
+        missing = str(tmp_path / "none.sock")
+        assert loaded(tmp_path, *args, "--kubernetes.pod-resources-socket", missing) == [
+            "gpu_exporter.sources.kubelet.client"
+        ]
+    finally:
+        kubelet.stop()
 
 
 def test_serving_scrapes_without_tls_loads_h11_and_no_ssl_http_client_email_or_page_modules(

@@ -419,6 +419,18 @@ def test_cap_keeps_the_largest_and_sums_the_rest_into_other(host: FakeHost) -> N
     assert out.unattributed_memory_bytes == 200 - 123
 
 
+def test_each_containers_processes_are_counted_beyond_the_cap(host: FakeHost) -> None:
+    """Kubernetes attribution reads these to find GPUs used without allocation, so a
+    container whose processes all fall into `other` is still seen."""
+    pod = "0::/kubepods/burstable/pod0a1b2c3d-0000-4000-8000-000000000001/" + CONTAINER + "\n"
+    host.add(FakeProc(10, 1, "python"))
+    host.add(FakeProc(11, 1, "python", cgroup=pod))
+    host.add(FakeProc(12, 1, "python", cgroup=pod))
+    out = attributor(host, limit=1)({0: raw([gpu(10, 50), gpu(11, 1), gpu(12, 2)])})[0]
+    assert [p.pid for p in out.processes] == ["10", ""]  # the pod's two are in `other`
+    assert out.containers == {("", CONTAINER, "0a1b2c3d-0000-4000-8000-000000000001"): 2}
+
+
 def test_no_other_series_under_the_cap(host: FakeHost) -> None:
     host.add(FakeProc(10, 1, "python"))
     out = attributor(host, limit=2)({0: raw([gpu(10)])})[0]

@@ -154,6 +154,9 @@ REQUIRED_ALERTS = {
     "GPUBusyButSMsIdle",
     "GPUNVLinkDown",
     "GPUNVLinkErrors",
+    "GPUAllocatedButIdle",
+    "GPUUsedWithoutAllocation",
+    "GPUKubernetesAttributionDown",
 }
 
 

@@ -202,7 +202,7 @@ class ProcessAttributor:
         if rest:
             kept.append(_other(rest))
         pids = len({placement[0] for placement in entries})
-        return Attribution(tuple(kept), _unattributed(raw, entries), pids)
+        return Attribution(tuple(kept), _unattributed(raw, entries), pids, _containers(samples))
 
 
 Placement = tuple[int, str, int | None, int | None]
@@ -270,6 +270,16 @@ def _sample(
         resident_memory_bytes=host.resident_memory_bytes,
         start_time_seconds=host.start_time_seconds,
     )
+
+
+def _containers(samples: Sequence[ProcessSample]) -> dict[tuple[str, str, str], int]:
+    """Processes per (gpu_instance, container_id, pod_uid) of every container, the ones
+    beyond the cap included (Kubernetes attribution finds GPUs used without allocation)."""
+    pids: dict[tuple[str, str, str], set[str]] = {}
+    for s in samples:
+        if s.container_id or s.pod_uid:
+            pids.setdefault((s.gpu_instance, s.container_id, s.pod_uid), set()).add(s.pid)
+    return {key: len(members) for key, members in pids.items()}
 
 
 def _sum_int(values: Sequence[int | None]) -> int | None:

@@ -81,6 +81,12 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("process", True, "per-process GPU memory, utilization and CPU"),
     Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
     Collector("xid", True, "Xid error events from NVML's event API"),
+    Collector(
+        "kubernetes",
+        False,
+        "pods: GPU allocation from the kubelet's pod-resources socket, pod names on "
+        "processes, GPUs used without allocation (needs gpu-exporter[kubernetes])",
+    ),
 )
 COLLECTOR_NAMES: frozenset[str] = frozenset(c.name for c in COLLECTORS)
 
@@ -267,6 +273,28 @@ def _attribution_count(d: DeviceSample) -> Number | None:
 
 def _unattributed(d: DeviceSample) -> Number | None:
     return d.attribution.unattributed_memory_bytes if d.attribution is not None else None
+
+
+def _allocations(s: Snapshot, d: DeviceSample) -> Rows:
+    k = s.kubernetes
+    if k is None:
+        return ()
+    return [
+        ((a.gpu_instance, a.namespace, a.pod, a.container), 1)
+        for a in k.allocations
+        if a.gpu == d.index and a.uuid == d.uuid
+    ]
+
+
+def _unallocated_use(s: Snapshot, d: DeviceSample) -> Rows:
+    k = s.kubernetes
+    if k is None:
+        return ()
+    return [
+        ((u.gpu_instance, u.namespace, u.pod, u.container), u.processes)
+        for u in k.unallocated
+        if u.gpu == d.index and u.uuid == d.uuid
+    ]
 
 
 def _stages_duration(s: Snapshot) -> Rows:
@@ -877,6 +905,31 @@ METRICS: tuple[MetricSpec, ...] = (
         "process",
         device(_attribution_count),
     ),
+    _d(
+        "gpu_allocation_info",
+        "gauge",
+        "1 for each GPU (gpu_instance empty) or MIG GPU instance the kubelet allocated to a "
+        "container, from its pod-resources socket; time-sliced replicas of one GPU count once.",
+        "kubernetes",
+        _allocations,
+        "gpu_instance",
+        "namespace",
+        "pod",
+        "container",
+    ),
+    _d(
+        "gpu_unallocated_processes",
+        "gauge",
+        "Processes of a container on a GPU (or MIG GPU instance) the kubelet did not allocate "
+        "to it: NVIDIA_VISIBLE_DEVICES=all, a privileged container, or another pod's GPU. The "
+        "scheduler counts that GPU as free or as someone else's.",
+        "kubernetes",
+        _unallocated_use,
+        "gpu_instance",
+        "namespace",
+        "pod",
+        "container",
+    ),
     _p(
         "gpu_process_memory_used_bytes",
         "gauge",
@@ -1012,6 +1065,15 @@ METRICS: tuple[MetricSpec, ...] = (
         "they are exported with their PID and GPU memory only.",
         collector="process",
         extract=lambda s: one(s.host_pid_namespace),
+    ),
+    ExporterMetric(
+        name="gpu_exporter_kubernetes_up",
+        type="gauge",
+        help="1 when the kubelet's pod-resources socket answered and its NVIDIA device IDs "
+        "match this node's GPUs; 0 when not, with the cause in the log and on the live page "
+        "(socket not mounted, permission denied, API version unsupported, IDs matching no GPU).",
+        collector="kubernetes",
+        extract=lambda s: one(s.kubernetes.up if s.kubernetes is not None else None),
     ),
     _x(
         "gpu_exporter_stage_duration_seconds",

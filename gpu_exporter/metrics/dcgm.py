@@ -11,7 +11,12 @@ What is kept from dcgm-exporter, so that its dashboards and alert rules work unc
 - names exactly as it serves them in the text format: counters without `_total`;
 - its labels: `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidiaN`), `modelName`,
   `Hostname` and `DCGM_FI_DRIVER_VERSION` on every series; on MIG GPU instances also
-  `GPU_I_ID` and `GPU_I_PROFILE`, with `gpu`, `UUID` and `device` the parent's.
+  `GPU_I_ID` and `GPU_I_PROFILE`, with `gpu`, `UUID` and `device` the parent's;
+- with the kubernetes collector, `pod`, `namespace` and `container` of the container the
+  kubelet allocated the GPU (or MIG GPU instance) to, empty when none. A time-sliced GPU
+  allocated to several containers names the first (by namespace, pod, container);
+  dcgm-exporter without `--kubernetes-virtual-gpus` names one too (the last the kubelet
+  lists). `gpu_allocation_info` lists them all.
 
 What is not: a series the device cannot answer is absent, never blank or 0. In the
 OpenMetrics format, where a counter's samples must end in `_total`, DCGM's counters are
@@ -68,9 +73,20 @@ class DcgmMetric(MetricSpec):
     difference: str | None = None  # why `equivalent` is not one comparable value, if not
 
     def label_names(self, options: RenderOptions) -> LabelValues:
-        return DCGM_LABELS + (MIG_LABELS if self.instance is not None else ())
+        names = DCGM_LABELS + (MIG_LABELS if self.instance is not None else ())
+        return names + (_POD_LABELS if options.kubernetes else ())
 
     def rows(self, snapshot: Snapshot, options: RenderOptions) -> Iterator[Series]:
+        if options.kubernetes:
+            owners = _owners(snapshot)
+            for labels, value in self._rows(snapshot, options):
+                # labels: DCGM_LABELS (gpu first), then GPU_I_ID where this family has it
+                gpu_instance = labels[len(DCGM_LABELS)] if self.instance is not None else ""
+                yield labels + owners.get((labels[0], labels[1], gpu_instance), _NO_OWNER), value
+        else:
+            yield from self._rows(snapshot, options)
+
+    def _rows(self, snapshot: Snapshot, options: RenderOptions) -> Iterator[Series]:
         driver = snapshot.driver.driver_version if snapshot.driver else None
         for d in snapshot.devices:
             st = d.static
@@ -94,6 +110,26 @@ class DcgmMetric(MetricSpec):
                     value = self.instance(reading)
                     if value is not None:
                         yield labels + (str(gi), profiles.get(gi, "")), value
+
+
+_POD_LABELS: LabelValues = (
+    "pod",
+    "namespace",
+    "container",
+)  # specs.KUBERNETES_LABELS, in dcgm-exporter's order
+_NO_OWNER: LabelValues = ("", "", "")
+
+
+def _owners(snapshot: Snapshot) -> dict[tuple[str, str, str], LabelValues]:
+    """(gpu, UUID, GPU instance or "") -> (pod, namespace, container) of its first
+    allocation."""
+    out: dict[tuple[str, str, str], LabelValues] = {}
+    k = snapshot.kubernetes
+    for a in sorted(
+        k.allocations if k is not None else (), key=lambda a: (a.namespace, a.pod, a.container)
+    ):
+        out.setdefault((str(a.gpu), a.uuid, a.gpu_instance), (a.pod, a.namespace, a.container))
+    return out
 
 
 def _reading(pick: Callable[[DeviceReading], Number | None]) -> DeviceValue:

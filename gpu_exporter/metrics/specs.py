@@ -53,6 +53,9 @@ PROCESS_LABELS: LabelValues = (
     "systemd_unit",
     "slurm_job_id",
 )
+KUBERNETES_LABELS: LabelValues = ("namespace", "pod", "container")
+"""With the kubernetes collector: on process series, and on the DCGM series (dcgm-exporter's
+own names for them)."""
 CMDLINE_LABEL = "cmdline"
 NO_LABELS: LabelValues = ()
 
@@ -66,6 +69,7 @@ class RenderOptions:
     cmdline: bool = False  # --collector.process.cmdline: processes carry `cmdline`
     dcgm: bool = False  # --compat.dcgm: also dcgm-exporter's names (`metrics.dcgm`)
     hostname: str = ""  # the `Hostname` label of the DCGM series
+    kubernetes: bool = False  # --collector.kubernetes: KUBERNETES_LABELS on processes, DCGM
 
 
 DEFAULT_OPTIONS = RenderOptions()
@@ -156,6 +160,8 @@ class ProcessMetric(MetricSpec):
 
     def label_names(self, options: RenderOptions) -> LabelValues:
         names = PROCESS_LABELS + self.labels
+        if options.kubernetes:
+            names += KUBERNETES_LABELS
         return names + (CMDLINE_LABEL,) if options.cmdline else names
 
     def rows(
@@ -168,7 +174,7 @@ class ProcessMetric(MetricSpec):
             for p in attribution.processes:
                 value = self.extract(p)
                 if value is not None:
-                    yield _PROCESS_ROW_LABELS.of(device, p, options.cmdline), value
+                    yield _PROCESS_ROW_LABELS.of(device, p, options), value
 
 
 class _ProcessRowLabels:
@@ -180,15 +186,17 @@ class _ProcessRowLabels:
     MAX_ENTRIES = 8192
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[int, bool], tuple[ProcessSample, LabelValues]] = {}
+        self._kept: dict[tuple[int, bool, bool], tuple[ProcessSample, LabelValues]] = {}
 
-    def of(self, device: DeviceSample, p: ProcessSample, cmdline: bool) -> LabelValues:
-        key = (id(p), cmdline)
+    def of(self, device: DeviceSample, p: ProcessSample, options: RenderOptions) -> LabelValues:
+        key = (id(p), options.cmdline, options.kubernetes)
         kept = self._kept.get(key)
         if kept is not None and kept[0] is p:
             return kept[1]
         labels = (str(device.index), device.uuid) + process_label_values(p)
-        if cmdline:
+        if options.kubernetes:
+            labels += (p.namespace, p.pod, p.container)
+        if options.cmdline:
             labels += (p.cmdline or "",)
         if len(self._kept) >= self.MAX_ENTRIES:
             self._kept.clear()

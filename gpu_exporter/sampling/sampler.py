@@ -11,6 +11,8 @@ One sample runs these stages, each timed and reported in the Snapshot's `stages`
 - `processes`: process attribution (collector `process`);
 - `host`: host CPU and memory (collector `host`);
 - `xid`: the Xid listener's counts (collector `xid`); success while it listens;
+- (collector `kubernetes`, within `processes`) the last kubelet reading, refreshed on
+  its own thread, names the processes and gives each GPU's allocation;
 - `render`: the previous snapshot's publication (the live page's history; its
   exposition, written then only when a scrape is expected before the next sample, else
   by the first scrape that asks), since a snapshot cannot hold the cost of publishing
@@ -34,6 +36,7 @@ from gpu_exporter.model import (
     DeviceStatic,
     DriverInfo,
     HostSample,
+    KubernetesState,
     Snapshot,
     StageResult,
     UtilizationSample,
@@ -65,6 +68,11 @@ class AttributeProcesses(Protocol):
     def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
         """Each GPU's process series, from what the device workers read."""
 
+
+AttributeKubernetes = Callable[
+    [tuple[DeviceSample, ...]], tuple[tuple[DeviceSample, ...], KubernetesState]
+]
+"""Kubernetes names, allocation and stowaways on the devices (`attribution.kubernetes`)."""
 
 ReadHost = Callable[[], HostSample | None]
 """Host context; None when it could not be read."""
@@ -118,6 +126,7 @@ class Sampler:
         attribute_processes: AttributeProcesses | None = None,
         read_host: ReadHost | None = None,
         xid: XidView | None = None,
+        attribute_kubernetes: AttributeKubernetes | None = None,
         retries: bool = True,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -130,6 +139,7 @@ class Sampler:
         self._attribute_processes = attribute_processes
         self._read_host = read_host
         self._xid = xid
+        self._attribute_kubernetes = attribute_kubernetes
         self._retries = retries  # False for --once: nothing will retry, so do not say it will
         self._clock = clock
         self._monotonic = monotonic
@@ -261,6 +271,14 @@ class Sampler:
             stages["processes"] = StageResult(self._monotonic() - t0, ok)
             devices = tuple(_with_attribution(d, attribution) for d in devices)
 
+        kubernetes: KubernetesState | None = None
+        if "kubernetes" in collectors and self._attribute_kubernetes is not None:
+            try:
+                devices, kubernetes = self._attribute_kubernetes(devices)
+            except Exception:
+                log.exception("kubernetes attribution failed")
+                kubernetes = KubernetesState(up=False, reason="attribution failed (a bug)")
+
         host: HostSample | None = None
         if "host" in collectors and self._read_host is not None:
             t0 = self._monotonic()
@@ -294,6 +312,7 @@ class Sampler:
             collectors=collectors,
             stages=stages,
             host_pid_namespace=host_pid_namespace,
+            kubernetes=kubernetes,
         )
         self.latest = snapshot
         self._publish(snapshot)

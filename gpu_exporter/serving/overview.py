@@ -103,6 +103,21 @@ def build(snapshot: Snapshot, history: History, window: Window, *, series: bool 
             "history": _points(history.host(window)),
         },
         "gpus": [_gpu(device, history, window if series else None) for device in snapshot.devices],
+        "kubernetes": _kubernetes(snapshot),
+    }
+
+
+def _kubernetes(snapshot: Snapshot) -> Document | None:
+    """The Kubernetes collector's state; None while it is off. `reason` says why it is
+    down, or what it found wrong while up (a pod using a GPU it did not ask for)."""
+    k = snapshot.kubernetes
+    if k is None:
+        return None
+    return {
+        "up": k.up,
+        "reason": _shown(k.reason),
+        "allocations": len(k.allocations),
+        "unallocated_processes": sum(u.processes for u in k.unallocated),
     }
 
 
@@ -197,6 +212,8 @@ def job(p: ProcessSample) -> str | None:
     """The container or job a process runs in, as a person names it; None when unknown."""
     if p.slurm_job_id:
         return f"slurm job {p.slurm_job_id}"
+    if p.pod:  # named from the kubelet's log layout (collector kubernetes)
+        return f"pod {p.namespace}/{p.pod}" + (f" ({p.container})" if p.container else "")
     if p.pod_uid:
         return f"pod {p.pod_uid}"
     if p.container_id:

@@ -162,7 +162,10 @@ def render(
         else "NVIDIA GPU metrics for Prometheus, sampled through NVML"
     )
     body = (
-        _host(doc) + _no_gpus(doc) + "".join(_card(gpu, doc) for gpu in doc["gpus"])
+        _host(doc)
+        + _kubernetes(doc)
+        + _no_gpus(doc)
+        + "".join(_card(gpu, doc) for gpu in doc["gpus"])
         if doc
         else '<p class="empty">No sample has finished yet.</p>'
     )
@@ -195,6 +198,15 @@ def _no_gpus(doc: Document) -> str:
         return ""
     reason = "NVML unavailable: " + doc["nvml_down_reason"] if not doc["nvml_up"] else "none seen"
     return f'<p class="empty">No GPU to show ({escape(reason or "")}).</p>'
+
+
+def _kubernetes(doc: Document) -> str:
+    """One line while the Kubernetes collector is on: why it is down, or what it found."""
+    k = doc.get("kubernetes")
+    if k is None or (k["up"] and not k["reason"]):
+        return ""
+    state = "Kubernetes attribution" + ("" if k["up"] else " unavailable")
+    return f'<p class="kubernetes"><strong>{state}:</strong> {escape(k["reason"] or "")}</p>'
 
 
 def _host(doc: Document) -> str:

@@ -20,7 +20,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"
 DASHBOARD_FILES = ("gpu-fleet.json", "gpu-node.json")
-TEMPLATE_VARIABLES = ("datasource", "job", "instance", "gpu")
+TEMPLATE_VARIABLES = ("datasource", "job", "instance", "gpu", "namespace", "pod")
 
 # Grafana's built-in variables a query may use, with the values the tests substitute.
 # $__interval_ms must agree with $__interval (both one minute here).
@@ -33,6 +33,8 @@ PARSE_VALUES: dict[str, str] = {
     "job": ".+",
     "instance": ".+",
     "gpu": ".+",
+    "namespace": ".+",
+    "pod": ".+",
 }
 
 PROMQL_KEYWORDS = frozenset(

@@ -1,0 +1,206 @@
+"""Kubernetes attribution: who was given each GPU, who uses it, and who uses one unasked.
+
+`KubernetesAttributor` runs on the sampler thread once per sample, on the last reading of
+the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does three things:
+
+- names each process series: the container ID and pod UID its cgroup gave
+  (`cgroups.py`) looked up in the kubelet's log layout (`sources.kubelet.logs`);
+- maps the kubelet's device IDs to this node's GPUs: `nvidia.com/gpu` gives GPU UUIDs,
+  or indices under the device plugin's index strategy; `nvidia.com/mig-*` gives MIG
+  device UUIDs; a time-sliced replica is `<UUID>::<N>`, one GPU however many replicas;
+  GKE's device plugin names `nvidia<index>`, `nvidia<index>/gi<GPU instance>` and
+  shared replicas `.../vgpu<N>` (the forms dcgm-exporter's pod mapper matches);
+- finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
+  kubelet did not allocate to it.
+
+Its `KubernetesState.reason` names what keeps it from working, or what it found wrong
+(a pod using a GPU without asking for one); each new reason is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from gpu_exporter.model import (
+    ContainerDevices,
+    ContainerName,
+    DeviceSample,
+    GpuAllocation,
+    KubeletReading,
+    KubernetesState,
+    ProcessSample,
+    UnallocatedUse,
+)
+
+log = logging.getLogger(__name__)
+
+NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
+REPLICA_SEPARATORS = ("::", "/vgpu")  # time-slicing and MPS replicas: "GPU-<uuid>::<n>",
+# and GKE's shared GPUs: "nvidia0/vgpu3"
+SHOWN_IDS = 3  # device IDs quoted in a reason
+
+Devices = tuple[DeviceSample, ...]
+Target = tuple[int, str, str]  # (index, GPU UUID, MIG GPU instance or "")
+
+
+class KubernetesAttributor:
+    """One sample's Kubernetes view. Used on the sampler thread only."""
+
+    def __init__(self) -> None:
+        self._logged: str | None = None
+
+    def __call__(
+        self, devices: Devices, reading: KubeletReading | None
+    ) -> tuple[Devices, KubernetesState]:
+        if reading is None:
+            return devices, KubernetesState(up=False, reason="the kubelet has not been read yet")
+        devices = tuple(_named(d, reading) for d in devices)
+        state = _state(devices, reading)
+        if state.reason != self._logged:
+            if state.reason is not None and reading.error is None:
+                log.warning("kubernetes attribution: %s", state.reason)
+            self._logged = state.reason  # the kubelet's own failures are logged by its watcher
+        return devices, state
+
+
+# Names -------------------------------------------------------------------------------
+
+
+def _named(device: DeviceSample, reading: KubeletReading) -> DeviceSample:
+    attribution = device.attribution
+    if attribution is None or not (reading.containers or reading.pod_names):
+        return device
+    processes = tuple(_name(p, reading) for p in attribution.processes)
+    return replace(device, attribution=replace(attribution, processes=processes))
+
+
+def _name(p: ProcessSample, reading: KubeletReading) -> ProcessSample:
+    name = _lookup(reading, p.container_id, p.pod_uid)
+    if name is None:
+        return p
+    return replace(p, namespace=name.namespace, pod=name.pod, container=name.container)
+
+
+def _lookup(reading: KubeletReading, container_id: str, pod_uid: str) -> ContainerName | None:
+    """Who a container ID (or, failing it, a pod UID) is, from the log layout."""
+    name = reading.containers.get(container_id) if container_id else None
+    if name is None and pod_uid:
+        name = reading.pod_names.get(pod_uid)
+    return name
+
+
+# Allocation --------------------------------------------------------------------------
+
+
+def targets(devices: Devices) -> dict[str, Target]:
+    """Every device ID the NVIDIA device plugin may name, to the GPU (and MIG instance) it
+    names: GPU UUIDs, NVML indices, MIG device UUIDs."""
+    out: dict[str, Target] = {}
+    for d in devices:
+        if d.static is None:
+            continue
+        whole = (d.index, d.static.uuid, "")
+        out[d.static.uuid] = whole
+        out[str(d.index)] = whole
+        out[f"nvidia{d.index}"] = whole  # GKE
+        mig = d.reading.mig if d.reading is not None else None
+        for m in mig.devices if mig is not None else ():
+            instance = (d.index, d.static.uuid, str(m.gpu_instance))
+            out[m.uuid] = instance
+            out[f"nvidia{d.index}/gi{m.gpu_instance}"] = instance  # GKE
+    return out
+
+
+def _base(device_id: str) -> str:
+    """The device a replica ID shares: "GPU-x::3" -> "GPU-x", "nvidia0/vgpu3" -> "nvidia0"."""
+    for separator in REPLICA_SEPARATORS:
+        device_id = device_id.split(separator, 1)[0]
+    return device_id
+
+
+def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
+    if reading.error is not None:
+        return KubernetesState(up=False, reason=reading.error)
+    known = targets(devices)
+    allocations: dict[GpuAllocation, None] = {}
+    unmatched: dict[str, str] = {}  # device ID -> resource
+    for entry in _nvidia(reading.allocations):
+        for device_id in entry.device_ids:
+            target = known.get(_base(device_id))
+            if target is None:
+                unmatched[device_id] = entry.resource
+                continue
+            index, uuid, gpu_instance = target
+            allocation = GpuAllocation(
+                index, uuid, gpu_instance, entry.namespace, entry.pod, entry.container
+            )
+            allocations[allocation] = None
+    unallocated = _unallocated(devices, reading, allocations)
+    up = bool(allocations) or not unmatched
+    return KubernetesState(
+        up=up,
+        reason=_unmatched_reason(unmatched, devices)
+        or _unrequested_reason(unallocated, allocations),
+        allocations=tuple(allocations),
+        unallocated=unallocated,
+    )
+
+
+def _nvidia(entries: Iterable[ContainerDevices]) -> Iterable[ContainerDevices]:
+    return (e for e in entries if e.resource.startswith(NVIDIA_RESOURCE_PREFIX))
+
+
+def _unmatched_reason(unmatched: Mapping[str, str], devices: Devices) -> str | None:
+    if not unmatched:
+        return None
+    ids = ", ".join(sorted(unmatched)[:SHOWN_IDS]) + (", ..." if len(unmatched) > SHOWN_IDS else "")
+    resources = ", ".join(sorted(set(unmatched.values())))
+    gpus = len([d for d in devices if d.static is not None])
+    return (
+        f"{len(unmatched)} device IDs of {resources} match no GPU of this node ({ids}); "
+        f"expected GPU or MIG UUIDs, or indices 0 to {gpus - 1}: is the device plugin's "
+        "DEVICE_ID_STRATEGY or the exporter's view of the GPUs different?"
+    )
+
+
+def _unrequested_reason(
+    unallocated: tuple[UnallocatedUse, ...], allocations: Mapping[GpuAllocation, None]
+) -> str | None:
+    asked = {(a.namespace, a.pod) for a in allocations}
+    for use in unallocated:
+        if (use.namespace, use.pod) not in asked:
+            return (
+                f"pod {use.namespace}/{use.pod} runs processes on GPU {use.gpu} but has no "
+                "nvidia.com/gpu in its resource limits (NVIDIA_VISIBLE_DEVICES=all or a "
+                "privileged container?): the scheduler counts that GPU as free"
+            )
+    return None
+
+
+def _unallocated(
+    devices: Devices, reading: KubeletReading, allocations: Mapping[GpuAllocation, None]
+) -> tuple[UnallocatedUse, ...]:
+    """Processes of containers on GPUs not allocated to them, counted per container."""
+    given: set[tuple[int, str, str, str, str]] = set()  # (gpu, gi, namespace, pod, container)
+    for a in allocations:
+        given.add((a.gpu, a.gpu_instance, a.namespace, a.pod, a.container))
+        given.add((a.gpu, a.gpu_instance, a.namespace, a.pod, ""))  # its pod, container unknown
+    counts: dict[tuple[int, str, str, str, str, str], int] = {}
+    for d in devices:
+        if d.attribution is None:
+            continue
+        # every container's processes, those beyond the per-GPU process cap included
+        for (gpu_instance, container_id, pod_uid), n in d.attribution.containers.items():
+            name = _lookup(reading, container_id, pod_uid)
+            if name is None:
+                continue
+            if any(
+                (d.index, gi, name.namespace, name.pod, name.container) in given
+                for gi in ("", gpu_instance)
+            ):
+                continue
+            key = (d.index, d.uuid, gpu_instance, name.namespace, name.pod, name.container)
+            counts[key] = counts.get(key, 0) + n
+    return tuple(UnallocatedUse(*key, processes=n) for key, n in sorted(counts.items()))

@@ -1,0 +1,484 @@
+"""Kubernetes attribution against a kubelet stand-in: the kubelet's own api.proto served
+by grpcio on a Unix socket (tests/support/kubelet.py), and its log layout on disk.
+
+The exporter's pieces are the real ones: the pod-resources client, the watcher thread,
+the attributor, and a Sampler on the simulated host (GPU 0 runs a PyTorch job in a pod,
+GPU 1 is idle, GPU 3 is MIG-partitioned); the assertions read the rendered exposition.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.attribution.kubernetes import KubernetesAttributor
+from gpu_exporter.attribution.processes import ProcessAttributor
+from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.render import text
+from gpu_exporter.metrics.specs import RenderOptions
+from gpu_exporter.metrics.text import LABEL_VALUE_MAX_BYTES
+from gpu_exporter.model import KubeletReading, Snapshot
+from gpu_exporter.sampling.sampler import Sampler
+from gpu_exporter.sources.kubelet.client import KubeletUnavailable, PodResourcesClient
+from gpu_exporter.sources.kubelet.logs import container_names, pod_names
+from gpu_exporter.sources.kubelet.watch import KubeletWatcher
+from gpu_exporter.sources.simulated import SimulatedBackend
+from gpu_exporter.sources.simulated_tenants import PROFILE_PROCESSES, labels
+from tests.support.clock import FakeClock
+from tests.support.exporter import parse_samples, series, values
+from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
+
+KUBELET_DIR = Path(__file__).resolve().parent.parent / "gpu_exporter" / "sources" / "kubelet"
+GPU = "nvidia.com/gpu"
+OPTIONS = RenderOptions(kubernetes=True, dcgm=True, hostname="node-a")
+
+
+# The generated code ------------------------------------------------------------------
+
+
+def test_the_checked_in_messages_are_what_protoc_makes_of_the_kubelets_api_proto(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(KUBELET_DIR / "api.proto", tmp_path / "api.proto")
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "api.proto"],
+        cwd=tmp_path,
+        check=True,
+    )
+    assert (tmp_path / "api_pb2.py").read_text() == (KUBELET_DIR / "api_pb2.py").read_text()
+
+
+# The simulated host, a kubelet and its log tree ---------------------------------------
+
+
+@pytest.fixture
+def socket_path(tmp_path: Path) -> Path:
+    # a Unix socket path is limited to 107 bytes: pytest's tmp_path may be longer
+    directory = Path(f"/tmp/kubelet-{os.getpid()}-{time.monotonic_ns()}")
+    directory.mkdir()
+    yield directory / "kubelet.sock"
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(socket_path: Path) -> Iterator[FakeKubelet]:
+    server = FakeKubelet(socket_path).start()
+    yield server
+    server.stop()
+
+
+class Host:
+    """A simulated host of 4 GPUs whose GPU 0 tenant runs in pod ml/train-0."""
+
+    def __init__(self, log_root: Path, socket_path: Path) -> None:
+        self.clock = FakeClock()
+        self.backend = SimulatedBackend(4, clock=self.clock.wall)
+        self.backend.init()
+        self.uuids = [self.backend.device_static(i).uuid for i in range(4)]
+        tenant = PROFILE_PROCESSES["input-starved"][0]
+        cgroup = labels(0, tenant)
+        self.train = Pod("ml", "train-0", [Container("trainer")], uid=cgroup.pod_uid)
+        write_log_tree(log_root, [(self.train, "trainer", cgroup.container_id)])
+        self.watcher = KubeletWatcher(str(socket_path), log_root=str(log_root), timeout_seconds=1)
+        self.attributor = KubernetesAttributor()
+        collectors = frozenset(c.name for c in COLLECTORS if c.default_enabled) | {"kubernetes"}
+        self.sampler = Sampler(
+            self.backend,
+            interval_seconds=1.0,
+            timeout_seconds=5.0,
+            collectors=collectors - {"host", "xid"},
+            attribute_processes=ProcessAttributor(lookup=self.backend.host_process),
+            attribute_kubernetes=lambda devices: self.attributor(devices, self.watcher.latest()),
+            clock=self.clock.wall,
+            monotonic=self.clock.monotonic,
+        )
+
+    def mig_uuid(self, gpu_instance: int) -> str:
+        mig = self.backend.device_reading(3, frozenset({"mig"})).mig
+        assert mig is not None
+        return next(m.uuid for m in mig.devices if m.gpu_instance == gpu_instance)
+
+    def sample(self) -> tuple[Snapshot, str]:
+        self.watcher.refresh()
+        self.clock.now += 1.0
+        snapshot = self.sampler.sample_once()
+        return snapshot, text(snapshot, OPTIONS)
+
+
+@pytest.fixture
+def host(tmp_path: Path, socket_path: Path) -> Iterator[Host]:
+    h = Host(tmp_path / "log", socket_path)
+    yield h
+    h.sampler.stop(0)
+
+
+def allocations(exposition: str) -> set[tuple[str, str, str, str, str]]:
+    return {
+        (s["gpu"], s["gpu_instance"], s["namespace"], s["pod"], s["container"])
+        for s in series(parse_samples(exposition), "gpu_allocation_info")
+    }
+
+
+# Allocation ------------------------------------------------------------------------
+
+
+def test_whole_gpus_by_uuid_mig_devices_and_time_sliced_replicas_are_allocations(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [
+        Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[0]]})]),
+        Pod("ml", "shared-a", [Container("worker", {GPU: [f"{host.uuids[1]}::0"]})]),
+        Pod(
+            "ml",
+            "shared-b",
+            [Container("worker", {GPU: [f"{host.uuids[1]}::3", f"{host.uuids[1]}::4"]})],
+        ),
+        Pod(
+            "infer", "triton", [Container("server", {"nvidia.com/mig-3g.40gb": [host.mig_uuid(2)]})]
+        ),
+        Pod("web", "nginx", [Container("nginx")]),  # no GPU
+        Pod("net", "sriov", [Container("app", {"intel.com/sriov": ["0000:3b:00.1"]})]),
+    ]
+    _, exposition = host.sample()
+    assert allocations(exposition) == {
+        ("0", "", "ml", "train-0", "trainer"),
+        ("1", "", "ml", "shared-a", "worker"),
+        ("1", "", "ml", "shared-b", "worker"),  # two replicas, one series
+        ("3", "2", "infer", "triton", "server"),
+    }
+    samples = parse_samples(exposition)
+    assert values(samples, "gpu_exporter_kubernetes_up") == [1.0]
+    assert series(samples, "gpu_unallocated_processes") == []
+
+
+def test_gpus_by_index_under_the_device_plugins_index_strategy(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["0", "2"]})])]
+    _, exposition = host.sample()
+    assert allocations(exposition) == {
+        ("0", "", "ml", "train-0", "trainer"),
+        ("2", "", "ml", "train-0", "trainer"),
+    }
+
+
+def test_gkes_device_ids_name_gpus_mig_instances_and_shared_replicas(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [
+        Pod("ml", "a", [Container("c", {GPU: ["nvidia0"]})]),
+        Pod("ml", "b", [Container("c", {GPU: ["nvidia1/vgpu0", "nvidia1/vgpu1"]})]),
+        Pod("ml", "c", [Container("c", {GPU: ["nvidia3/gi9"]})]),
+    ]
+    snapshot, exposition = host.sample()
+    assert allocations(exposition) == {
+        ("0", "", "ml", "a", "c"),
+        ("1", "", "ml", "b", "c"),
+        ("3", "9", "ml", "c", "c"),
+    }
+    assert snapshot.kubernetes is not None and snapshot.kubernetes.up
+    assert "match no GPU" not in (snapshot.kubernetes.reason or "")
+
+
+def test_dcgm_series_of_an_allocated_gpu_carry_pod_namespace_and_container(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[0]]})])]
+    _, exposition = host.sample()
+    power = {
+        s["gpu"]: (s["namespace"], s["pod"], s["container"])
+        for s in series(parse_samples(exposition), "DCGM_FI_DEV_POWER_USAGE")
+    }
+    assert power["0"] == ("ml", "train-0", "trainer")
+    assert power["1"] == ("", "", "")
+
+
+# Use, from the log tree ----------------------------------------------------------------
+
+
+def test_process_series_are_named_from_the_kubelets_log_layout(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[0]]})])]
+    _, exposition = host.sample()
+    memory = series(parse_samples(exposition), "gpu_process_memory_used_bytes")
+    on_gpu0 = [s for s in memory if s["gpu"] == "0"]
+    assert [(s["namespace"], s["pod"], s["container"]) for s in on_gpu0] == [
+        ("ml", "train-0", "trainer")
+    ]
+
+
+def test_the_log_layout_names_containers_and_pods_and_skips_what_is_not_its_shape(
+    tmp_path: Path,
+) -> None:
+    pod = Pod("kube-system", "coredns-5d78c9869d-abcde", [])
+    cid = "a" * 64
+    write_log_tree(tmp_path, [(pod, "coredns", cid)])
+    (tmp_path / "containers" / "not-a-container.log").write_text("")
+    (tmp_path / "pods" / "junk").mkdir()
+    assert container_names(str(tmp_path))[cid].container == "coredns"
+    assert container_names(str(tmp_path))[cid].pod == "coredns-5d78c9869d-abcde"
+    assert pod_names(str(tmp_path))[pod.uid].namespace == "kube-system"
+    assert container_names(str(tmp_path / "missing")) == {}
+
+
+# Stowaways and reasons -----------------------------------------------------------------
+
+
+def test_a_pod_using_a_gpu_it_was_not_allocated_is_a_stowaway(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[1]]})])]
+    snapshot, exposition = host.sample()
+    unallocated = series(parse_samples(exposition), "gpu_unallocated_processes")
+    assert [(s["gpu"], s["namespace"], s["pod"], s["container"]) for s in unallocated] == [
+        ("0", "ml", "train-0", "trainer")
+    ]
+    assert snapshot.kubernetes is not None and snapshot.kubernetes.up
+
+
+def test_a_stowaway_whose_processes_fall_beyond_the_process_cap_is_still_counted(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    from dataclasses import replace
+
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[1]]})])]
+    snapshot, _ = host.sample()
+    device = snapshot.devices[0]
+    assert device.attribution is not None
+    # as if the pod's process had been summed into `other` by --collector.process.limit
+    capped = replace(device, attribution=replace(device.attribution, processes=()))
+    _, state = KubernetesAttributor()((capped,), host.watcher.latest())
+    assert [(u.gpu, u.pod, u.container, u.processes) for u in state.unallocated] == [
+        (0, "train-0", "trainer", 1)
+    ]
+
+
+def test_a_pod_with_no_gpu_in_its_limits_using_one_is_named_as_the_reason(
+    host: Host, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer")])]
+    snapshot, exposition = host.sample()
+    assert snapshot.kubernetes is not None
+    assert "pod ml/train-0" in (snapshot.kubernetes.reason or "")
+    assert "no nvidia.com/gpu in its resource limits" in (snapshot.kubernetes.reason or "")
+    assert values(parse_samples(exposition), "gpu_unallocated_processes", gpu="0") == [1.0]
+    host.sample()  # logged once, not once per sample
+    assert sum("no nvidia.com/gpu" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_device_ids_that_match_no_gpu_turn_kubernetes_down_and_say_so(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["7", "GPU-unknown"]})])]
+    snapshot, exposition = host.sample()
+    assert values(parse_samples(exposition), "gpu_exporter_kubernetes_up") == [0.0]
+    assert snapshot.kubernetes is not None
+    assert "match no GPU" in (snapshot.kubernetes.reason or "")
+    assert "indices 0 to 3" in (snapshot.kubernetes.reason or "")
+
+
+def test_a_missing_socket_says_mount_it(host: Host) -> None:
+    snapshot, exposition = host.sample()  # no kubelet fixture: no socket
+    assert values(parse_samples(exposition), "gpu_exporter_kubernetes_up") == [0.0]
+    assert snapshot.kubernetes is not None
+    assert "does not exist" in (snapshot.kubernetes.reason or "")
+    assert "/var/lib/kubelet/pod-resources" in (snapshot.kubernetes.reason or "")
+    # the log tree still names the processes
+    memory = series(parse_samples(exposition), "gpu_process_memory_used_bytes")
+    assert ("ml", "train-0") in {(s["namespace"], s["pod"]) for s in memory}
+
+
+def test_a_kubelet_without_the_v1_api_is_named_unsupported(socket_path: Path) -> None:
+    server = FakeKubelet(socket_path)
+    server.unimplemented = True
+    server.start()
+    try:
+        with pytest.raises(KubeletUnavailable, match="API version unsupported"):
+            PodResourcesClient(str(socket_path), timeout_seconds=2).list()
+    finally:
+        server.stop()
+
+
+def test_a_socket_answering_garbage_is_named_and_nothing_crashes(
+    kubelet: FakeKubelet, socket_path: Path
+) -> None:
+    kubelet.garbage = True
+    with pytest.raises(KubeletUnavailable, match="not a pod-resources List response"):
+        PodResourcesClient(str(socket_path), timeout_seconds=2).list()
+
+
+def test_a_socket_that_is_not_the_kubelets_is_named(socket_path: Path) -> None:
+    socket_path.write_text("")
+    with pytest.raises(KubeletUnavailable, match="is not a socket"):
+        PodResourcesClient(str(socket_path)).list()
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
+def test_a_socket_the_exporter_may_not_open_says_permission_denied(
+    kubelet: FakeKubelet, socket_path: Path
+) -> None:
+    socket_path.chmod(0o600)
+    socket_path.parent.chmod(0o755)
+    script = (
+        "from gpu_exporter.sources.kubelet.client import PodResourcesClient as C\n"
+        f"try: C({str(socket_path)!r}).list()\n"
+        "except Exception as e: print(e)\n"
+    )
+    out = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(KUBELET_DIR.parent.parent.parent)},
+        check=False,
+    )
+    assert "permission denied" in out.stdout
+
+
+def test_a_slow_kubelet_delays_only_the_watcher_and_is_named(
+    kubelet: FakeKubelet, socket_path: Path
+) -> None:
+    kubelet.delay = 1.5
+    with pytest.raises(KubeletUnavailable, match=r"did not answer in 0\.5s"):
+        PodResourcesClient(str(socket_path), timeout_seconds=0.5).list()
+
+
+def test_a_kubelet_that_vanishes_and_restarts_is_read_again(
+    kubelet: FakeKubelet, socket_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    kubelet.pods = [Pod("ml", "a", [Container("c", {GPU: ["0"]})])]
+    watcher = KubeletWatcher(str(socket_path), log_root="/nonexistent", timeout_seconds=2)
+    assert watcher.refresh().pods == 1
+    kubelet.stop()
+    assert "does not exist" in (watcher.refresh().error or "")
+    kubelet.pods.append(Pod("ml", "b", []))
+    kubelet.start()
+    reading = watcher.refresh()
+    assert reading.error is None and reading.pods == 2
+    assert [r.levelname for r in caplog.records if "kubernetes" in r.getMessage()] == [
+        "WARNING",
+        "INFO",
+    ]
+
+
+def test_a_pod_name_of_253_characters_is_capped_in_its_labels(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    name = "p" * 253  # the longest a DNS subdomain, so a pod name, may be
+    kubelet.pods = [Pod("ml", name, [Container("trainer", {GPU: [host.uuids[2]]})])]
+    _, exposition = host.sample()
+    (allocation,) = series(parse_samples(exposition), "gpu_allocation_info")
+    assert len(allocation["pod"].encode()) <= LABEL_VALUE_MAX_BYTES
+    assert allocation["pod"].startswith("ppp")
+
+
+def test_ten_thousand_pods_on_one_node_give_one_series_per_allocated_device(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    kubelet.pods = [Pod("batch", f"job-{i}", [Container("main")]) for i in range(10_000)]
+    kubelet.pods += [
+        Pod("ml", f"replica-{i}", [Container("w", {GPU: [f"{host.uuids[1]}::{i}"]})])
+        for i in range(8)
+    ]
+    snapshot, exposition = host.sample()
+    assert snapshot.kubernetes is not None and snapshot.kubernetes.up
+    assert len(series(parse_samples(exposition), "gpu_allocation_info")) == 8
+
+
+def test_before_the_first_reading_kubernetes_is_down_and_says_why() -> None:
+    _, state = KubernetesAttributor()((), None)
+    assert not state.up and state.reason == "the kubelet has not been read yet"
+    _, state = KubernetesAttributor()((), KubeletReading(error="x"))
+    assert state.reason == "x"
+
+
+# The live page -------------------------------------------------------------------------
+
+
+def test_the_live_page_and_its_json_say_why_kubernetes_is_down_and_name_the_pod(
+    host: Host,
+) -> None:
+    from gpu_exporter.sampling.history import DEFAULT_WINDOW, WINDOWS, History
+    from gpu_exporter.serving import overview, page
+
+    snapshot, _ = host.sample()  # no kubelet: no socket
+    history = History()
+    history.add(snapshot)
+    doc = overview.build(snapshot, history, WINDOWS[DEFAULT_WINDOW])
+    assert doc["kubernetes"]["up"] is False
+    assert "does not exist" in doc["kubernetes"]["reason"]
+    assert doc["gpus"][0]["processes"][0]["job"] == "pod ml/train-0 (trainer)"
+    html = page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
+    assert b"Kubernetes attribution unavailable:" in html
+    assert b"kubelet.sock does not exist" in html
+
+
+def test_samples_take_the_watchers_last_reading_and_never_call_the_kubelet(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
+) -> None:
+    from gpu_exporter.config import Settings
+    from gpu_exporter.daemon import KubernetesSource
+
+    settings = Settings(
+        kubernetes_socket=str(socket_path),
+        kubernetes_log_root=str(tmp_path),
+        kubernetes_refresh_seconds=600.0,  # the watcher thread's next refresh is far off
+    )
+    source = KubernetesSource(settings)
+    try:
+        _, state = source(())  # the first sample reads the kubelet, for --once
+        assert kubelet.calls == 1 and state.reason is None
+        kubelet.delay = 30.0  # a hung kubelet from now on
+        for _ in range(5):
+            _, state = source(())
+        assert kubelet.calls == 1 and state.up
+    finally:
+        source.watcher.stop()
+
+
+# The real program --------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_the_program_serves_allocation_and_keeps_serving_while_the_kubelet_hangs_or_vanishes(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
+) -> None:
+    from tests.support.exporter import start_exporter
+
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["0", "1"]})])]
+    args = [
+        "--simulate", "2", "--collect.interval", "0.2s", "--collector.kubernetes",
+        "--kubernetes.pod-resources-socket", str(socket_path),
+        "--kubernetes.log-directory", str(tmp_path), "--kubernetes.refresh-interval", "1s",
+    ]  # fmt: skip
+    exporter = start_exporter(args, tmp_path)
+    try:
+        samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [1.0])
+        assert len(values(samples, "gpu_allocation_info")) == 2
+        # a kubelet that takes 3 s per answer: sampling goes on at its own pace
+        kubelet.delay = 3.0
+        first = values(exporter.scrape(), "gpu_exporter_samples_total")[0]
+        exporter.wait_for(lambda s: values(s, "gpu_exporter_samples_total")[0] >= first + 10)
+        kubelet.stop()  # and then it vanishes
+        samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [0.0])
+        assert values(samples, "gpu_allocation_info") == []
+        assert "does not exist" in exporter.log()
+    finally:
+        assert exporter.stop() == 0

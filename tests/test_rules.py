@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gpu_exporter.metrics.catalogue import METRICS_BY_NAME
-from gpu_exporter.metrics.specs import DEFAULT_OPTIONS
+from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.print_config import DEFAULT_RUNBOOK_BASE
 from tests.support.exporter import REPO
 
@@ -34,6 +34,10 @@ TARGET_LABELS = frozenset({"instance", "job"})
 # series Prometheus itself makes
 BUILTIN_METRICS = {"up": TARGET_LABELS}
 SEVERITIES = frozenset({"critical", "warning", "info"})
+
+# the labels a series can carry with any option on (a rule may name the pod of a process:
+# present with --collector.kubernetes, absent, and so empty, without)
+EVERY_LABEL = RenderOptions(cmdline=True, kubernetes=True)
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -244,7 +248,8 @@ def test_mig_instances_share_the_gpu_thresholds() -> None:
 
 
 TOP_HOLDER = re.compile(
-    r"\* on \(instance, job, gpu, uuid, gpu_instance\) group_left \(user, container_id, pod_uid\)"
+    r"\* on \(instance, job, gpu, uuid, gpu_instance\) "
+    r"group_left \(user, container_id, pod_uid, namespace, pod\)"
     r"\s*\(\s*topk by \(instance, job, gpu, uuid, gpu_instance\) "
     r'\(1, gpu_process_memory_used_bytes\{pid!=""\}\) \* 0 \+ 1'
     r"\s*or on \(instance, job, gpu, uuid, gpu_instance\)"
@@ -355,7 +360,7 @@ def recorded_labels(record: str, seen: frozenset[str] = frozenset()) -> set[str]
         if name in rules and name not in seen:
             labels |= recorded_labels(name, seen | {record})
         elif name in METRICS_BY_NAME:
-            labels |= set(METRICS_BY_NAME[name].label_names(DEFAULT_OPTIONS))
+            labels |= set(METRICS_BY_NAME[name].label_names(EVERY_LABEL))
     return labels
 
 
@@ -371,14 +376,14 @@ def check_names(expr: str, recorded: set[str]) -> list[str]:
         if name in BUILTIN_METRICS:
             allowed = set(BUILTIN_METRICS[name])
         elif name in METRICS_BY_NAME:
-            allowed = set(METRICS_BY_NAME[name].label_names(DEFAULT_OPTIONS)) | TARGET_LABELS
+            allowed = set(METRICS_BY_NAME[name].label_names(EVERY_LABEL)) | TARGET_LABELS
         else:
             problems.append(f"unknown metric {name}")
             continue
         known_labels |= allowed
         problems += [f"{name} has no label {label}" for label in labels if label not in allowed]
     if "gpu_info" in expr or any(name in recorded for name, _ in selectors):
-        known_labels |= set(METRICS_BY_NAME["gpu_info"].label_names(DEFAULT_OPTIONS))
+        known_labels |= set(METRICS_BY_NAME["gpu_info"].label_names(EVERY_LABEL))
     problems += [f"unknown label {label}" for label in grouping if label not in known_labels]
     return problems
 

@@ -7,7 +7,8 @@ here: they only read the latest Snapshot.
 One sample runs these stages, each timed and reported in the Snapshot's `stages`
 (`gpu_exporter_stage_duration_seconds`, `gpu_exporter_stage_success`):
 
-- `devices`: every GPU read by its own worker thread under one deadline;
+- `devices`: every GPU read under one deadline, one after another on a reader thread,
+  handed on to another when one hangs (`device_workers`);
 - `processes`: process attribution (collector `process`);
 - `host`: host CPU and memory (collector `host`);
 - `xid`: the Xid listener's counts (collector `xid`); success while it listens;
@@ -41,7 +42,7 @@ from gpu_exporter.model import (
 )
 from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.busy import BusyCounter
-from gpu_exporter.sampling.device_workers import DeviceWorker, Job, wait_all
+from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
 from gpu_exporter.sources.backend import (
     SLOW_REFRESH_SECONDS,
     Backend,
@@ -85,7 +86,6 @@ class XidView(Protocol):
 class _DeviceSlot:
     """What the sampler keeps for one NVML index between samples."""
 
-    worker: DeviceWorker[DeviceRaw]
     static: DeviceStatic | None = None  # forgotten when NVML re-initialises
     static_at: float = 0.0  # monotonic time of the last static read: limits are re-read
     down_reason: str | None = None  # set while the device is reported down
@@ -141,6 +141,7 @@ class Sampler:
         self._init_errors: dict[str, int] = {}
         self._driver: DriverInfo | None = None
         self._slots: dict[int, _DeviceSlot] = {}  # by NVML index
+        self._readers: ReaderPool[DeviceRaw] = ReaderPool()
         # by (index, UUID), as the series they feed (labels gpu and uuid): two boards that
         # report one UUID (a cloned VBIOS) are two GPUs, never one counter fed twice
         self._counters: dict[tuple[int, str], _Counters] = {}
@@ -171,8 +172,7 @@ class Sampler:
         thread = self._thread
         if thread is not None:
             thread.join(timeout_seconds)
-        for slot in self._slots.values():
-            slot.worker.stop()
+        self._readers.stop()
         busy = thread is not None and thread.is_alive()
         if shutdown_nvml and not busy and not self.any_device_stuck():
             self.backend.shutdown()
@@ -186,7 +186,7 @@ class Sampler:
         self._wake.set()
 
     def any_device_stuck(self) -> bool:
-        return any(s.worker.stuck_since is not None for s in self._slots.values())
+        return self._readers.any_stuck()
 
     def heartbeat(self) -> float | None:
         """Monotonic time the sampling loop last went round (for liveness)."""
@@ -367,30 +367,34 @@ class Sampler:
     def _slot(self, index: int) -> _DeviceSlot:
         slot = self._slots.get(index)
         if slot is None:
-            slot = self._slots[index] = _DeviceSlot(DeviceWorker(f"gpu{index}-reader"))
+            slot = self._slots[index] = _DeviceSlot()
         return slot
 
     def _read_devices(
         self, collectors: frozenset[str]
     ) -> tuple[dict[int, DeviceRaw], dict[int, str]]:
-        """Every device read by its worker under one deadline: (raws, down reasons)."""
+        """Every device read by the readers under one deadline: (raws, down reasons)."""
         count = self.backend.device_count()
         now = time.monotonic()  # deadlines are real time, whatever clock the tests inject
         deadline = now + self.timeout_seconds
-        jobs: dict[int, Job[DeviceRaw]] = {}
+        reads: dict[int, Callable[[], DeviceRaw]] = {}
         raws: dict[int, DeviceRaw] = {}
         down: dict[int, str] = {}
         for index in range(count):
             slot = self._slot(index)
-            stuck = slot.worker.stuck_since
+            stuck = self._readers.stuck_since(index)
             if stuck is not None:
                 down[index] = f"NVML call stuck for {now - stuck:.0f}s (timeout)"
                 continue
-            jobs[index] = slot.worker.submit(self._reader(index, slot, collectors))
-        wait_all(list(jobs.values()), deadline)
+            reads[index] = self._reader(index, slot, collectors)
+        # a hang is handed on well within the deadline, so the other GPUs still make it
+        self._readers.handoff_seconds = min(HANDOFF_SECONDS, self.timeout_seconds / 4)
+        jobs = self._readers.read(reads, deadline)
         for index, job in jobs.items():
             if not job.done.is_set():
                 down[index] = f"NVML call did not return within {self.timeout_seconds:g}s"
+            elif isinstance(job.error, NotStarted):
+                down[index] = f"not read within {self.timeout_seconds:g}s (other GPUs' reads hung)"
             elif isinstance(job.error, NvmlUnavailable):
                 raise job.error
             elif isinstance(job.error, DeviceLost):
@@ -405,7 +409,7 @@ class Sampler:
     def _reader(
         self, index: int, slot: _DeviceSlot, collectors: frozenset[str]
     ) -> Callable[[], DeviceRaw]:
-        """The function a worker runs for one device: every driver read of the interval."""
+        """The function a reader runs for one device: every driver read of the interval."""
         backend = self.backend
         static = slot.static
         counters = self._counters.get((index, static.uuid)) if static is not None else None

@@ -29,9 +29,10 @@ from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import HostSample, Snapshot
+from gpu_exporter.sampling.counter_reads import CounterReads
 from gpu_exporter.sampling.health import Health
-from gpu_exporter.sampling.history import History
-from gpu_exporter.sampling.sampler import Sampler, XidView
+from gpu_exporter.sampling.history import HISTORY_CADENCES, History
+from gpu_exporter.sampling.sampler import CountersDue, Sampler, XidView
 from gpu_exporter.serving.http import HttpServer, ListenError, bind
 from gpu_exporter.serving.routes import Routes, ServingState
 from gpu_exporter.serving.web_config import WebConfigError, load_web_config
@@ -79,6 +80,7 @@ def make_sampler(
     on_snapshot: Callable[[Snapshot], None] = lambda snapshot: None,
     xid: XidView | None = None,
     *,
+    counters_due: CountersDue | None = None,
     retries: bool = True,
 ) -> Sampler:
     attributor = ProcessAttributor(
@@ -100,6 +102,7 @@ def make_sampler(
         attribute_processes=attributor,
         read_host=read_host,
         xid=xid,
+        counters_due=counters_due,
         retries=retries,
     )
 
@@ -155,7 +158,14 @@ class Exporter:
         self.state = ServingState(history=History() if settings.web_ui else None)
         self.backend = make_backend(settings)
         self.xid = XidListener(self.backend)
-        self.sampler = make_sampler(settings, self.backend, self.publish, xid=self.xid)
+        # the /proc counters are read for predicted scrapes and the page's history
+        reads = CounterReads(
+            lambda within: bool(self.state.scrapes.expected(within_seconds=within)),
+            HISTORY_CADENCES if self.state.history is not None else {},
+        )
+        self.sampler = make_sampler(
+            settings, self.backend, self.publish, xid=self.xid, counters_due=reads.due
+        )
         self.sampler.on_nvml_init.append(self.xid.rearm)
         self.health = Health(self.sampler)
         self.routes = Routes(self.state, self.health, telemetry_path=settings.telemetry_path)

@@ -9,8 +9,9 @@ One sample runs these stages, each timed and reported in the Snapshot's `stages`
 
 - `devices`: every GPU read under one deadline, one after another on a reader thread,
   handed on to another when one hangs (`device_workers`);
-- `processes`: process attribution (collector `process`);
-- `host`: host CPU and memory (collector `host`);
+- `processes`: process attribution (collector `process`); the process trees' /proc
+  counters only when `counters_due` says the sample will be seen (`counter_reads`);
+- `host`: host CPU and memory (collector `host`), read likewise;
 - `xid`: the Xid listener's counts (collector `xid`); success while it listens;
 - `render`: the previous snapshot's publication (the live page's history; its
   exposition, written then only when a scrape is expected before the next sample, else
@@ -63,12 +64,19 @@ class AttributeProcesses(Protocol):
     def sees_host_pid_namespace(self) -> bool:
         """False where /proc is another PID namespace's: only PIDs and memory are known."""
 
-    def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
-        """Each GPU's process series, from what the device workers read."""
+    def __call__(
+        self, raws: Mapping[int, DeviceRaw], *, fresh: bool = True
+    ) -> Mapping[int, Attribution]:
+        """Each GPU's process series, from what the device readers read; with `fresh`
+        False the host values of processes already known are the last ones read."""
 
 
 ReadHost = Callable[[], HostSample | None]
 """Host context; None when it could not be read."""
+
+CountersDue = Callable[[str, float], bool]
+"""Whether this sample reads the /proc counters of a collector (`process`, `host`), given
+the interval (`counter_reads.CounterReads.due`)."""
 
 
 class XidView(Protocol):
@@ -118,6 +126,7 @@ class Sampler:
         attribute_processes: AttributeProcesses | None = None,
         read_host: ReadHost | None = None,
         xid: XidView | None = None,
+        counters_due: CountersDue | None = None,
         retries: bool = True,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -130,6 +139,8 @@ class Sampler:
         self._attribute_processes = attribute_processes
         self._read_host = read_host
         self._xid = xid
+        self._counters_due = counters_due  # None: every sample reads them
+        self._host: tuple[HostSample | None, StageResult] | None = None  # the last host read
         self._retries = retries  # False for --once: nothing will retry, so do not say it will
         self._clock = clock
         self._monotonic = monotonic
@@ -254,7 +265,10 @@ class Sampler:
             t0 = self._monotonic()
             ok = True
             try:
-                attribution = self._attribute_processes(raws)
+                if self._due("process"):
+                    attribution = self._attribute_processes(raws)
+                else:
+                    attribution = self._attribute_processes(raws, fresh=False)
             except Exception:
                 ok = False
                 log.exception("process attribution failed")
@@ -263,9 +277,13 @@ class Sampler:
 
         host: HostSample | None = None
         if "host" in collectors and self._read_host is not None:
-            t0 = self._monotonic()
-            host = self._read_host()
-            stages["host"] = StageResult(self._monotonic() - t0, host is not None)
+            if self._host is None or self._due("host"):
+                t0 = self._monotonic()
+                read = self._read_host()
+                self._host = read, StageResult(self._monotonic() - t0, read is not None)
+            host, stages["host"] = self._host
+        else:
+            self._host = None
 
         xid: Mapping[str, XidState] = {}
         if "xid" in collectors and self._xid is not None:
@@ -298,6 +316,11 @@ class Sampler:
         self.latest = snapshot
         self._publish(snapshot)
         return snapshot
+
+    def _due(self, collector: str) -> bool:
+        """Whether this sample reads the /proc counters of `collector`."""
+        due = self._counters_due
+        return due is None or due(collector, self.interval_seconds)
 
     def _publish(self, snapshot: Snapshot) -> None:
         """Hand the snapshot on (render it); the outcome is the next sample's `render`."""

@@ -135,7 +135,7 @@ class ReaderPool(Generic[T]):
         if job is None:
             return None
         if job.done.is_set():
-            del self._unfinished[key]
+            self._unfinished.pop(key, None)  # stop() may ask from another thread
             return None
         return job.started_monotonic
 

@@ -30,9 +30,10 @@ from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import DeviceSample, HostSample, KubernetesState, Snapshot
+from gpu_exporter.sampling.counter_reads import CounterReads
 from gpu_exporter.sampling.health import Health
-from gpu_exporter.sampling.history import History
-from gpu_exporter.sampling.sampler import Sampler, XidView
+from gpu_exporter.sampling.history import HISTORY_CADENCES, History
+from gpu_exporter.sampling.sampler import CountersDue, Sampler, XidView
 from gpu_exporter.serving.http import HttpServer, ListenError, bind
 from gpu_exporter.serving.routes import Routes, ServingState
 from gpu_exporter.serving.web_config import WebConfigError, load_web_config
@@ -81,6 +82,7 @@ def make_sampler(
     on_snapshot: Callable[[Snapshot], None] = lambda snapshot: None,
     xid: XidView | None = None,
     *,
+    counters_due: CountersDue | None = None,
     retries: bool = True,
     kubernetes: KubernetesSource | None = None,
 ) -> Sampler:
@@ -104,6 +106,7 @@ def make_sampler(
         read_host=read_host,
         xid=xid,
         attribute_kubernetes=kubernetes or KubernetesSource(settings),
+        counters_due=counters_due,
         retries=retries,
     )
 
@@ -186,8 +189,18 @@ class Exporter:
         self.backend = make_backend(settings)
         self.xid = XidListener(self.backend)
         self.kubernetes = KubernetesSource(settings)
+        # the /proc counters are read for predicted scrapes and the page's history
+        reads = CounterReads(
+            lambda within: bool(self.state.scrapes.expected(within_seconds=within)),
+            HISTORY_CADENCES if self.state.history is not None else {},
+        )
         self.sampler = make_sampler(
-            settings, self.backend, self.publish, xid=self.xid, kubernetes=self.kubernetes
+            settings,
+            self.backend,
+            self.publish,
+            xid=self.xid,
+            counters_due=reads.due,
+            kubernetes=self.kubernetes,
         )
         self.sampler.on_nvml_init.append(self.xid.rearm)
         self.health = Health(self.sampler)

@@ -24,15 +24,20 @@ def test_nobody_has_scraped_so_nothing_is_expected(clock: FakeClock) -> None:
     assert not ScrapeClock(clock.monotonic).expected(within_seconds=1.0)
 
 
-def test_after_a_first_scrape_every_sample_is_rendered_until_the_period_is_known(
+def test_after_a_first_scrape_the_samples_before_usual_periods_are_rendered(
     clock: FakeClock,
 ) -> None:
     scrapes = ScrapeClock(clock.monotonic)
     scrapes.scraped("10.0.0.1")
-    clock.now += scrape_clock.FIRST_SCRAPE_WINDOW_SECONDS - 1
-    assert scrapes.expected(within_seconds=1.0)
-    clock.now += 2  # a one-off scrape (a person with curl) stops costing renders
-    assert not scrapes.expected(within_seconds=1.0)
+    seen = []
+    for _ in range(130):  # a sample every second
+        clock.now += 1.0
+        seen.append(scrapes.expected(within_seconds=1.0))
+    due = [i + 1 for i, expected in enumerate(seen) if expected]
+    # a fast scraper's second scrape, then Prometheus's usual intervals (10 s ... 2 min):
+    # a one-off scrape (a person with curl) costs 17 renders, not one per sample for 2 min
+    assert due == [1, 2, 3, 4, 5, 9, 10, 14, 15, 19, 20, 29, 30, 59, 60, 119, 120]
+    assert not scrapes.expected(within_seconds=1.0)  # and it is forgotten
 
 
 def test_a_periodic_scraper_is_expected_only_just_before_its_next_scrape(
@@ -55,7 +60,7 @@ def test_a_scraper_that_stops_is_forgotten(clock: FakeClock) -> None:
     scrapes.scraped("10.0.0.1")
     clock.now += 30.0
     scrapes.scraped("10.0.0.1")
-    clock.now += 3 * 30.0 + scrape_clock.FIRST_SCRAPE_WINDOW_SECONDS + 1
+    clock.now += 3 * 30.0 + scrape_clock.FORGET_GRACE_SECONDS + 1
     assert not scrapes.expected(within_seconds=60.0)  # would be due, but it is gone
 
 

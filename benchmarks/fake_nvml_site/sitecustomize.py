@@ -9,7 +9,9 @@ Python imports `sitecustomize` at start-up; this one does nothing unless asked:
 - FAKE_NVML_REPO: the repository root, where `tests.support` lives;
 - FAKE_NVML_PIDS: comma-separated PIDs of the GPU processes, dealt over the GPUs in turn;
 - FAKE_NVML_CALLS: a file that SIGUSR1 makes the program write its NVML call counts to
-  (JSON: `answered`, calls the fake answered; `missing`, lookups of functions the fake
+  (JSON: `answered`, calls the fake answered; `on_gpus`, those of them made on a GPU's
+  handle (the rest are the library's: device count, event waits); `missing`, lookups of
+  functions the fake
   lacks, which a real driver would answer; `by_function`; `fake_cpu_seconds`, the CPU
   time the program's threads spent inside the fake's Python answering those calls, which
   stands in for the driver's and is not the program's own).
@@ -64,10 +66,13 @@ def _install() -> None:
     def dump(_signum: int, _frame: object) -> None:
         path = os.environ["FAKE_NVML_CALLS"]
         by_function: Counter[str] = Counter()
-        for (function, _gpu), n in list(lib.calls.items()):
+        on_gpus = 0
+        for (function, gpu), n in list(lib.calls.items()):
             by_function[function] += n
+            on_gpus += n if gpu is not None else 0
         counts = {
             "answered": sum(by_function.values()),
+            "on_gpus": on_gpus,
             "missing": sum(missing.values()),
             "fake_cpu_seconds": fake_cpu[0],
             "by_function": dict(by_function),

@@ -7,7 +7,9 @@ each PID:
 - command name, user, optional command line, and the cgroup labels (`identity.py`,
   `cgroups.py`), cached per (pid, start time), so a reused PID is looked up afresh;
 - CPU seconds of the process and all its descendants, the descendant count, resident
-  memory and start time, read fresh from one walk of /proc per sample (`proctree.py`).
+  memory and start time, read from one walk of /proc (`proctree.py`) in the samples the
+  sampler says will be seen (`sampling/counter_reads.py`), and whenever NVML lists a
+  PID not known yet; the other samples carry the values last read.
 
 A PID the walk does not see (another PID namespace, or a process that exited after
 NVML listed it) keeps its GPU series with empty labels and no host values. A process that
@@ -47,6 +49,7 @@ from gpu_exporter.model import (
 log = logging.getLogger(__name__)
 
 OTHER = "other"
+UNKNOWN = HostProcess()  # a PID /proc does not show: frozen, so one serves them all
 
 HostProcessLookup = Callable[[int], HostProcess | None]
 """Answers for PIDs the backend itself knows (the simulated tenants); None: ask /proc."""
@@ -84,6 +87,7 @@ class ProcessAttributor:
         self._cache: dict[tuple[int, int], Identity] = {}
         self._stat_files = StatFiles()
         self._members: set[int] = set()  # last sample's GPU process trees
+        self._hosts: dict[int, HostProcess] = {}  # the last host view read, by PID
         self.sees_host_pid_namespace = sees_host_pid_namespace(proc_root)
         if not self.sees_host_pid_namespace:
             log.warning(
@@ -95,9 +99,15 @@ class ProcessAttributor:
 
     # One sample --------------------------------------------------------------------
 
-    def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
+    def __call__(
+        self, raws: Mapping[int, DeviceRaw], *, fresh: bool = True
+    ) -> Mapping[int, Attribution]:
+        """Each GPU's process series. With `fresh` False, /proc is read only if NVML
+        lists a PID not known yet; else the host values are those last read."""
         pids = {p.pid for raw in raws.values() for p in raw.processes or ()}
-        hosts = self.host_processes(pids)
+        if fresh or not pids <= self._hosts.keys():
+            self._hosts = self.host_processes(pids)
+        hosts = self._hosts
         return {
             index: self.attribute(raw, hosts)
             for index, raw in raws.items()
@@ -118,7 +128,7 @@ class ProcessAttributor:
                 rest.append(pid)
         if not rest or not self.sees_host_pid_namespace:
             # this /proc is another namespace's: the same numbers name other processes
-            out.update((pid, HostProcess()) for pid in rest)
+            out.update((pid, UNKNOWN) for pid in rest)
             self._cache.clear()
             self._members = set()
             return out
@@ -128,7 +138,7 @@ class ProcessAttributor:
         for pid in rest:
             stat = table.get(pid)
             if stat is None:  # another PID namespace, hidden, or already gone
-                out[pid] = HostProcess()
+                out[pid] = UNKNOWN
                 continue
             key = (pid, stat.start_ticks)
             identity = self._cache.get(key)
@@ -192,7 +202,7 @@ class ProcessAttributor:
                 memory,
                 utilization,
                 raw.process_utilization is not None,
-                hosts.get(placement[0], HostProcess()),
+                hosts.get(placement[0], UNKNOWN),
             )
             for placement, memory in entries.items()
         ]

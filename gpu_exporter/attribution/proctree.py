@@ -1,9 +1,9 @@
-"""One walk of /proc per sample: every visible process's parent, CPU time and memory.
+"""One walk of /proc per read: every visible process's parent, CPU time and memory.
 
 Listing /proc and knowing the parent of each process gives the descendants of any
 number of GPU processes from one walk instead of one per process. The stat lines of the
-GPU process trees are read every sample (their CPU counters must be fresh) through
-files kept open between samples. A process seen before whose parent is still alive is
+GPU process trees are read at every walk (their CPU counters must be fresh) through
+files kept open between walks. A process seen before whose parent is still alive is
 not re-read: its parent cannot have changed, except when its PID was reused, which a
 full re-read every FULL_WALK_EVERY walks corrects. A process that exits during the
 walk is simply not in the table.

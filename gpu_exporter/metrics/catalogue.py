@@ -954,7 +954,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_process_cpu_seconds_total",
         "counter",
         "CPU seconds (user + system) of the process and all its descendants, exited ones it "
-        "waited for included, so DataLoader workers count.",
+        "waited for included, so DataLoader workers count; read before each scrape.",
         lambda p: p.cpu_seconds,
     ),
     _p(

@@ -1,9 +1,16 @@
-"""One reader thread per GPU, so a wedged driver call stalls only its own device.
+"""Device reads on one thread, handed on when a read hangs, so a wedged driver call stalls
+only its own device.
 
-A call into a hung driver cannot be interrupted. The sampler hands each device's read
-to that device's worker and waits until a shared deadline; a read that misses it is
-left running, never joined, and the device is skipped while its worker is still busy.
-There is never more than one stuck thread per device, however long the hang lasts.
+Each sample the sampler gives `ReaderPool.read` one read per GPU. They run one after
+another on one reader thread: one thread wakes per interval, not one per GPU (on the
+benchmark's 8 GPUs that woke eight threads contending for the interpreter lock, a
+quarter of the idle exporter's CPU; benchmarks/README.md). A call into a hung driver
+cannot be interrupted, so a watchdog (the sampler's thread, waiting in `read`) hands the
+reads not yet started to another reader as soon as every running read has taken
+`handoff_seconds`: the other GPUs are still read within the shared deadline. A read that
+misses the deadline is left running, never joined, and its device is skipped while that
+read is unfinished: there is never more than one stuck thread per device, however long
+the hang lasts. Reads still unstarted at the deadline are dropped, never run late.
 """
 
 from __future__ import annotations
@@ -11,73 +18,172 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+HANDOFF_SECONDS = 0.1  # a read running this long gets the reads after it handed on
+
+
+class NotStarted(Exception):
+    """A read dropped at the deadline before any reader started it."""
 
 
 class Job(Generic[T]):
-    """A read handed to a worker; `done` is set when it returns or raises."""
+    """One device's read; `done` is set when it returns, raises or is dropped."""
 
-    def __init__(self, fn: Callable[[], T], submitted_monotonic: float) -> None:
+    def __init__(self, fn: Callable[[], T]) -> None:
         self.fn = fn
-        self.submitted_monotonic = submitted_monotonic
+        self.started_monotonic: float | None = None  # set when a reader takes it
         self.done = threading.Event()
         self.result: T | None = None
         self.error: BaseException | None = None
 
 
-class DeviceWorker(Generic[T]):
-    """A daemon thread that runs one device's jobs, one at a time."""
+class _Batch(Generic[T]):
+    """One sample's reads, taken in order by the readers working on it."""
 
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._queue: queue.SimpleQueue[Job[T] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self.current: Job[T] | None = None
+    def __init__(self, jobs: list[Job[T]]) -> None:
+        self._lock = threading.Lock()
+        self._waiting = deque(jobs)
+        self._running: list[Job[T]] = []
+        self._left = len(jobs)
+        self.finished = threading.Event()
+        if not jobs:
+            self.finished.set()
 
-    @property
-    def stuck_since(self) -> float | None:
-        """Monotonic time the unfinished job was submitted, or None when idle."""
-        job = self.current
-        if job is not None and not job.done.is_set():
-            return job.submitted_monotonic
-        return None
+    def take(self) -> Job[T] | None:
+        """The next read to run, or None when none is left."""
+        with self._lock:
+            if not self._waiting:
+                return None
+            job = self._waiting.popleft()
+            job.started_monotonic = time.monotonic()
+            self._running.append(job)
+            return job
 
-    def submit(self, fn: Callable[[], T]) -> Job[T]:
-        if self.stuck_since is not None:
-            raise RuntimeError(f"{self._name} is still busy")
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-        job: Job[T] = Job(fn, time.monotonic())
-        self.current = job
-        self._queue.put(job)
-        return job
+    def ran(self, job: Job[T]) -> None:
+        with self._lock:
+            self._running.remove(job)
+            self._left -= 1
+            if self._left == 0:
+                self.finished.set()
+        job.done.set()
 
-    def stop(self) -> None:
-        """Ask the thread to end after its current job; never waits for it."""
-        if self._thread is not None:
-            self._queue.put(None)
+    def stalled(self, now: float, handoff_seconds: float) -> bool:
+        """True when reads wait and every running one has run `handoff_seconds`."""
+        with self._lock:
+            return bool(self._waiting and self._running) and all(
+                now - (job.started_monotonic or now) >= handoff_seconds for job in self._running
+            )
+
+    def close(self) -> None:
+        """Drop the reads no reader has started (the deadline passed)."""
+        with self._lock:
+            dropped, self._waiting = list(self._waiting), deque()
+            self._left -= len(dropped)
+        for job in dropped:
+            job.error = NotStarted()
+            job.done.set()
+
+
+class _Reader(Generic[T]):
+    """A daemon thread that runs the reads of the batches it is given."""
+
+    def __init__(self, pool: ReaderPool[T], name: str) -> None:
+        self._pool = pool
+        self._batches: queue.SimpleQueue[_Batch[T] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def give(self, batch: _Batch[T] | None) -> None:
+        self._batches.put(batch)
 
     def _run(self) -> None:
         while True:
-            job = self._queue.get()
-            if job is None:
+            batch = self._batches.get()
+            if batch is None:
                 return
-            try:
-                job.result = job.fn()
-            except BaseException as error:  # handed to the sampler, which classifies it
-                job.error = error
-            finally:
-                job.done.set()
+            while (job := batch.take()) is not None:
+                try:
+                    job.result = job.fn()
+                except BaseException as error:  # handed to the sampler, which classifies it
+                    job.error = error
+                finally:
+                    batch.ran(job)
+            if not self._pool.idle_again(self):
+                return
 
 
-def wait_all(jobs: list[Job[T]], deadline_monotonic: float) -> None:
-    """Wait until every job is done or the deadline passes."""
-    for job in jobs:
-        remaining = deadline_monotonic - time.monotonic()
-        if remaining <= 0:
-            return
-        job.done.wait(remaining)
+class ReaderPool(Generic[T]):
+    """Reader threads, made when needed and kept idle between samples."""
+
+    def __init__(self, name: str = "gpu-reader", handoff_seconds: float = HANDOFF_SECONDS) -> None:
+        self._name = name
+        self.handoff_seconds = handoff_seconds
+        self._lock = threading.Lock()
+        self._idle: list[_Reader[T]] = []
+        self._made = 0
+        self._stopped = False
+        self._unfinished: dict[Hashable, Job[T]] = {}  # reads that missed a deadline
+
+    def stuck_since(self, key: Hashable) -> float | None:
+        """Monotonic time the unfinished read of `key` started, or None when none is."""
+        job = self._unfinished.get(key)
+        if job is None:
+            return None
+        if job.done.is_set():
+            self._unfinished.pop(key, None)  # stop() may ask from another thread
+            return None
+        return job.started_monotonic
+
+    def any_stuck(self) -> bool:
+        return any(self.stuck_since(key) is not None for key in list(self._unfinished))
+
+    def read(
+        self, reads: Mapping[K, Callable[[], T]], deadline_monotonic: float
+    ) -> dict[K, Job[T]]:
+        """Run `reads` until they are done or the deadline passes; each one's Job. A Job
+        not done is still running (stuck); one with `NotStarted` was dropped."""
+        jobs = {key: Job(fn) for key, fn in reads.items()}
+        batch = _Batch(list(jobs.values()))
+        if jobs:
+            self._reader().give(batch)
+        while not batch.finished.is_set():
+            now = time.monotonic()
+            if now >= deadline_monotonic:
+                break
+            if batch.stalled(now, self.handoff_seconds):
+                self._reader().give(batch)
+            batch.finished.wait(min(deadline_monotonic - now, self.handoff_seconds / 2))
+        batch.close()
+        for key, job in jobs.items():
+            if not job.done.is_set():
+                self._unfinished[key] = job
+        return jobs
+
+    def _reader(self) -> _Reader[T]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            self._made += 1
+            name = f"{self._name}-{self._made}"
+        return _Reader(self, name)
+
+    def idle_again(self, reader: _Reader[T]) -> bool:
+        """A reader's batch is done: keep it for the next one; False once stopped."""
+        with self._lock:
+            if self._stopped:
+                return False
+            self._idle.append(reader)
+            return True
+
+    def stop(self) -> None:
+        """End the idle readers, and the others when their call returns; never waits."""
+        with self._lock:
+            self._stopped = True
+            idle, self._idle = self._idle, []
+        for reader in idle:
+            reader.give(None)

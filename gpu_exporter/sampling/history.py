@@ -106,6 +106,13 @@ GpuKey = tuple[int, str]
 """How the history names a GPU: (NVML index, UUID)."""
 MAX_GPUS = 64  # GPUs kept; a new one replaces the one seen longest ago, if not still seen
 PROCESS_POINT_SECONDS = 10.0  # process CPU points are kept at most this often
+HISTORY_CADENCES: Mapping[str, float] = {
+    "host": FINE.step_seconds,
+    "process": PROCESS_POINT_SECONDS,
+}
+"""Seconds between the reads of each collector's /proc counters the history needs
+(`counter_reads.CounterReads`): host CPU for every fine point, process CPU for each
+process point."""
 
 
 class Ring:

@@ -7,9 +7,11 @@ here: they only read the latest Snapshot.
 One sample runs these stages, each timed and reported in the Snapshot's `stages`
 (`gpu_exporter_stage_duration_seconds`, `gpu_exporter_stage_success`):
 
-- `devices`: every GPU read by its own worker thread under one deadline;
-- `processes`: process attribution (collector `process`);
-- `host`: host CPU and memory (collector `host`);
+- `devices`: every GPU read under one deadline, one after another on a reader thread,
+  handed on to another when one hangs (`device_workers`);
+- `processes`: process attribution (collector `process`); the process trees' /proc
+  counters only when `counters_due` says the sample will be seen (`counter_reads`);
+- `host`: host CPU and memory (collector `host`), read likewise;
 - `xid`: the Xid listener's counts (collector `xid`); success while it listens;
 - (collector `kubernetes`, within `processes`) the last kubelet reading, refreshed on
   its own thread, names the processes and gives each GPU's allocation;
@@ -44,7 +46,7 @@ from gpu_exporter.model import (
 )
 from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.busy import BusyCounter
-from gpu_exporter.sampling.device_workers import DeviceWorker, Job, wait_all
+from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
 from gpu_exporter.sources.backend import (
     SLOW_REFRESH_SECONDS,
     Backend,
@@ -65,8 +67,11 @@ class AttributeProcesses(Protocol):
     def sees_host_pid_namespace(self) -> bool:
         """False where /proc is another PID namespace's: only PIDs and memory are known."""
 
-    def __call__(self, raws: Mapping[int, DeviceRaw]) -> Mapping[int, Attribution]:
-        """Each GPU's process series, from what the device workers read."""
+    def __call__(
+        self, raws: Mapping[int, DeviceRaw], *, fresh: bool = True
+    ) -> Mapping[int, Attribution]:
+        """Each GPU's process series, from what the device readers read; with `fresh`
+        False the host values of processes already known are the last ones read."""
 
 
 AttributeKubernetes = Callable[
@@ -76,6 +81,10 @@ AttributeKubernetes = Callable[
 
 ReadHost = Callable[[], HostSample | None]
 """Host context; None when it could not be read."""
+
+CountersDue = Callable[[str, float], bool]
+"""Whether this sample reads the /proc counters of a collector (`process`, `host`), given
+the interval (`counter_reads.CounterReads.due`)."""
 
 
 class XidView(Protocol):
@@ -93,7 +102,6 @@ class XidView(Protocol):
 class _DeviceSlot:
     """What the sampler keeps for one NVML index between samples."""
 
-    worker: DeviceWorker[DeviceRaw]
     static: DeviceStatic | None = None  # forgotten when NVML re-initialises
     static_at: float = 0.0  # monotonic time of the last static read: limits are re-read
     down_reason: str | None = None  # set while the device is reported down
@@ -127,6 +135,7 @@ class Sampler:
         read_host: ReadHost | None = None,
         xid: XidView | None = None,
         attribute_kubernetes: AttributeKubernetes | None = None,
+        counters_due: CountersDue | None = None,
         retries: bool = True,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -140,6 +149,8 @@ class Sampler:
         self._read_host = read_host
         self._xid = xid
         self._attribute_kubernetes = attribute_kubernetes
+        self._counters_due = counters_due  # None: every sample reads them
+        self._host: tuple[HostSample | None, StageResult] | None = None  # the last host read
         self._retries = retries  # False for --once: nothing will retry, so do not say it will
         self._clock = clock
         self._monotonic = monotonic
@@ -151,6 +162,7 @@ class Sampler:
         self._init_errors: dict[str, int] = {}
         self._driver: DriverInfo | None = None
         self._slots: dict[int, _DeviceSlot] = {}  # by NVML index
+        self._readers: ReaderPool[DeviceRaw] = ReaderPool()
         # by (index, UUID), as the series they feed (labels gpu and uuid): two boards that
         # report one UUID (a cloned VBIOS) are two GPUs, never one counter fed twice
         self._counters: dict[tuple[int, str], _Counters] = {}
@@ -181,8 +193,7 @@ class Sampler:
         thread = self._thread
         if thread is not None:
             thread.join(timeout_seconds)
-        for slot in self._slots.values():
-            slot.worker.stop()
+        self._readers.stop()
         busy = thread is not None and thread.is_alive()
         if shutdown_nvml and not busy and not self.any_device_stuck():
             self.backend.shutdown()
@@ -196,7 +207,7 @@ class Sampler:
         self._wake.set()
 
     def any_device_stuck(self) -> bool:
-        return any(s.worker.stuck_since is not None for s in self._slots.values())
+        return self._readers.any_stuck()
 
     def heartbeat(self) -> float | None:
         """Monotonic time the sampling loop last went round (for liveness)."""
@@ -264,7 +275,10 @@ class Sampler:
             t0 = self._monotonic()
             ok = True
             try:
-                attribution = self._attribute_processes(raws)
+                if self._due("process"):
+                    attribution = self._attribute_processes(raws)
+                else:
+                    attribution = self._attribute_processes(raws, fresh=False)
             except Exception:
                 ok = False
                 log.exception("process attribution failed")
@@ -281,9 +295,13 @@ class Sampler:
 
         host: HostSample | None = None
         if "host" in collectors and self._read_host is not None:
-            t0 = self._monotonic()
-            host = self._read_host()
-            stages["host"] = StageResult(self._monotonic() - t0, host is not None)
+            if self._host is None or self._due("host"):
+                t0 = self._monotonic()
+                read = self._read_host()
+                self._host = read, StageResult(self._monotonic() - t0, read is not None)
+            host, stages["host"] = self._host
+        else:
+            self._host = None
 
         xid: Mapping[str, XidState] = {}
         if "xid" in collectors and self._xid is not None:
@@ -317,6 +335,11 @@ class Sampler:
         self.latest = snapshot
         self._publish(snapshot)
         return snapshot
+
+    def _due(self, collector: str) -> bool:
+        """Whether this sample reads the /proc counters of `collector`."""
+        due = self._counters_due
+        return due is None or due(collector, self.interval_seconds)
 
     def _publish(self, snapshot: Snapshot) -> None:
         """Hand the snapshot on (render it); the outcome is the next sample's `render`."""
@@ -386,30 +409,34 @@ class Sampler:
     def _slot(self, index: int) -> _DeviceSlot:
         slot = self._slots.get(index)
         if slot is None:
-            slot = self._slots[index] = _DeviceSlot(DeviceWorker(f"gpu{index}-reader"))
+            slot = self._slots[index] = _DeviceSlot()
         return slot
 
     def _read_devices(
         self, collectors: frozenset[str]
     ) -> tuple[dict[int, DeviceRaw], dict[int, str]]:
-        """Every device read by its worker under one deadline: (raws, down reasons)."""
+        """Every device read by the readers under one deadline: (raws, down reasons)."""
         count = self.backend.device_count()
         now = time.monotonic()  # deadlines are real time, whatever clock the tests inject
         deadline = now + self.timeout_seconds
-        jobs: dict[int, Job[DeviceRaw]] = {}
+        reads: dict[int, Callable[[], DeviceRaw]] = {}
         raws: dict[int, DeviceRaw] = {}
         down: dict[int, str] = {}
         for index in range(count):
             slot = self._slot(index)
-            stuck = slot.worker.stuck_since
+            stuck = self._readers.stuck_since(index)
             if stuck is not None:
                 down[index] = f"NVML call stuck for {now - stuck:.0f}s (timeout)"
                 continue
-            jobs[index] = slot.worker.submit(self._reader(index, slot, collectors))
-        wait_all(list(jobs.values()), deadline)
+            reads[index] = self._reader(index, slot, collectors)
+        # a hang is handed on well within the deadline, so the other GPUs still make it
+        self._readers.handoff_seconds = min(HANDOFF_SECONDS, self.timeout_seconds / 4)
+        jobs = self._readers.read(reads, deadline)
         for index, job in jobs.items():
             if not job.done.is_set():
                 down[index] = f"NVML call did not return within {self.timeout_seconds:g}s"
+            elif isinstance(job.error, NotStarted):
+                down[index] = f"not read within {self.timeout_seconds:g}s (other GPUs' reads hung)"
             elif isinstance(job.error, NvmlUnavailable):
                 raise job.error
             elif isinstance(job.error, DeviceLost):
@@ -424,7 +451,7 @@ class Sampler:
     def _reader(
         self, index: int, slot: _DeviceSlot, collectors: frozenset[str]
     ) -> Callable[[], DeviceRaw]:
-        """The function a worker runs for one device: every driver read of the interval."""
+        """The function a reader runs for one device: every driver read of the interval."""
         backend = self.backend
         static = slot.static
         counters = self._counters.get((index, static.uuid)) if static is not None else None

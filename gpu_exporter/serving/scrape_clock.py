@@ -11,8 +11,11 @@ scraper's last two scrapes predicts its next one. Scrapers are told apart by add
 and each is expected to ask for what it asked for last (Prometheus: OpenMetrics, gzip),
 which is what is rendered ahead for it.
 A scraper seen once has no period yet: every exposition is rendered ahead for
-FIRST_SCRAPE_WINDOW_SECONDS after it, which covers its second scrape. A prediction that
-misses costs that one scrape the render (a few milliseconds), nothing else.
+FIRST_SCRAPE_WINDOW_SECONDS after it (a fast scraper's second scrape), then only those
+due just before one of USUAL_PERIODS_SECONDS after it (Prometheus's usual scrape
+intervals), so that one stray request (a person with curl) costs a handful of renders,
+not one per sample for minutes. A prediction that misses costs that one scrape the
+render (a few milliseconds), nothing else.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ from dataclasses import dataclass
 
 from gpu_exporter.metrics.exposition import TEXT, BodyFormat
 
-FIRST_SCRAPE_WINDOW_SECONDS = 120.0  # render ahead this long after a new scraper's first scrape
+FIRST_SCRAPE_WINDOW_SECONDS = 5.0  # render ahead this long after a new scraper's first scrape
+# ... then before these many seconds after it; a scraper seen once is forgotten after the last
+USUAL_PERIODS_SECONDS = (10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
+FORGET_GRACE_SECONDS = 120.0  # a scraper is forgotten this long after it is overdue
 SLACK_SECONDS = 0.25  # a scrape this much early or late still finds its text rendered
 FORGET_AFTER_PERIODS = 3  # a scraper silent for this many periods (+ the window) is dropped
 MAX_SCRAPERS = 64  # addresses remembered; the stalest is dropped beyond
@@ -71,17 +77,25 @@ class ScrapeClock:
             for client, scraper in list(self._scrapers.items()):
                 since = start - scraper.last
                 if scraper.period is None:
-                    if since <= FIRST_SCRAPE_WINDOW_SECONDS:
-                        out.add(scraper.wants)
-                    else:
+                    if since > USUAL_PERIODS_SECONDS[-1] + SLACK_SECONDS:
                         del self._scrapers[client]
+                    elif _second_scrape_within(since, end - scraper.last):
+                        out.add(scraper.wants)
                     continue
-                if since > FORGET_AFTER_PERIODS * scraper.period + FIRST_SCRAPE_WINDOW_SECONDS:
+                if since > FORGET_AFTER_PERIODS * scraper.period + FORGET_GRACE_SECONDS:
                     del self._scrapers[client]
                     continue
                 if _next_scrape(scraper.last, scraper.period, start - SLACK_SECONDS) <= end:
                     out.add(scraper.wants)
         return out
+
+
+def _second_scrape_within(start: float, end: float) -> bool:
+    """Whether a scraper seen once may scrape again between `start` and `end` seconds
+    after its first scrape."""
+    if start - SLACK_SECONDS <= FIRST_SCRAPE_WINDOW_SECONDS:
+        return True
+    return any(start - SLACK_SECONDS <= period <= end for period in USUAL_PERIODS_SECONDS)
 
 
 def _next_scrape(last: float, period: float, after: float) -> float:

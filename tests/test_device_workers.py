@@ -1,0 +1,68 @@
+"""The device readers: one thread for all GPUs, a hang handed on, never run late."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gpu_exporter.sampling.device_workers import NotStarted, ReaderPool
+
+
+def test_every_gpu_is_read_on_one_thread_when_none_hangs() -> None:
+    pool: ReaderPool[str] = ReaderPool()
+    try:
+        for _ in range(3):
+            jobs = pool.read(
+                {i: lambda: threading.current_thread().name for i in range(8)},
+                time.monotonic() + 5.0,
+            )
+            assert {job.result for job in jobs.values()} == {"gpu-reader-1"}
+    finally:
+        pool.stop()
+
+
+def test_two_hung_gpus_do_not_stall_the_others() -> None:
+    release = threading.Event()
+    pool: ReaderPool[int] = ReaderPool(handoff_seconds=0.05)
+
+    def hang() -> int:
+        release.wait()
+        return -1
+
+    reads = {0: hang, 1: hang, 2: lambda: 2, 3: lambda: 3}
+    try:
+        jobs = pool.read(reads, time.monotonic() + 2.0)
+        assert jobs[2].result == 2 and jobs[3].result == 3
+        assert not jobs[0].done.is_set() and not jobs[1].done.is_set()
+        assert pool.stuck_since(0) is not None and pool.stuck_since(1) is not None
+        assert pool.stuck_since(2) is None and pool.any_stuck()
+        # the next sample skips the stuck GPUs and reads the others without a new thread
+        jobs = pool.read({2: lambda: threading.active_count(), 3: lambda: 3}, time.monotonic() + 2)
+        before = jobs[2].result
+        jobs = pool.read({2: lambda: threading.active_count()}, time.monotonic() + 2)
+        assert jobs[2].result == before
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while pool.any_stuck() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not pool.any_stuck()  # the calls returned: both GPUs are read again
+    pool.stop()
+
+
+def test_reads_not_started_by_the_deadline_are_dropped_not_run_late() -> None:
+    release = threading.Event()
+    ran: list[int] = []
+    pool: ReaderPool[int] = ReaderPool(handoff_seconds=10.0)  # no handoff in time
+    try:
+        jobs = pool.read(
+            {0: lambda: int(release.wait()), 1: lambda: ran.append(1) or 1},
+            time.monotonic() + 0.2,
+        )
+        assert not jobs[0].done.is_set()
+        assert isinstance(jobs[1].error, NotStarted)
+    finally:
+        release.set()
+    time.sleep(0.1)
+    assert ran == []  # GPU 1's read of a past sample never ran after its deadline
+    pool.stop()

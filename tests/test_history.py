@@ -30,6 +30,7 @@ from gpu_exporter.sampling.history import (
     Ring,
     Window,
 )
+from gpu_exporter.sampling.thresholds import VERDICT_WINDOW_SECONDS
 from tests.support.exporter import REPO
 
 KEY = (0, static(0).uuid)
@@ -156,7 +157,10 @@ def test_window_caps_follow_their_tiers() -> None:
     assert WINDOWS["5m"] == Window("5m", 300.0, FINE)
     assert WINDOWS["1h"].tier is MEDIUM and WINDOWS["12h"].tier is COARSE
     assert [w.max_points for w in WINDOWS.values()] == [301, 361, 721]
-    assert FINE.capacity == 3600  # full resolution (a point a second) for the last hour
+    # a point a second for what is read of them (the 5-minute chart, the verdicts' window)
+    # with a minute to spare: an hour of them (3600) was kept and never read
+    assert FINE.capacity == 360
+    assert FINE.span_seconds >= max(WINDOWS["5m"].seconds, VERDICT_WINDOW_SECONDS) + 1
 
 
 def test_a_ring_keeps_the_newest_points_in_order() -> None:

@@ -5,15 +5,17 @@ snapshots it derives the rates a chart needs (the true busy ratio from the busy-
 deltas, SM activity from GPM's totals, host CPU from its busy seconds) and keeps, per GPU
 and for the host, three tiers of fixed size:
 
-- `fine`: 1-second points for the last hour: every sample at intervals of a second or
-  more (full resolution); faster samples are averaged into one point a second;
+- `fine`: 1-second points for the last 6 minutes, what is read of them (the 5-minute
+  chart and the verdicts' VERDICT_WINDOW_SECONDS) with a minute to spare: every sample
+  at intervals of a second or more (full resolution); faster samples are averaged into
+  one point a second;
 - `medium`: 10-second means for the last hour (what the 1-hour chart draws);
 - `coarse`: 1-minute means for the last 12 hours.
 
 Values are float32 in `array('f')` rings, timestamps float64; a missing value is NaN
 inside and `None` outside (a gap in a chart, never 0). The rings are allocated at their
 full size when a GPU is first seen, so the memory is fixed: `benchmarks/history_memory.py`
-measures it (about 2.1 MiB for 8 GPUs, see benchmarks/README.md).
+measures it (about 0.8 MiB for 8 GPUs, see benchmarks/README.md).
 
 A GPU is kept by its `GpuKey`, (NVML index, UUID), never by UUID alone: boards with the
 same UUID (a cloned VBIOS, some virtual GPUs) are still two GPUs, as in the exposition,
@@ -73,7 +75,7 @@ class TierSpec:
         return int(self.span_seconds / self.step_seconds)
 
 
-FINE = TierSpec(1.0, 3600.0)
+FINE = TierSpec(1.0, VERDICT_WINDOW_SECONDS + 60.0)  # read: 5 minutes; kept: 6
 MEDIUM = TierSpec(10.0, 3600.0)
 COARSE = TierSpec(60.0, 12 * 3600.0)
 TIERS: tuple[TierSpec, ...] = (FINE, MEDIUM, COARSE)

@@ -13,8 +13,9 @@ One sample runs these stages, each timed and reported in the Snapshot's `stages`
   counters only when `counters_due` says the sample will be seen (`counter_reads`);
 - `host`: host CPU and memory (collector `host`), read likewise;
 - `xid`: the Xid listener's counts (collector `xid`); success while it listens;
-- (collector `kubernetes`, within `processes`) the last kubelet reading, refreshed on
-  its own thread, names the processes and gives each GPU's allocation;
+- (collector `kubernetes`, after `processes`, not timed as a stage of its own) the last
+  kubelet reading, refreshed on its own thread, names the processes and gives each GPU's
+  allocation;
 - `render`: the previous snapshot's publication (the live page's history; its
   exposition, written then only when a scrape is expected before the next sample, else
   by the first scrape that asks), since a snapshot cannot hold the cost of publishing

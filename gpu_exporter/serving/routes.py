@@ -90,9 +90,8 @@ class Routes:
 
     def is_probe(self, path: str) -> bool:
         """Whether `path` is /livez or /healthz: cheap answers, served outside the request
-        cap and the rate limit."""
-        path = path.split("?", 1)[0]
-        return path in PROBE_PATHS and path != self.telemetry_path
+        cap and the rate limit (the telemetry path can never be one: `built_in_route`)."""
+        return path.split("?", 1)[0] in PROBE_PATHS
 
     def get(self, path: str, headers: Any, client: str = "") -> Response:
         """The response to a GET of `path` from `client` (its address)."""

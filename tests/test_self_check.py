@@ -232,6 +232,33 @@ def test_nvidia_smi_failing_or_hanging_is_one_line_and_exit_2(tmp_path: Path) ->
     assert line.endswith("no answer within 0.5s (--collect.timeout)")
 
 
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        # bytes that are not UTF-8 in the answer, and in the error text of a failure
+        (r"printf 'GPU \377\376 name, GPU-0\n'", "printed bytes that are not UTF-8 (at byte 4)"),
+        (r"printf 'NVIDIA-SMI \377 has failed\n' >&2; exit 1", "NVIDIA-SMI \\ufffd has failed"),
+        # one 50 MB line, answered and failing: quoted in part, with its length
+        ("head -c 50000000 /dev/zero | tr '\\0' x", "(50000000 characters in all)"),
+        ("head -c 50000000 /dev/zero | tr '\\0' x >&2; exit 1", "(50000000 characters in all)"),
+        # a value that does not end: cut off at the output limit, not held in memory
+        ("exec yes", "printed more than 64 MiB"),
+    ],
+)
+def test_whatever_nvidia_smi_prints_is_one_short_line_and_exit_2(
+    tmp_path: Path, body: str, says: str
+) -> None:
+    program = _script(tmp_path, body)
+    run = self_check(tmp_path, "--self-check.nvidia-smi", str(program), gpus=1)
+    assert run.code == 2, run.stderr[-500:]
+    assert run.stdout == ""
+    (line,) = [x for x in run.stderr.splitlines() if "self-check" in x]
+    assert says in line
+    # a few hundred bytes besides the path the operator gave
+    assert len(line.replace(str(program), "PROGRAM").encode()) < 400, line
+    assert "Traceback" not in run.stderr
+
+
 def test_nvml_the_exporter_cannot_read_is_one_line_and_exit_2(tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text("faults:\n  init_error: driver_not_loaded\n")

@@ -50,32 +50,93 @@ def find_executable(path: str | None) -> str:
     )
 
 
-def run(executable: str, args: Sequence[str], timeout_seconds: float) -> str:
-    """nvidia-smi's standard output; NvidiaSmiError when it fails or times out."""
-    import subprocess  # only the self-check runs programs
+OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # far above a 16-GPU `-q -x` (about 50 KiB a GPU)
+QUOTE_LIMIT = 160  # characters of nvidia-smi's own text quoted in a message
 
+
+def run(executable: str, args: Sequence[str], timeout_seconds: float) -> str:
+    """nvidia-smi's standard output; NvidiaSmiError when it fails, times out, prints
+    more than `OUTPUT_LIMIT_BYTES` or prints bytes that are not UTF-8."""
     command = [executable, *args]
+    shown = " ".join([executable, *(a if len(a) <= 40 else f"{a[:32]}..." for a in args)])
+    code, stdout, stderr = _run_bounded(command, timeout_seconds, shown)
+    if code != 0:
+        said = _first_line(_decoded(stderr)) or _first_line(_decoded(stdout)) or "no message"
+        raise NvidiaSmiError(f"{shown} failed (exit code {code}): {quoted(said)}")
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_seconds, check=False
-        )
-    except subprocess.TimeoutExpired:
+        return stdout.decode("utf-8")
+    except UnicodeDecodeError as error:
         raise NvidiaSmiError(
-            f"{executable} {' '.join(args)}: no answer within {timeout_seconds:g}s "
-            "(--collect.timeout)"
+            f"{shown} printed bytes that are not UTF-8 (at byte {error.start})"
         ) from None
-    except OSError as error:
-        raise NvidiaSmiError(f"{executable}: {error.strerror}") from None
-    if done.returncode != 0:
-        said = _first_line(done.stderr) or _first_line(done.stdout) or "no message"
-        raise NvidiaSmiError(
-            f"{executable} {' '.join(args)} failed (exit code {done.returncode}): {said}"
+
+
+def _run_bounded(
+    command: Sequence[str], timeout_seconds: float, shown: str
+) -> tuple[int, bytes, bytes]:
+    """Run `command`; its exit code, standard output and standard error, read as they
+    come, so that neither the time nor the memory it takes is left to the program."""
+    import selectors  # only the self-check runs programs
+    import subprocess
+    import time
+
+    try:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-    return done.stdout
+    except OSError as error:
+        raise NvidiaSmiError(f"{command[0]}: {error.strerror}") from None
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout, process.stderr
+    chunks: dict[int, list[bytes]] = {out.fileno(): [], err.fileno(): []}
+    stdout, stderr = chunks[out.fileno()], chunks[err.fileno()]
+    late = NvidiaSmiError(f"{shown}: no answer within {timeout_seconds:g}s (--collect.timeout)")
+    deadline = time.monotonic() + timeout_seconds
+    total = 0
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(out, selectors.EVENT_READ)
+            selector.register(err, selectors.EVENT_READ)
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise late
+                for key, _ in selector.select(left):
+                    data = os.read(key.fd, 1 << 16)
+                    if not data:
+                        selector.unregister(key.fileobj)
+                        continue
+                    chunks[key.fd].append(data)
+                    total += len(data)
+                    if total > OUTPUT_LIMIT_BYTES:
+                        raise NvidiaSmiError(
+                            f"{shown} printed more than {OUTPUT_LIMIT_BYTES >> 20} MiB"
+                        )
+        code = process.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        raise late from None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        out.close()
+        err.close()
+    return code, b"".join(stdout), b"".join(stderr)
+
+
+def _decoded(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
 
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def quoted(text: str) -> str:
+    """nvidia-smi's own text for a one-line message: at most `QUOTE_LIMIT` characters,
+    control characters escaped, and the length said where it was cut."""
+    shown = text[:QUOTE_LIMIT].encode("unicode_escape").decode("ascii")
+    return shown if len(text) <= QUOTE_LIMIT else f"{shown}... ({len(text)} characters in all)"
 
 
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
@@ -112,7 +173,12 @@ def parse_csv(text: str, columns: Sequence[str], fields: Sequence[str]) -> ByUui
         if len(cells) != len(columns):
             raise NvidiaSmiError(
                 f"nvidia-smi --query-gpu printed {len(cells)} values where "
-                f"{len(columns)} were asked for: {line.strip()!r}"
+                f"{len(columns)} were asked for: {quoted(line.strip())}"
+            )
+        if any(len(cell) > QUOTE_LIMIT for cell in cells):
+            raise NvidiaSmiError(
+                f"nvidia-smi --query-gpu printed a value longer than {QUOTE_LIMIT} characters: "
+                f"{quoted(max(cells, key=len))}"
             )
         row: dict[str, str | None] = dict.fromkeys(fields, MISSING)
         row.update({name: value_text(cell) for name, cell in zip(columns, cells, strict=True)})

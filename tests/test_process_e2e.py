@@ -208,8 +208,9 @@ def test_tree_cpu_counter_rises_with_the_busy_children(
     last = one(exporter.scrape(), name, pid=str(job.pid))
     truth1, t1 = tree_cpu_seconds(job), time.monotonic()
     rate, truth = (last - first) / (t1 - t0), (truth1 - truth0) / (t1 - t0)
-    # the parent sleeps: a rate well above 0 can only come from its children
-    assert rate > 0.5, (rate, truth)
+    # the parent sleeps: a rate well above 0 can only come from its children (on a
+    # loaded machine the two burning children got 0.23 of a core between them, not 2)
+    assert rate > 0.1, (rate, truth)
     assert rate == pytest.approx(truth, rel=0.35, abs=0.3), (rate, truth)
 
 

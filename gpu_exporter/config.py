@@ -269,7 +269,8 @@ OPTIONS: tuple[Option, ...] = (
         "collector.process.cmdline",
         "process_cmdline",
         _bool,
-        "export each process's command line (cut to 256 bytes, ending in '…'; may hold secrets)",
+        "export each process's command line (cut to 256 bytes, ending in '…' and a digest; "
+        "may hold secrets)",
     ),
     Option(
         "compat.dcgm",

@@ -11,12 +11,20 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Iterable
 
+from gpu_exporter.attribution.identity import CMDLINE_MAX_CHARS, MAX_READ_BYTES
 from gpu_exporter.config import OPTIONS
 from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
 from gpu_exporter.metrics.dcgm import DCGM_METRICS
 from gpu_exporter.metrics.specs import SAMPLED, RenderOptions
+from gpu_exporter.metrics.text import (
+    CUT_DIGEST_HEX_DIGITS,
+    CUT_MARKER,
+    LABEL_VALUE_MAX_BYTES,
+    LONG_LABEL_VALUE_MAX_BYTES,
+)
 
 
 def metrics_reference() -> str:
@@ -44,6 +52,28 @@ def flags_reference() -> str:
         lines.append(f"| `--[no-]collector.{c.name}` | {c.description} (default {state}) |")
     lines.append("| `--version` | print the version and exit |")
     return "\n".join(lines)
+
+
+def label_values_reference() -> str:
+    """The rule every writer follows for label values (`metrics.text.capped_label_value`)."""
+    longer = ", ".join(f"`{name}` {limit}" for name, limit in LONG_LABEL_VALUE_MAX_BYTES.items())
+    digits = CUT_DIGEST_HEX_DIGITS
+    text = (
+        "Every label value of every metric, in the text and the OpenMetrics format and under "
+        f"the DCGM names, is at most {LABEL_VALUE_MAX_BYTES} bytes of UTF-8 ({longer}), as "
+        "Prometheus' `label_value_length_limit` counts them. A longer value (a process name, "
+        "a user, a cgroup path, a pod name of up to 253 characters) is written as its start, "
+        f"cut at a character boundary, then `{CUT_MARKER}` (U+2026) and the first {digits} hex "
+        "digits of the SHA-256 of the whole value in UTF-8 "
+        f'(`printf %s "$value" | sha256sum | cut -c1-{digits}`). So two values that differ '
+        "stay two label values, and two series, however long the start they share, and a "
+        "value is written the same from one run to the next. A value within the limit that "
+        f"already ends in `{CUT_MARKER}` and {digits} hex digits is written the same way, so "
+        "no value is written as another's cut form. The digest is of the value as read: a "
+        f"command line's first {CMDLINE_MAX_CHARS} characters, a process name from the first "
+        f"{MAX_READ_BYTES // 1024} KiB of its command line."
+    )
+    return textwrap.fill(text, width=88, break_on_hyphens=False)
 
 
 DCGM_SUFFIX = " dcgm-exporter compatibility (--compat.dcgm)."
@@ -82,12 +112,13 @@ def gpu_to_dcgm() -> str:
 
 SECTIONS = {
     "metrics": metrics_reference,
+    "label-values": label_values_reference,
     "flags": flags_reference,
     "dcgm-to-gpu": dcgm_to_gpu,
     "gpu-to-dcgm": gpu_to_dcgm,
 }
-# The flag and metric tables of docs/reference.md.
-REFERENCE_SECTIONS = ("metrics", "flags")
+# The flag and metric tables of docs/reference.md, and its rule for label values.
+REFERENCE_SECTIONS = ("metrics", "label-values", "flags")
 
 
 def sections_in(text: str) -> tuple[str, ...]:

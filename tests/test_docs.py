@@ -22,7 +22,7 @@ DCGM_GUIDE = REPO / "docs" / "migrating-from-dcgm-exporter.md"
 
 def test_reference_sections_match_the_code() -> None:
     text = REFERENCE.read_text()
-    assert docs.sections_in(text) == ("metrics", "flags")
+    assert docs.sections_in(text) == ("metrics", "label-values", "flags")
     assert docs.render(text) == text, "docs/reference.md is out of date: run `make docs`"
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.metrics import specs as specs_module
 from gpu_exporter.metrics import text as text_module
@@ -14,7 +16,7 @@ from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.render import families, text
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.metrics.text import Family, write_openmetrics, write_text
-from gpu_exporter.model import Attribution, ProcessSample
+from gpu_exporter.model import Attribution, GpuAllocation, KubernetesState, ProcessSample
 from tests.support.client_families import from_client, to_client
 from tests.support.snapshots import fixed_snapshot
 
@@ -202,8 +204,6 @@ def test_a_scrape_for_openmetrics_does_not_load_prometheus_client() -> None:
 
 def _label_values(body: str) -> list[tuple[str, str]]:
     """Every (label name, value) of an exposition, as Prometheus reads it (unescaped)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     return [
         (name, value)
         for family in text_string_to_metric_families(body)
@@ -236,13 +236,14 @@ def test_every_label_value_is_cut_to_its_byte_limit_with_a_marker() -> None:
     snapshot = dataclasses.replace(snapshot, devices=(device,), collectors=frozenset({"process"}))
     options = RenderOptions(cmdline=True)
     expected = {
-        "process": "trainer" + "x" * 118 + "…",
-        "user": "é" * 62 + "…",  # 124 + 3 bytes: a 63rd é would pass 128
-        "container_id": "\\" * 125 + "…",
+        "process": "trainer" + "x" * 86 + "…" + _digest(hostile.process),
+        "user": "é" * 46 + "…" + _digest(hostile.user),  # 92 + 35 bytes: a 47th é would pass 128
+        "container_id": "\\" * 93 + "…" + _digest(hostile.container_id),
         "pod_uid": "p" * 128,
-        "systemd_unit": "u" * 125 + "…",
-        "slurm_job_id": "🚀" * 31 + "…",
-        "cmdline": ("python train.py " + "--arg=ü " * 200).encode()[:253].decode() + "…",
+        "systemd_unit": "u" * 93 + "…" + _digest(hostile.systemd_unit),
+        "slurm_job_id": "🚀" * 23 + "…" + _digest(hostile.slurm_job_id),
+        # 221 bytes would end inside a "ü": 220 are kept
+        "cmdline": (hostile.cmdline or "").encode()[:220].decode() + "…" + _digest(hostile.cmdline),
     }
     exposition = Exposition(snapshot, options)
     for openmetrics in (False, True):
@@ -250,14 +251,92 @@ def test_every_label_value_is_cut_to_its_byte_limit_with_a_marker() -> None:
         seen = dict(_label_values(body.replace("# EOF\n", "")))
         assert {k: seen[k] for k in expected} == expected
         assert all(len(v.encode()) <= (256 if k == "cmdline" else 128) for k, v in seen.items())
-    assert len(expected["cmdline"].encode()) == 256
+    assert len(expected["cmdline"].encode()) == 255
+
+
+def _digest(value: str | None) -> str:
+    """The 32 hex digits that end a cut value: the start of the SHA-256 of all of it."""
+    return hashlib.sha256((value or "").encode()).hexdigest()[:32]
+
+
+def test_values_cut_to_the_same_start_stay_distinct_in_every_writer() -> None:
+    """Two time-sliced pods on one GPU whose 193-character names differ only at the end,
+    two processes of such a pod: after the cut each label still tells them apart, so no
+    family holds one label set twice (Prometheus would keep one series of the two). The
+    writers: process labels (process, user, cmdline, namespace, pod, container),
+    gpu_allocation_info, and the DCGM compat series' labels."""
+    snapshot = fixed_snapshot(1)
+    long = "train-" + "x" * 185  # 191 characters before the tail that tells them apart
+    kinds = ("-a", "-b")
+    processes = tuple(
+        ProcessSample(
+            pid=str(4242 + i),
+            process=long + tail,
+            user=long + tail,
+            context="compute",
+            namespace=long + tail,
+            pod=long + tail,
+            container=long + tail,
+            cmdline=long * 2 + tail,
+            memory_used_bytes=2**30,
+        )
+        for i, tail in enumerate(kinds)
+    )
+    # a name that is already what the first one is cut to is not written as it
+    lookalike = ProcessSample(
+        pid="4244", process=_cut(long + "-a"), user="", context="compute", memory_used_bytes=1
+    )
+    device = dataclasses.replace(
+        snapshot.devices[0],
+        attribution=Attribution(
+            processes=(*processes, lookalike), unattributed_memory_bytes=0, process_count=3
+        ),
+    )
+    uuid = device.uuid
+    allocations = tuple(
+        GpuAllocation(0, uuid, "", long + tail, long + tail, long + tail) for tail in kinds
+    )
+    snapshot = dataclasses.replace(
+        snapshot,
+        devices=(device,),
+        collectors=snapshot.collectors | {"process", "kubernetes"},
+        kubernetes=KubernetesState(up=True, reason=None, allocations=allocations),
+    )
+    options = RenderOptions(cmdline=True, dcgm=True, kubernetes=True, hostname="h" * 300)
+    for openmetrics in (False, True):
+        body = Exposition(snapshot, options).body(openmetrics=openmetrics, compressed=False)
+        written = list(text_string_to_metric_families(body.decode().replace("# EOF\n", "")))
+        for family in written:
+            label_sets = [tuple(sorted(s.labels.items())) for s in family.samples]
+            assert len(label_sets) == len(set(label_sets)), family.name
+            for labels in label_sets:
+                for name, value in labels:
+                    assert len(value.encode()) <= (256 if name == "cmdline" else 128)
+        rows = {f.name: [s.labels for s in f.samples] for f in written}
+        pods = [(r["namespace"], r["pod"], r["container"]) for r in rows["gpu_allocation_info"]]
+        assert sorted(pods) == sorted((_cut(long + t),) * 3 for t in kinds)
+        by_pid = {r["pid"]: r for r in rows["gpu_process_memory_used_bytes"]}
+        for i, tail in enumerate(kinds):
+            labels = by_pid[str(4242 + i)]
+            for name in ("process", "user", "namespace", "pod", "container"):
+                assert labels[name] == _cut(long + tail)
+            assert labels["cmdline"] == _cut(long * 2 + tail, 256)
+        assert by_pid["4244"]["process"] == _cut(_cut(long + "-a"))
+        (power,) = rows["DCGM_FI_DEV_POWER_USAGE"]  # the GPU's first owner, by name
+        assert (power["pod"], power["Hostname"]) == (_cut(long + "-a"), _cut("h" * 300))
+
+
+def _cut(value: str, limit: int = 128) -> str:
+    """`value` as the exporter writes it when it passes `limit` bytes (ASCII here)."""
+    return value[: limit - 35] + "…" + _digest(value)
 
 
 def test_host_and_device_label_values_are_capped_too() -> None:
     """The cap is in the one writer, so it holds for every family: device identity (a
     name, serial or MIG profile from the driver) as much as a process's labels."""
     long_name = Family("x_info", "gauge", "h", ("gpu", "name"), [(("0", "N" * 500), 1.0)])
+    cut = "N" * 93 + "…" + _digest("N" * 500)
     assert write_text([long_name]) == (
-        '# HELP x_info h\n# TYPE x_info gauge\nx_info{gpu="0",name="' + "N" * 125 + '…"} 1.0\n'
+        '# HELP x_info h\n# TYPE x_info gauge\nx_info{gpu="0",name="' + cut + '"} 1.0\n'
     )
-    assert write_openmetrics([long_name]).count("N" * 125 + "…") == 1
+    assert write_openmetrics([long_name]).count(cut) == 1

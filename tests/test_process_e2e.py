@@ -8,6 +8,7 @@ CPU rates are compared with psutil's own view of the same tree over the same win
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -288,8 +289,10 @@ def test_command_line_only_when_enabled_and_truncated(
     with_cmdline = run(entry, "--collector.process.cmdline")
     s = with_cmdline.wait_for(has_pid(job.pid, "gpu_process_workers"))
     (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(job.pid)]
-    # cut to 256 bytes, the last three of them the marker that says so
-    assert found["cmdline"] == " ".join(job.cmdline())[:253] + "\u2026"
+    # cut to 256 bytes: the start, the marker that says so and a digest of the whole line
+    line = " ".join(job.cmdline())
+    digest = hashlib.sha256(line.encode()).hexdigest()[:32]
+    assert found["cmdline"] == line[:221] + "\u2026" + digest
     assert len(found["cmdline"].encode()) == 256
 
 

@@ -11,6 +11,7 @@ dependency only).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,12 +24,19 @@ LABEL_VALUE_MAX_BYTES = 128
 """The longest label value written, in UTF-8 bytes: Prometheus' `label_value_length_limit`
 counts bytes, and one value over it fails the whole scrape (every GPU of the node gone).
 Values taken from the host (a process name completed from argv[0], a user, a cgroup
-path) are chosen by whoever runs a GPU process; ours are far shorter."""
+path, a pod name of up to 253 characters) are chosen by whoever runs a GPU process or
+creates a pod; ours are far shorter."""
 LONG_LABEL_VALUE_MAX_BYTES = {"cmdline": 256}
 """Labels allowed more than LABEL_VALUE_MAX_BYTES."""
 CUT_MARKER = "\u2026"
-"""Ends a value that was cut (…), within its limit."""
-_MARKER_BYTES = len(CUT_MARKER.encode())
+"""Follows the kept start of a value that was cut (…), before its digest."""
+CUT_DIGEST_HEX_DIGITS = 32
+"""The hex digits of the SHA-256 of the whole value (as UTF-8) that end a cut value: 128
+bits, so that two values cut to the same start stay two series, even when whoever names
+them looks for a pair that would collide (about 2**64 hashes)."""
+_CUT_TAIL_BYTES = len(CUT_MARKER.encode()) + CUT_DIGEST_HEX_DIGITS
+_DIGEST_START = CUT_DIGEST_HEX_DIGITS + 1  # characters from the end of a cut value
+_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -68,15 +76,32 @@ def _go_float(value: float) -> str:
 
 def capped_label_value(name: str, value: str) -> str:
     """`value` as the label `name` is written: at most its limit in UTF-8 bytes
-    (LABEL_VALUE_MAX_BYTES, or LONG_LABEL_VALUE_MAX_BYTES), cut at a character boundary
-    and ended with CUT_MARKER when longer. The one place label values are bounded."""
+    (LABEL_VALUE_MAX_BYTES, or LONG_LABEL_VALUE_MAX_BYTES). A longer value is cut at a
+    character boundary and ends in CUT_MARKER and the first CUT_DIGEST_HEX_DIGITS hex
+    digits of the SHA-256 of the whole value, so distinct values stay distinct. A value
+    within the limit that already ends so (a marker and as many hex digits) is written
+    the same way, so no value is written as another's cut form. The one place label
+    values are bounded."""
     limit = LONG_LABEL_VALUE_MAX_BYTES.get(name, LABEL_VALUE_MAX_BYTES)
+    if (
+        len(value) > CUT_DIGEST_HEX_DIGITS
+        and value[-_DIGEST_START] == CUT_MARKER
+        and _HEX_DIGITS.issuperset(value[-CUT_DIGEST_HEX_DIGITS:])
+    ):  # as a cut value ends: cut it, whatever its length
+        return _cut(value.encode("utf-8", "replace"), limit)
     if len(value) * 4 <= limit:  # no character takes more than 4 bytes
         return value
     data = value.encode("utf-8", "replace")  # as the exposition encodes it
     if len(data) <= limit:
         return value
-    return data[: limit - _MARKER_BYTES].decode("utf-8", "ignore") + CUT_MARKER
+    return _cut(data, limit)
+
+
+def _cut(data: bytes, limit: int) -> str:
+    """The UTF-8 `data` cut to `limit` bytes: its start up to a character boundary,
+    CUT_MARKER and the digest of all of it."""
+    kept = data[: limit - _CUT_TAIL_BYTES].decode("utf-8", "ignore")  # a whole character
+    return kept + CUT_MARKER + hashlib.sha256(data).hexdigest()[:CUT_DIGEST_HEX_DIGITS]
 
 
 def escape_label_value(value: str) -> str:

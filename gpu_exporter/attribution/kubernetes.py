@@ -203,7 +203,7 @@ def _unrequested_reason(
         if (use.namespace, use.pod) not in asked:
             return (
                 f"pod {use.namespace}/{use.pod} runs processes on GPU {use.gpu} but has no "
-                "nvidia.com/gpu in its resource limits and no gpu.nvidia.com claim for it "
+                "nvidia.com/gpu in its resource limits and no gpu.nvidia.com claim "
                 "(NVIDIA_VISIBLE_DEVICES=all or a privileged container?): the scheduler "
                 "counts that GPU as free"
             )

@@ -223,6 +223,16 @@ class NvLinkReading:
 
 
 @dataclass(frozen=True)
+class MigPlacement:
+    """Where a GPU instance sits on its GPU (`nvmlGpuInstanceGetInfo`, `nvidia-smi mig
+    -lgi`): NVIDIA's DRA driver names MIG devices by it."""
+
+    profile_id: int  # the GPU instance profile's id (`nvidia-smi mig -lgip`), e.g. 19: 1g.10gb
+    start: int  # the first memory slice it occupies
+    size: int  # how many memory slices
+
+
+@dataclass(frozen=True)
 class MigDevice:
     """One MIG device (a compute instance of a GPU instance), as `nvidia-smi -L` lists it."""
 
@@ -230,6 +240,7 @@ class MigDevice:
     gpu_instance: int
     compute_instance: int
     profile: str  # e.g. "3g.40gb"; "" when the driver does not say
+    placement: MigPlacement | None = None  # its GPU instance's; None where NVML does not say
 
 
 @dataclass(frozen=True)
@@ -393,14 +404,29 @@ class Attribution:
 
 
 @dataclass(frozen=True)
+class DraDevice:
+    """A device a DRA claim gave a container: one `ClaimResource` of the pod-resources
+    List answer (`dynamic_resources`), with its claim."""
+
+    claim: str  # the ResourceClaim's name
+    claim_namespace: str  # the claim's namespace (a pod's claims are in its own)
+    driver: str  # e.g. "gpu.nvidia.com", "compute-domain.nvidia.com"
+    pool: str  # the driver's pool; NVIDIA's GPU driver names it after the node
+    device: str  # the driver's name for it, e.g. "gpu-0", "gpu-1-mig-19-4-1"
+
+
+@dataclass(frozen=True)
 class ContainerDevices:
-    """Devices of one resource the kubelet allocated to one container (pod-resources List)."""
+    """Devices of one resource the kubelet allocated to one container (pod-resources List):
+    a device plugin's, or one device of a DRA claim (`dra` set, `resource` its driver's
+    name, `device_ids` its device name alone)."""
 
     namespace: str
     pod: str
     container: str
-    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-3g.40gb"
+    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-3g.40gb", "gpu.nvidia.com"
     device_ids: tuple[str, ...]  # as the device plugin names them: UUID, index, "UUID::N"
+    dra: DraDevice | None = None  # None: a device plugin's
 
 
 @dataclass(frozen=True)
@@ -433,6 +459,7 @@ class GpuAllocation:
     namespace: str
     pod: str
     container: str
+    dra: DraDevice | None = None  # the DRA claim's device; None: a device plugin's
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ A, the fleet dashboard at everything; `$__range` is 1h, longer than this Prometh
 been alive, to show that range queries work on a young server too.
 A and B run on Kubernetes (a kubelet stand-in each): A's GPU 0 is allocated to ml/train,
 its idle GPU 1 to lab/notebook; B's built-in training job runs in pod ml/train-b, which
-was allocated no GPU (a stowaway), and B's GPU 1 is allocated to lab/scratch.
+was allocated no GPU (a stowaway), and B's GPU 1 is allocated to lab/scratch by a DRA
+claim (its device named by the GPU's minor number, as NVIDIA's DRA driver names it).
 
 rate() over a window that starts before a series' first sample divides by the whole
 window, so while a series is younger than `$__rate_interval` its rate reads low (a busy
@@ -48,7 +49,7 @@ from tests.support.dashboards import (
     variable_queries,
 )
 from tests.support.exporter import Exporter, start_exporter
-from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
+from tests.support.kubelet import Claim, ClaimDevice, Container, FakeKubelet, Pod, write_log_tree
 from tests.support.prometheus import Prometheus, prometheus_binary, start_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -79,6 +80,7 @@ def kubelets(tmp: Path) -> tuple[list[FakeKubelet], list[list[str]]]:
     gpu = "nvidia.com/gpu"
     cgroup = labels(0, PROFILE_PROCESSES["input-starved"][0])  # B's built-in job
     train_b = Pod("ml", "train-b", [Container("trainer")], uid=cgroup.pod_uid)
+    scratch = Claim("scratch-gpu", [ClaimDevice("gpu-2", pool="b")])
     nodes = {
         "a": (
             [
@@ -88,7 +90,8 @@ def kubelets(tmp: Path) -> tuple[list[FakeKubelet], list[list[str]]]:
             [],
         ),
         "b": (
-            [train_b, Pod("lab", "scratch", [Container("shell", {gpu: ["1"]})])],
+            # B's GPU 1 of 4 is /dev/nvidia2, given by a DRA claim of NVIDIA's driver
+            [train_b, Pod("lab", "scratch", [Container("shell", claims=[scratch])])],
             [(train_b, "trainer", cgroup.container_id)],
         ),
     }

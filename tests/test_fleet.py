@@ -40,7 +40,7 @@ from tests.support.fleet import (
     write_yaml,
 )
 from tests.support.html_ids import parse
-from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
+from tests.support.kubelet import Claim, ClaimDevice, Container, FakeKubelet, Pod, write_log_tree
 from tests.support.prometheus import Prometheus, start_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -74,8 +74,9 @@ def scenarios() -> dict[str, dict[str, Any]]:
         # server holds its busy MIG instance; GPU 0 is lost
         "node-b": {"gpus": 4, "scenario": {"faults": {"lost": [0]}}},
         # a smaller node whose boards have no fan reading, on Kubernetes (kubelet()): its
-        # GPU 0 tenant runs in pod ml/train-0, which asked for no GPU (a stowaway), and
-        # GPU 1, idle with no process, is allocated to a notebook (allocated but idle)
+        # GPU 0 tenant runs in pod ml/train-0, which asked for no GPU (a stowaway), while
+        # a device plugin gave GPU 0 to ml/serve; GPU 1, idle with no process, is given to
+        # a notebook by a DRA claim (allocated but idle)
         "node-c": {
             "gpus": 2,
             "scenario": {"faults": {"unsupported": ["temperature.fan_speed_ratio"]}},
@@ -88,10 +89,13 @@ def kubelet(workdir: Path) -> tuple[FakeKubelet, list[str]]:
     tenant = PROFILE_PROCESSES["input-starved"][0]
     cgroup = labels(0, tenant)  # the simulated tenant's container ID and pod UID
     train = Pod("ml", "train-0", [Container("trainer")], uid=cgroup.pod_uid)
-    notebook = Pod("lab", "notebook", [Container("jupyter", {"nvidia.com/gpu": ["1"]})])
+    serve = Pod("ml", "serve", [Container("server", {"nvidia.com/gpu": ["0"]})])
+    # NVIDIA's DRA driver names a GPU by its minor: the simulated GPU 1 of 2 is /dev/nvidia0
+    claim = Claim("notebook-gpu", [ClaimDevice("gpu-0", pool="node-c")])
+    notebook = Pod("lab", "notebook", [Container("jupyter", claims=[claim])])
     logs = write_log_tree(workdir / "node-c-log", [(train, "trainer", cgroup.container_id)])
     socket_path = Path(f"/tmp/fleet-kubelet-{os.getpid()}.sock")
-    server = FakeKubelet(socket_path, [train, notebook]).start()
+    server = FakeKubelet(socket_path, [train, serve, notebook]).start()
     flags = [
         "--collector.kubernetes",
         "--kubernetes.pod-resources-socket",
@@ -270,8 +274,20 @@ def test_alert_expressions_pick_out_the_injected_faults(fleet: Fleet) -> None:
 
 def test_a_stowaway_and_an_allocated_idle_pod_raise_their_alerts(fleet: Fleet) -> None:
     """Through Prometheus' own rule evaluation: the alerts are active (pending until
-    their `for:`, which a test cannot wait) for exactly node-c's two pods."""
+    their `for:`, which a test cannot wait) for exactly node-c's two pods. node-c has a
+    device plugin and DRA: the notebook's GPU comes from a claim, named by its minor."""
     fleet.prometheus.wait_for("gpu_exporter_kubernetes_up == 1")
+    allocations = fleet.prometheus.wait_for("gpu_allocation_info", minimum=2)
+    assert {
+        (
+            fleet.node_of(r["metric"]["instance"]),
+            r["metric"]["gpu"],
+            r["metric"]["pod"],
+            r["metric"].get("dra_claim", ""),
+            r["metric"].get("dra_device", ""),
+        )
+        for r in allocations
+    } == {("node-c", "0", "serve", "", ""), ("node-c", "1", "notebook", "notebook-gpu", "gpu-0")}
     stowaway = fleet.prometheus.wait_for('ALERTS{alertname="GPUUsedWithoutAllocation"}')
     assert [
         (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"], r["metric"]["pod"])
@@ -285,6 +301,7 @@ def test_a_stowaway_and_an_allocated_idle_pod_raise_their_alerts(fleet: Fleet) -
         (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"], r["metric"]["pod"])
         for r in idle
     ] == [("node-c", "1", "notebook")]
+    assert idle[0]["metric"]["dra_claim"] == "notebook-gpu"  # the alert names the claim
     by_namespace = fleet.prometheus.wait_for("namespace:gpu_allocated_idle:count")
     assert [(r["metric"]["namespace"], float(r["value"][1])) for r in by_namespace] == [
         ("lab", 1.0)

@@ -34,7 +34,7 @@ from gpu_exporter.sources.simulated import SimulatedBackend
 from gpu_exporter.sources.simulated_tenants import PROFILE_PROCESSES, labels
 from tests.support.clock import FakeClock
 from tests.support.exporter import parse_samples, series, values
-from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
+from tests.support.kubelet import Claim, ClaimDevice, Container, FakeKubelet, Pod, write_log_tree
 
 KUBELET_DIR = Path(__file__).resolve().parent.parent / "gpu_exporter" / "sources" / "kubelet"
 GPU = "nvidia.com/gpu"
@@ -199,6 +199,149 @@ def test_dcgm_series_of_an_allocated_gpu_carry_pod_namespace_and_container(
     }
     assert power["0"] == ("ml", "train-0", "trainer")
     assert power["1"] == ("", "", "")
+
+
+# DRA: claims of NVIDIA's GPU driver, named from NVML alone -------------------------------
+
+
+def dra_allocations(exposition: str) -> dict[tuple[str, str, str, str, str], tuple[str, str]]:
+    """(gpu, gpu_instance, namespace, pod, container) -> (dra_claim, dra_device)."""
+    return {
+        (s["gpu"], s["gpu_instance"], s["namespace"], s["pod"], s["container"]): (
+            s.get("dra_claim", ""),
+            s.get("dra_device", ""),
+        )
+        for s in series(parse_samples(exposition), "gpu_allocation_info")
+    }
+
+
+def test_dra_claims_resolve_to_gpus_and_mig_instances_by_minor_and_placement(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    """The simulated host's minors count down from its indices (GPU 0 is /dev/nvidia3;
+    the MIG GPU 3 is /dev/nvidia0, its 3g.40gb GPU instance 2 has profile 9 at slice 0 of
+    4, its 1g.10gb instance 9 profile 19 at slice 6). One node with a device plugin too."""
+    v25_3_cdi = ("k8s.gpu.nvidia.com/device=gpu-0-mig-9-0-4",)
+    v25_12_cdi = ("k8s.gpu.nvidia.com/claim=0f3a9c1e-6b1d-4d7e-9a51-1c2d3e4f5a6b-gpu-1",)
+    shared = Claim("shared-gpu", [ClaimDevice("gpu-1", cdi=v25_12_cdi)])
+    kubelet.pods = [
+        # the simulated tenant of GPU 0 runs in ml/train-0, here given GPU 0 by its minor
+        Pod(
+            "ml", "train-0", [Container("trainer", claims=[Claim("train", [ClaimDevice("gpu-3")])])]
+        ),
+        Pod("ml", "plugin", [Container("c", {GPU: [host.uuids[1]]})]),  # a device plugin's
+        Pod(
+            "infer",
+            "triton",
+            [
+                Container(
+                    "server", claims=[Claim("big", [ClaimDevice("gpu-0-mig-9-0-4", cdi=v25_3_cdi)])]
+                )
+            ],
+        ),
+        Pod(
+            "infer",
+            "vllm",
+            [Container("server", claims=[Claim("small", [ClaimDevice("gpu-0-mig-1g10gb-19-6")])])],
+        ),
+        # one claim, two containers of one pod and a container of another: once each
+        Pod("ml", "pair", [Container("a", claims=[shared]), Container("b", claims=[shared])]),
+        Pod("ml", "third", [Container("c", claims=[shared, shared])]),
+        # skipped without a word: a GPU passed through to a VM, another driver's device
+        Pod("vm", "kubevirt", [Container("vm", claims=[Claim("vf", [ClaimDevice("gpu-vfio-0")])])]),
+        Pod(
+            "mpi",
+            "launcher",
+            [
+                Container(
+                    "l",
+                    claims=[
+                        Claim(
+                            "domain", [ClaimDevice("channel-0", driver="compute-domain.nvidia.com")]
+                        )
+                    ],
+                )
+            ],
+        ),
+    ]
+    snapshot, exposition = host.sample()
+    assert dra_allocations(exposition) == {
+        ("0", "", "ml", "train-0", "trainer"): ("train", "gpu-3"),
+        ("1", "", "ml", "plugin", "c"): ("", ""),
+        ("3", "2", "infer", "triton", "server"): ("big", "gpu-0-mig-9-0-4"),
+        ("3", "9", "infer", "vllm", "server"): ("small", "gpu-0-mig-1g10gb-19-6"),
+        ("2", "", "ml", "pair", "a"): ("shared-gpu", "gpu-1"),
+        ("2", "", "ml", "pair", "b"): ("shared-gpu", "gpu-1"),
+        ("2", "", "ml", "third", "c"): ("shared-gpu", "gpu-1"),
+    }
+    samples = parse_samples(exposition)
+    assert values(samples, "gpu_exporter_kubernetes_up") == [1.0]
+    assert snapshot.kubernetes is not None and snapshot.kubernetes.reason is None
+    # the tenant of GPU 0 holds the GPU its claim gave it: no stowaway
+    assert series(samples, "gpu_unallocated_processes") == []
+    # dcgm-exporter's DRA labels on the DCGM series, a MIG instance's with its profile
+    power = {s["gpu"]: s for s in series(samples, "DCGM_FI_DEV_POWER_USAGE")}
+    assert {k: v for k, v in power["0"].items() if k.startswith("dra_")} == {
+        "dra_claim_name": "train",
+        "dra_claim_namespace": "ml",
+        "dra_driver_name": "gpu.nvidia.com",
+        "dra_pool_name": "node-a",
+        "dra_device_name": "gpu-3",
+    }
+    assert power["1"]["pod"] == "plugin" and "dra_claim_name" not in power["1"]
+    engine = {s["GPU_I_ID"]: s for s in series(samples, "DCGM_FI_DEV_FB_USED") if s["GPU_I_ID"]}
+    assert (engine["9"]["dra_claim_name"], engine["9"]["dra_mig_profile"]) == ("small", "1g.10gb")
+    assert engine["9"]["dra_mig_device_uuid"] == host.mig_uuid(9)
+    assert engine["3"].get("dra_claim_name") is None  # GPU instance 3 is nobody's
+
+
+def test_the_live_page_counts_dra_allocations_and_names_the_pod(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    from gpu_exporter.sampling.history import DEFAULT_WINDOW, WINDOWS, History
+    from gpu_exporter.serving import overview
+
+    kubelet.pods = [
+        Pod("ml", "train-0", [Container("trainer", claims=[Claim("c", [ClaimDevice("gpu-3")])])])
+    ]
+    snapshot, _ = host.sample()
+    history = History()
+    history.add(snapshot)
+    doc = overview.build(snapshot, history, WINDOWS[DEFAULT_WINDOW])
+    assert doc["kubernetes"]["up"] is True and doc["kubernetes"]["allocations"] == 1
+    assert doc["kubernetes"]["unallocated_processes"] == 0
+    assert doc["gpus"][0]["processes"][0]["job"] == "pod ml/train-0 (trainer)"
+
+
+def test_dra_names_that_match_no_gpu_are_counted_and_explained_once_never_guessed(
+    host: Host, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = [
+        "gpu-7",  # no GPU has minor 7
+        "gpu-0-mig-19-0-1",  # GPU 3 (minor 0) has no 1g.10gb at slice 0
+        "gpu-0-mig-9-0-2",  # its profile 9 at slice 0 has 4 slices, not 2
+        "gpu-0-mig-1g10gb-19",  # no placement
+        "nvidia0",  # a device plugin's form
+    ]
+    kubelet.pods = [
+        Pod(
+            "ml",
+            "train-0",
+            [Container("trainer", claims=[Claim("x", [ClaimDevice(n) for n in wrong])])],
+        )
+    ]
+    snapshot, exposition = host.sample()
+    samples = parse_samples(exposition)
+    assert values(samples, "gpu_exporter_kubernetes_up") == [0.0]
+    assert series(samples, "gpu_allocation_info") == []
+    reason = snapshot.kubernetes.reason if snapshot.kubernetes else None
+    assert reason is not None
+    assert reason.startswith("5 gpu.nvidia.com devices of DRA claims match no GPU of this node")
+    assert "minors of this node's GPUs (0, 1, 2, 3)" in reason
+    # the tenant's GPU was not given to it: a stowaway, counted as on any node
+    assert values(samples, "gpu_unallocated_processes", gpu="0") == [1.0]
+    host.sample()
+    assert sum("gpu.nvidia.com devices" in r.getMessage() for r in caplog.records) == 1
 
 
 # Use, from the log tree ----------------------------------------------------------------

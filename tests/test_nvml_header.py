@@ -57,6 +57,8 @@ STRUCTURES: dict[str, Any] = {
     "nvmlPciInfo_t": pynvml.nvmlPciInfo_t,
     "nvmlEventData_t": pynvml.c_nvmlEventData_t,
     "nvmlGpmSupport_t": pynvml.c_nvmlGpmSupport_t,
+    "nvmlGpuInstancePlacement_t": pynvml.c_nvmlGpuInstancePlacement_t,
+    "nvmlGpuInstanceInfo_t": pynvml.c_nvmlGpuInstanceInfo_t,
 }
 
 # struct formats that decode a C structure in one pass: their size is the structure's
@@ -85,7 +87,7 @@ CLOCKS_EVENT_MACROS: dict[str, str] = {
 }
 
 _CONSTANT = re.compile(r"^(NVML_[A-Z0-9_]+|nvml[A-Z][A-Za-z0-9]*(_v\d+)?)$")
-_FUNCTION = re.compile(r"^nvml(Device|System|Gpm|Event|Init|Shutdown)[A-Za-z0-9_]*$")
+_FUNCTION = re.compile(r"^nvml(Device|System|Gpm|GpuInstance|Event|Init|Shutdown)[A-Za-z0-9_]*$")
 
 
 # The header ------------------------------------------------------------------------
@@ -275,5 +277,6 @@ def test_every_clocks_event_reason_is_the_headers_bit(probe: dict[str, int]) -> 
 def test_every_function_the_code_looks_up_is_declared(header_text: str) -> None:
     functions = _looked_up_functions()
     assert {"nvmlDeviceGetFieldValues", "nvmlDeviceGetSamples", "nvmlGpmMetricsGet"} <= functions
+    assert {"nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceGetInfo"} <= functions
     declared = set(re.findall(r"DECLDIR\s+(nvml\w+)\s*\(", header_text))
     assert not functions - declared, f"not in nvml.h: {sorted(functions - declared)}"

@@ -9,7 +9,8 @@ the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does thre
   or indices under the device plugin's index strategy; `nvidia.com/mig-*` gives MIG
   device UUIDs; a time-sliced replica is `<UUID>::<N>`, one GPU however many replicas;
   GKE's device plugin names `nvidia<index>`, `nvidia<index>/gi<GPU instance>` and
-  shared replicas `.../vgpu<N>` (the forms dcgm-exporter's pod mapper matches);
+  shared replicas `.../vgpu<N>` (the forms dcgm-exporter's pod mapper matches); the
+  devices of DRA claims of NVIDIA's GPU driver are read by their names (`dra.py`);
 - finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
   kubelet did not allocate to it.
 
@@ -23,6 +24,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from gpu_exporter.attribution import dra
 from gpu_exporter.model import (
     ContainerDevices,
     ContainerName,
@@ -42,7 +44,7 @@ REPLICA_SEPARATORS = ("::", "/vgpu")  # time-slicing and MPS replicas: "GPU-<uui
 SHOWN_IDS = 3  # device IDs quoted in a reason
 
 Devices = tuple[DeviceSample, ...]
-Target = tuple[int, str, str]  # (index, GPU UUID, MIG GPU instance or "")
+Target = dra.Target  # (index, GPU UUID, MIG GPU instance or "")
 
 
 class KubernetesAttributor:
@@ -137,11 +139,13 @@ def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
                 index, uuid, gpu_instance, entry.namespace, entry.pod, entry.container
             )
             allocations[allocation] = None
+    dra_unmatched = _claimed(devices, reading.allocations, allocations)
     unallocated = _unallocated(devices, reading, allocations)
-    up = bool(allocations) or not unmatched
+    up = bool(allocations) or not (unmatched or dra_unmatched)
     return KubernetesState(
         up=up,
         reason=_unmatched_reason(unmatched, devices)
+        or dra.unmatched_reason(dra_unmatched, devices)
         or _unrequested_reason(unallocated, allocations),
         allocations=tuple(allocations),
         unallocated=unallocated,
@@ -149,7 +153,33 @@ def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
 
 
 def _nvidia(entries: Iterable[ContainerDevices]) -> Iterable[ContainerDevices]:
-    return (e for e in entries if e.resource.startswith(NVIDIA_RESOURCE_PREFIX))
+    return (e for e in entries if e.dra is None and e.resource.startswith(NVIDIA_RESOURCE_PREFIX))
+
+
+def _claimed(
+    devices: Devices, entries: Iterable[ContainerDevices], allocations: dict[GpuAllocation, None]
+) -> set[str]:
+    """Add the GPUs (and MIG instances) of DRA claims to `allocations`, once per container
+    however many claims or devices give it the same one; the names that match none."""
+    gpus = dra.DraGpus(devices)
+    given = {(a.gpu, a.gpu_instance, a.namespace, a.pod, a.container) for a in allocations}
+    unmatched: set[str] = set()
+    for entry in entries:
+        if entry.dra is None or not dra.is_host_gpu(entry.dra):
+            continue
+        target = gpus.target(entry.dra.device)
+        if target is None:
+            unmatched.add(entry.dra.device)
+            continue
+        index, uuid, gpu_instance = target
+        key = (index, gpu_instance, entry.namespace, entry.pod, entry.container)
+        if key not in given:
+            given.add(key)
+            allocation = GpuAllocation(
+                index, uuid, gpu_instance, entry.namespace, entry.pod, entry.container, entry.dra
+            )
+            allocations[allocation] = None
+    return unmatched
 
 
 def _unmatched_reason(unmatched: Mapping[str, str], devices: Devices) -> str | None:
@@ -173,8 +203,9 @@ def _unrequested_reason(
         if (use.namespace, use.pod) not in asked:
             return (
                 f"pod {use.namespace}/{use.pod} runs processes on GPU {use.gpu} but has no "
-                "nvidia.com/gpu in its resource limits (NVIDIA_VISIBLE_DEVICES=all or a "
-                "privileged container?): the scheduler counts that GPU as free"
+                "nvidia.com/gpu in its resource limits and no gpu.nvidia.com claim "
+                "(NVIDIA_VISIBLE_DEVICES=all or a privileged container?): the scheduler "
+                "counts that GPU as free"
             )
     return None
 

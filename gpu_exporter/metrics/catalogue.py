@@ -280,7 +280,11 @@ def _allocations(s: Snapshot, d: DeviceSample) -> Rows:
     if k is None:
         return ()
     return [
-        ((a.gpu_instance, a.namespace, a.pod, a.container), 1)
+        (
+            (a.gpu_instance, a.namespace, a.pod, a.container)
+            + ((a.dra.claim, a.dra.device) if a.dra is not None else ("", "")),
+            1,
+        )
         for a in k.allocations
         if a.gpu == d.index and a.uuid == d.uuid
     ]
@@ -909,13 +913,18 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_allocation_info",
         "gauge",
         "1 for each GPU (gpu_instance empty) or MIG GPU instance the kubelet allocated to a "
-        "container, from its pod-resources socket; time-sliced replicas of one GPU count once.",
+        "container, from its pod-resources socket: by a device plugin, or by a DRA claim of "
+        "gpu.nvidia.com (dra_claim, in the pod's namespace, and the driver's dra_device "
+        "name); time-sliced replicas of one GPU, or a claim shared by containers, count once "
+        "per container.",
         "kubernetes",
         _allocations,
         "gpu_instance",
         "namespace",
         "pod",
         "container",
+        "dra_claim",
+        "dra_device",
     ),
     _d(
         "gpu_unallocated_processes",

@@ -16,7 +16,12 @@ What is kept from dcgm-exporter, so that its dashboards and alert rules work unc
   kubelet allocated the GPU (or MIG GPU instance) to, empty when none. A time-sliced GPU
   allocated to several containers names the first (by namespace, pod, container);
   dcgm-exporter without `--kubernetes-virtual-gpus` names one too (the last the kubelet
-  lists). `gpu_allocation_info` lists them all.
+  lists). `gpu_allocation_info` lists them all. A device of a DRA claim adds
+  dcgm-exporter's `dra_claim_name`, `dra_claim_namespace`, `dra_driver_name`,
+  `dra_pool_name`, `dra_device_name`, and on a MIG instance `dra_mig_profile` and
+  `dra_mig_device_uuid` (dcgm-exporter puts a MIG claim's labels on the parent GPU's own
+  series, by its UUID, not on the instance's; here they are on the instance's, as `pod`
+  is).
 
 What is not: a series the device cannot answer is absent, never blank or 0. In the
 OpenMetrics format, where a counter's samples must end in `_total`, DCGM's counters are
@@ -39,7 +44,9 @@ from gpu_exporter.metrics.specs import (
 from gpu_exporter.model import (
     DeviceReading,
     DeviceSample,
+    DraDevice,
     GpmReading,
+    MigDevice,
     MigInstanceReading,
     Snapshot,
 )
@@ -74,7 +81,7 @@ class DcgmMetric(MetricSpec):
 
     def label_names(self, options: RenderOptions) -> LabelValues:
         names = DCGM_LABELS + (MIG_LABELS if self.instance is not None else ())
-        return names + (_POD_LABELS if options.kubernetes else ())
+        return names + (_POD_LABELS + DRA_LABELS if options.kubernetes else ())
 
     def rows(self, snapshot: Snapshot, options: RenderOptions) -> Iterator[Series]:
         if options.kubernetes:
@@ -117,19 +124,44 @@ _POD_LABELS: LabelValues = (
     "namespace",
     "container",
 )  # specs.KUBERNETES_LABELS, in dcgm-exporter's order
-_NO_OWNER: LabelValues = ("", "", "")
+DRA_LABELS: LabelValues = (
+    "dra_claim_name",
+    "dra_claim_namespace",
+    "dra_driver_name",
+    "dra_pool_name",
+    "dra_device_name",
+    "dra_mig_profile",
+    "dra_mig_device_uuid",
+)  # dcgm-exporter's (internal/pkg/transformation/const.go), on devices of DRA claims
+_NO_OWNER: LabelValues = ("",) * (len(_POD_LABELS) + len(DRA_LABELS))
 
 
 def _owners(snapshot: Snapshot) -> dict[tuple[str, str, str], LabelValues]:
     """(gpu, UUID, GPU instance or "") -> (pod, namespace, container) of its first
-    allocation."""
+    allocation, and its DRA claim's DRA_LABELS (empty for a device plugin's)."""
     out: dict[tuple[str, str, str], LabelValues] = {}
     k = snapshot.kubernetes
-    for a in sorted(
-        k.allocations if k is not None else (), key=lambda a: (a.namespace, a.pod, a.container)
-    ):
-        out.setdefault((str(a.gpu), a.uuid, a.gpu_instance), (a.pod, a.namespace, a.container))
+    if k is None:
+        return out
+    migs = {
+        (str(d.index), d.uuid, str(m.gpu_instance)): m
+        for d in snapshot.devices
+        if d.reading is not None and d.reading.mig is not None
+        for m in d.reading.mig.devices
+    }
+    for a in sorted(k.allocations, key=lambda a: (a.namespace, a.pod, a.container)):
+        key = (str(a.gpu), a.uuid, a.gpu_instance)
+        if key not in out:
+            out[key] = (a.pod, a.namespace, a.container) + _claim(a.dra, migs.get(key))
     return out
+
+
+def _claim(dra: DraDevice | None, mig: MigDevice | None) -> LabelValues:
+    """DRA_LABELS of a claim's device (a MIG device's profile and UUID where it is one)."""
+    if dra is None:
+        return ("",) * len(DRA_LABELS)
+    profile, uuid = (mig.profile, mig.uuid) if mig is not None else ("", "")
+    return (dra.claim, dra.claim_namespace, dra.driver, dra.pool, dra.device, profile, uuid)
 
 
 def _reading(pick: Callable[[DeviceReading], Number | None]) -> DeviceValue:

@@ -14,7 +14,8 @@ and follow four profiles, repeated over the GPUs:
    first serving inference flat out; hot, at its power limit, thermally throttled at
    times. As on a real MIG GPU, the parent reports no utilization.
 
-Every GPU is an H100 with GPM and 18 NVLink links. GPM activity follows each profile
+Every GPU is an H100 with GPM and 18 NVLink links; their /dev/nvidiaN minor numbers count
+down from the last NVML index (`simulated_layout.minor_number`). GPM activity follows each profile
 (`simulated_activity.py`): the input-starved GPU's SM activity follows its bursts.
 Each profile has plausible tenant processes (`simulated_tenants.py`): the training job
 on the input-starved GPU has 4 busy DataLoader workers.
@@ -84,6 +85,7 @@ from gpu_exporter.sources.simulated_layout import (
     MIG_PROFILE,
     SimulatedInstance,
     mig_instances,
+    minor_number,
     profile,
 )
 from gpu_exporter.sources.simulated_tenants import (
@@ -274,7 +276,7 @@ class SimulatedBackend:
             pcie_max_generation=5,
             pcie_max_width=16,
             nvlink_links=NVLINK_LINKS,
-            minor_number=index,
+            minor_number=minor_number(index, self._gpus),
             tlimit_thresholds_celsius=TLIMIT_THRESHOLDS_CELSIUS,
         )
 
@@ -309,6 +311,7 @@ class SimulatedBackend:
                 gpu_instance=i.gpu_instance,
                 compute_instance=0,
                 profile=i.profile,
+                placement=i.placement,
             )
             for i in MIG_INSTANCES
         )

@@ -26,6 +26,9 @@ answers for the pair of samples it is given, with per-metric return codes from
 `FakeGpu.gpm_errors`. Samples are tracked from alloc to free (`live_gpm_samples`).
 MIG devices (`FakeGpu.mig_devices`, in sparse slots) have handles of their own, answered
 by the identity, memory and process calls; their calls count towards the parent GPU.
+Their GPU instances have handles too (nvmlDeviceGetGpuInstanceById), whose
+nvmlGpuInstanceGetInfo gives `FakeMigDevice.placement`; `FakeGpu.minor` is the minor
+number, which need not be the index.
 Field values honour `scopeId`: `FakeGpu.fields` may be keyed by `(field id, scope)`; the
 NVLink throughput fields also answer scopeId UINT_MAX with the sum over the links, the
 ECC totals are added into the value the caller's array holds, and the T.Limit thresholds
@@ -149,6 +152,7 @@ class FakeGpu:
     gpm_errors: dict[int, int] = field(default_factory=dict)  # metric id -> return code
     mig_devices: list[FakeMigDevice] = field(default_factory=list)  # MIG on: mig=(1, 1)
     mig_slots: int = 7  # nvmlDeviceGetMaxMigDeviceCount
+    minor: int | None = None  # nvmlDeviceGetMinorNumber (the N of /dev/nvidiaN); None: the index
     fail: dict[str, int] = field(default_factory=dict)  # C function name -> return code
     # nvmlDeviceGetFieldValues *adds* these fields' answers into the `value` it is given,
     # as the driver does for aggregate ECC totals (NVIDIA/go-nvml#46): a caller that
@@ -185,6 +189,10 @@ class FakeMigDevice:
     struct: Any = field(default_factory=lambda: pynvml.struct_c_nvmlDevice_t())
     # reserved for the driver: v1 counts it in `used`, v2 reports it apart
     memory_reserved: int = 0
+    # nvmlGpuInstanceGetInfo of its GPU instance: (profile id, placement start, size); the
+    # first MIG device of a GPU instance speaks for it; None: NOT_FOUND
+    placement: tuple[int, int, int] | None = None
+    gi_struct: Any = field(default_factory=lambda: pynvml.struct_c_nvmlGpuInstance_t())
 
 
 @dataclass
@@ -502,7 +510,8 @@ class FakeNvmlLib:
         return SUCCESS
 
     def c_nvmlDeviceGetMinorNumber(self, handle: Any, ptr: Any) -> int:
-        return self._put(ptr, self._index_of(handle))
+        minor = self._gpu(handle).minor
+        return self._put(ptr, self._index_of(handle) if minor is None else minor)
 
     def c_nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
         major._obj.value, minor._obj.value = self._gpu(handle).compute_capability
@@ -817,6 +826,32 @@ class FakeNvmlLib:
     def c_nvmlDeviceGetComputeInstanceId(self, handle: Any, ptr: Any) -> int:
         mig = self._mig_of(handle)
         return self._put(ptr, mig.compute_instance) if mig else pynvml.NVML_ERROR_INVALID_ARGUMENT
+
+    def c_nvmlDeviceGetGpuInstanceById(self, handle: Any, gpu_instance: Any, ptr: Any) -> int:
+        gpu = self._gpu(handle)
+        if gpu.mig is None or gpu.mig[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return NOT_SUPPORTED
+        wanted = int(getattr(gpu_instance, "value", gpu_instance))
+        for mig in gpu.mig_devices:
+            if mig.gpu_instance == wanted:
+                ptr._obj.contents = mig.gi_struct
+                return SUCCESS
+        return NOT_FOUND
+
+    def c_nvmlGpuInstanceGetInfo(self, handle: Any, ptr: Any) -> int:
+        address = ctypes.addressof(handle.contents)
+        for gpu_struct, gpu in zip(self._structs, self.gpus, strict=True):
+            for mig in gpu.mig_devices:
+                if ctypes.addressof(mig.gi_struct) != address:
+                    continue
+                if mig.placement is None:
+                    return NOT_FOUND
+                info = ptr._obj
+                info.device = ctypes.pointer(gpu_struct)
+                info.id = mig.gpu_instance
+                info.profileId, info.placement.start, info.placement.size = mig.placement
+                return SUCCESS
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
 
     # GPM ----------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """A kubelet stand-in: `v1.PodResourcesLister` from the kubelet's own api.proto, served by
 grpcio on a Unix socket, and the kubelet's log layout for the containers it names.
 
-`FakeKubelet.pods` is what List answers, and may be changed while it serves. `delay`
+`FakeKubelet.pods` is what List answers, and may be changed while it serves: device
+plugins' devices (`Container.devices`) and DRA claims' (`Container.claims`, the
+`dynamic_resources` of a kubelet with KubeletPodResourcesDynamicResources on). `delay`
 makes each answer late, `garbage` answers bytes that are no ListPodResourcesResponse,
 `unimplemented` serves no List at all (a kubelet without the v1 API). `stop()` removes
 the socket, as a kubelet that goes away does; `start()` again is a restart.
@@ -24,9 +26,29 @@ from gpu_exporter.sources.kubelet.client import list_method_path
 
 
 @dataclass
+class ClaimDevice:
+    """One device of a DRA claim, as the kubelet lists it (a `ClaimResource`)."""
+
+    name: str  # the driver's device name, e.g. "gpu-0", "gpu-1-mig-19-4-1"
+    driver: str = "gpu.nvidia.com"
+    pool: str = "node-a"
+    cdi: tuple[str, ...] = ()  # CDI device names; default: the driver v25.3 to v25.8 form
+
+
+@dataclass
+class Claim:
+    """A DRA ResourceClaim a container uses (a `DynamicResource`)."""
+
+    name: str
+    devices: list[ClaimDevice]
+    namespace: str = ""  # "": the pod's
+
+
+@dataclass
 class Container:
     name: str
     devices: dict[str, list[str]] = field(default_factory=dict)  # resource -> device IDs
+    claims: list[Claim] = field(default_factory=list)  # DRA
 
 
 @dataclass
@@ -58,12 +80,31 @@ def response(pods: list[Pod]) -> Any:
                             for r, ids in c.devices.items()
                         ],
                         cpu_ids=[0, 1],
+                        dynamic_resources=[_dynamic(claim, p.namespace) for claim in c.claims],
                     )
                     for c in p.containers
                 ],
             )
             for p in pods
         ]
+    )
+
+
+def _dynamic(claim: Claim, namespace: str) -> Any:
+    return api_pb2.DynamicResource(
+        claim_name=claim.name,
+        claim_namespace=claim.namespace or namespace,
+        claim_resources=[
+            api_pb2.ClaimResource(
+                driver_name=d.driver,
+                pool_name=d.pool,
+                device_name=d.name,
+                cdi_devices=[
+                    api_pb2.CDIDevice(name=n) for n in d.cdi or (f"k8s.{d.driver}/device={d.name}",)
+                ],
+            )
+            for d in claim.devices
+        ],
     )
 
 

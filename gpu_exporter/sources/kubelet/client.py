@@ -15,7 +15,7 @@ import os
 import stat
 from typing import Any
 
-from gpu_exporter.model import ContainerDevices
+from gpu_exporter.model import ContainerDevices, DraDevice
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own limit for pod-resources answers
@@ -126,15 +126,27 @@ def _request() -> Any:
 
 
 def _allocations(response: Any) -> tuple[ContainerDevices, ...]:
-    return tuple(
-        ContainerDevices(
-            namespace=pod.namespace,
-            pod=pod.name,
-            container=container.name,
-            resource=devices.resource_name,
-            device_ids=tuple(devices.device_ids),
-        )
-        for pod in response.pod_resources
-        for container in pod.containers
-        for devices in container.devices
+    """Device plugins' devices, then the devices of DRA claims (`dynamic_resources`, served
+    where the kubelet's KubeletPodResourcesDynamicResources gate is on), one entry each."""
+    containers = [(pod, c) for pod in response.pod_resources for c in pod.containers]
+    plugins = (
+        ContainerDevices(pod.namespace, pod.name, c.name, d.resource_name, tuple(d.device_ids))
+        for pod, c in containers
+        for d in c.devices
     )
+    claims = (
+        ContainerDevices(
+            pod.namespace,
+            pod.name,
+            c.name,
+            resource=r.driver_name,
+            device_ids=(r.device_name,),
+            dra=DraDevice(
+                claim.claim_name, claim.claim_namespace, r.driver_name, r.pool_name, r.device_name
+            ),
+        )
+        for pod, c in containers
+        for claim in c.dynamic_resources
+        for r in claim.claim_resources
+    )
+    return (*plugins, *claims)

@@ -27,6 +27,8 @@ A NOT_SUPPORTED answer is remembered (not asked every interval), but forgotten e
 SLOW_REFRESH_SECONDS, when MIG mode changes and when the device is lost: real drivers
 answer NOT_SUPPORTED by mode (a MIG parent has no utilization). A GPU with MIG on makes
 two more calls an interval (`mig.layout`), so a repartition is seen within one interval.
+Its MIG devices, with each GPU instance's placement (`placement.py`), are enumerated
+then and every SLOW_REFRESH_SECONDS.
 """
 
 from __future__ import annotations

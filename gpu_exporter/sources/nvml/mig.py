@@ -19,6 +19,7 @@ import pynvml
 from gpu_exporter.model import MigDevice
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, text
+from gpu_exporter.sources.nvml.placement import GpuInstancePlacements
 
 REFRESH_SECONDS = SLOW_REFRESH_SECONDS
 _PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")  # "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
@@ -61,6 +62,7 @@ def layout(calls: NvmlCalls, parent: Device) -> Layout | None:
 def enumerate_mig(calls: NvmlCalls, parent: Device) -> tuple[MigSlot, ...]:
     """The MIG devices of `parent`, whose MIG mode is on (see `layout`)."""
     count = calls.query(parent, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount)
+    placements = GpuInstancePlacements(calls, parent)
     slots: list[MigSlot] = []
     for index in range(int(count or 0)):
         handle = calls.call(
@@ -84,6 +86,7 @@ def enumerate_mig(calls: NvmlCalls, parent: Device) -> tuple[MigSlot, ...]:
             gpu_instance=int(gpu_instance),
             compute_instance=int(compute_instance),
             profile=profile_of(text(name) if name is not None else None),
+            placement=placements.of(int(gpu_instance)),
         )
         slots.append(MigSlot(d, info))
     return tuple(slots)

@@ -814,7 +814,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_mig_info",
         "gauge",
         "One per MIG device (a compute instance of a GPU instance); always 1. profile is "
-        "the MIG profile, e.g. 3g.40gb.",
+        "the MIG profile, e.g. 3g.40gb. A MIG device destroyed and made again shows its "
+        "new mig_uuid within one interval.",
         "mig",
         _mig_info,
         "gpu_instance",

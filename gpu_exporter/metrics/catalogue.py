@@ -934,7 +934,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _p(
         "gpu_process_memory_used_bytes",
         "gauge",
-        "GPU memory used by the process, in bytes.",
+        "GPU memory used by the process, in bytes. One series per process, as nvidia-smi "
+        "lists it: context is compute, graphics or compute+graphics (nvidia-smi's C, G, C+G), "
+        "and a C+G process's memory is counted once.",
         lambda p: p.memory_used_bytes,
     ),
     _p(

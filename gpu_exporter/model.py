@@ -290,6 +290,9 @@ class UtilizationSample:
 
 
 ProcessContext = Literal["compute", "graphics"]
+PROCESS_CONTEXTS: tuple[ProcessContext, ...] = ("compute", "graphics")
+"""The NVML process lists, in the order a process's `context` label names them: a process
+in both is "compute+graphics" (nvidia-smi's type C+G)."""
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,7 @@ class ProcessSample:
     pid: str  # decimal PID, or "" for the `other` roll-up
     process: str  # command name (comm), "other" for the roll-up, "" if unknown
     user: str  # user name, or numeric uid when it has no name; "" if unknown
-    context: str  # "compute" or "graphics"
+    context: str  # "compute", "graphics" or "compute+graphics" (nvidia-smi's C, G, C+G)
     gpu_instance: str = ""  # MIG GPU instance id, "" when not on MIG
     compute_instance: str = ""
     container_id: str = ""

@@ -8,13 +8,14 @@ nvidia-smi reported, converted here to the exporter's units (MiB -> bytes, MHz -
 % -> ratio, Enabled -> 1); what nvidia-smi printed as N/A must be absent from the exposition,
 never 0. The expectations come from `--query-gpu` CSV where it has the value (and from
 `nvidia-smi -q` and `-L` where only they have it: video max clock, thresholds, PCIe replays
-and throughput, MIG devices), parsed here, apart from the conversion into NVML units that
-built the fake.
+and throughput, MIG devices; the process table of plain `nvidia-smi`), parsed here, apart
+from the conversion into NVML units that built the fake.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,11 @@ from tests.support.nvidia_smi_capture import (
 )
 
 CAPTURES = [Capture(path) for path in capture_files()]
+every_capture_state = pytest.mark.parametrize(
+    ("capture", "state"),
+    [(capture, state) for capture in CAPTURES for state in STATES],
+    ids=[f"{capture.name}-{state}" for capture in CAPTURES for state in STATES],
+)
 ONCE = ["--once", "--collector.pcie-throughput", "--no-collector.host", "--no-collector.process"]
 MIB = 1024 * 1024
 
@@ -253,11 +259,7 @@ def disagreements(samples: Samples, state: CaptureState) -> tuple[list[str], set
     return wrong, compared
 
 
-@pytest.mark.parametrize(
-    ("capture", "state"),
-    [(capture, state) for capture in CAPTURES for state in STATES],
-    ids=[f"{capture.name}-{state}" for capture in CAPTURES for state in STATES],
-)
+@every_capture_state
 def test_exporter_prints_what_nvidia_smi_printed_for_the_same_board(
     capture: Capture, state: str, install: Install, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
@@ -364,6 +366,46 @@ def test_h100_fake_with_mig_as_a_real_one_prints_no_remapped_rows_nor_utilizatio
         assert matching(samples, metric, {}) == [], metric
     assert matching(samples, "gpu_mig_mode", {}) == [1.0]
     assert matching(samples, "gpu_mig_info", {"profile": "3g.40gb"}) == [1.0]
+
+
+# nvidia-smi's process table: "|    0   N/A  N/A    2165    C+G   /usr/bin/kwin_wayland    25MiB |"
+PROCESS_ROW = re.compile(
+    r"^\|\s+(?P<gpu>\d+)\s+(?P<gi>\S+)\s+(?P<ci>\S+)\s+(?P<pid>\d+)\s+(?P<type>C\+G|C|G)\s"
+    r".*\s(?P<mib>\d+)MiB\s*\|$"
+)
+CONTEXTS = {"C": "compute", "G": "graphics", "C+G": "compute+graphics"}
+
+
+def process_table(capture: Capture, state: str) -> dict[tuple[str, str], tuple[str, float]]:
+    """{(gpu, pid): (context, bytes)} of the table `nvidia-smi` printed, with its GI, CI
+    as the exporter's gpu_instance, compute_instance ("" for N/A)."""
+    out: dict[tuple[str, str], tuple[str, float]] = {}
+    for line in capture.sections[f"{state} :: nvidia-smi (default table)"].splitlines():
+        row = PROCESS_ROW.match(line)
+        if row:
+            key = (row["gpu"], row["pid"])
+            assert key not in out, f"nvidia-smi lists {key} twice"
+            out[key] = (CONTEXTS[row["type"]], float(int(row["mib"]) * MIB))
+    return out
+
+
+@every_capture_state
+def test_each_process_is_one_series_with_the_memory_and_type_nvidia_smi_lists(
+    capture: Capture, state: str, install: Install, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    install(capture_host(capture, state))
+    assert cli.main(["--once", "--no-collector.host"]) == 0
+    samples = parse_samples(capsysbinary.readouterr().out.decode())
+    served: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for (name, labels), value in samples.items():
+        if name == "gpu_process_memory_used_bytes":
+            ls = dict(labels)
+            served.setdefault((ls["gpu"], ls["pid"]), []).append((ls["context"], value))
+    listed = process_table(capture, state)
+    # one series per process, its memory once: a sum by pid, user or pod is nvidia-smi's
+    assert served == {key: [want] for key, want in listed.items()}
+    if "rtx-4080-super" in capture.name:  # kwin_wayland holds both kinds of context
+        assert served[("0", "2165")] == [("compute+graphics", 25.0 * MIB)]
 
 
 def test_daemon_serves_on_metrics_what_nvidia_smi_printed_for_an_h100_with_mig(

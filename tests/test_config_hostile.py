@@ -101,6 +101,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "processes[0].sm_ratio must be between 0 and 1",
     ),
     "xid event without code": ("events: [{gpu: 0}]\n", "events[0]: an xid event needs"),
+    "unknown process context": (
+        "processes: [{gpu: 0, pid: 5, context: C+G}]\n",
+        "processes[0].context must be compute, graphics or compute+graphics, not 'C+G'",
+    ),
     "instance on a GPU without MIG": (
         "processes: [{gpu: 0, pid: 5, gpu_instance: 2}]\n",
         "processes[0].gpu_instance: GPU 0 is not MIG-partitioned, not instance 2",

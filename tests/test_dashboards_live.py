@@ -371,6 +371,25 @@ def test_process_table_and_input_bound_panel_show_the_training_job(fleet: Fleet)
     assert _by(fleet.run(_panel("gpu-node.json", title, "C")), "pid")[(parent,)] == 2
 
 
+def test_a_compute_and_graphics_process_is_one_row_and_its_memory_counts_once(
+    fleet: Fleet,
+) -> None:
+    """B's near-OOM GPU 2 runs a ParaView server in both of NVML's lists (nvidia-smi's
+    C+G) beside the fine-tuning job: one row in the process table, and the processes'
+    memory sums to the GPU's used memory, not to more."""
+    b = fleet.instances[1]
+    rows = fleet.run(_panel("gpu-node.json", "Processes", "A"), instance=b)
+    on_gpu_2 = sorted(
+        (r["metric"]["process"], r["metric"]["context"]) for r in rows if r["metric"]["gpu"] == "2"
+    )
+    assert on_gpu_2 == [("pvserver", "compute+graphics"), ("python", "compute")]
+    over = fleet.prometheus.query(
+        f'sum by (gpu) (gpu_process_memory_used_bytes{{instance="{b}", gpu="2"}})'
+        f' - on (gpu) gpu_memory_used_bytes{{instance="{b}", gpu="2"}}'
+    )
+    assert [_value(r) for r in over] == [0.0]
+
+
 def test_idle_gpu_hours_are_charged_to_the_owner(fleet: Fleet) -> None:
     title = "Top offenders: idle-allocated GPU-hours per user and container"
     result = fleet.run(_panel("gpu-fleet.json", title), **STEADY_RANGE)

@@ -274,6 +274,43 @@ def test_the_first_instance_made_on_an_empty_mig_gpu_is_seen_within_one_interval
     assert after is not None and [m.uuid for m in after.devices] == ["MIG-d", "MIG-e"]
 
 
+def make_gpu_instance_9_again(gpu: FakeGpu, *, reuse_handle: bool) -> None:
+    """Destroy GPU instance 9 (1g.10gb) and create it again with the same profile: the same
+    id, slot and remaining capacity, a new MIG UUID and new memory. The driver may give
+    the new instance the old handle ("Handles may be reused and their properties can
+    change", nvml.h) or leave the old handle invalid."""
+    old = gpu.mig_devices[2]
+    new = FakeMigDevice(old.slot, 9, 0, "MIG-c2", old.name, (10 * GIB, 2 * GIB))
+    if reuse_handle:
+        new.struct = old.struct
+    new.gpm = dict(old.gpm)
+    gpu.mig_devices[2] = new
+
+
+@pytest.mark.parametrize("reuse_handle", [True, False], ids=["handle-reused", "handle-invalid"])
+def test_a_gpu_instance_made_again_with_the_same_profile_is_seen_within_one_interval(
+    install: Install, reuse_handle: bool
+) -> None:
+    gpu = mig_hopper()
+    _lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, MIG_GPM)
+    for _ in range(3):
+        clock.now += 1.0
+        before = text(sampler.sample_once())
+    assert 'mig_uuid="MIG-c"' in before
+    make_gpu_instance_9_again(gpu, reuse_handle=reuse_handle)
+    clock.now += 1.0
+    snapshot = sampler.sample_once()
+    after = text(snapshot)
+    sampler.stop(0)
+    assert 'mig_uuid="MIG-c2"' in after
+    assert 'mig_uuid="MIG-c"' not in after
+    assert 'mig_uuid="MIG-a"' in after and 'mig_uuid="MIG-b"' in after
+    used = f'gpu_mig_memory_used_bytes{{gpu="0",gpu_instance="9",uuid="{gpu.uuid}"}}'
+    assert f"{used} 2.147483648e+09" in after  # the new instance's memory, not the old one's
+    assert snapshot.nvml_errors == {}  # a destroyed instance's handle is no error
+
+
 def test_gpm_of_a_reused_gpu_instance_id_starts_afresh_and_gone_streams_are_freed(
     install: Install,
 ) -> None:
@@ -320,7 +357,7 @@ def test_the_activity_counter_of_a_new_instance_on_a_reused_id_starts_from_zero(
     assert new is not None and new.sm_seconds == pytest.approx(0.2)  # 10 % for 2 s
 
 
-def test_the_layout_check_costs_two_calls_an_interval_and_nothing_without_mig(
+def test_the_mig_check_costs_two_calls_and_one_per_mig_device_an_interval_and_nothing_without_mig(
     install: Install,
 ) -> None:
     lib, backend, clock = started(install, mig_hopper(), h100(1))
@@ -331,7 +368,10 @@ def test_the_layout_check_costs_two_calls_an_interval_and_nothing_without_mig(
     assert lib.count("nvmlDeviceGetMigMode", gpu=0) == 10  # one an interval
     assert lib.count("nvmlDeviceGetGpuInstanceRemainingCapacity", gpu=0) == 10
     assert lib.count("nvmlDeviceGetMigDeviceHandleByIndex", gpu=0) == 7  # enumerated once
+    # the enumeration reads the three MIG devices' UUIDs, then each interval checks them
+    assert lib.count("nvmlDeviceGetUUID", gpu=0) == 3 + 9 * 3
     assert lib.count("nvmlDeviceGetMigMode", gpu=1) == 1  # MIG off: once a slow period
+    assert lib.count("nvmlDeviceGetUUID", gpu=1) == 0
 
 
 def test_mig_memory_used_leaves_the_drivers_reservation_out(install: Install) -> None:

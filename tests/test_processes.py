@@ -466,12 +466,19 @@ def test_unattributed_memory_is_unknown_when_any_process_memory_is(host: FakeHos
     assert attributor(host)({0: raw([gpu(10)], used=None)})[0].unattributed_memory_bytes is None
 
 
-def test_compute_and_graphics_contexts_of_one_process(host: FakeHost) -> None:
-    host.add(FakeProc(10, 1, "Xorg"))
-    procs = [gpu(10, 2**30, "compute"), gpu(10, 2**30, "graphics")]
+def test_a_process_in_both_lists_is_one_series_with_its_memory_once(host: FakeHost) -> None:
+    """nvidia-smi's type C+G: NVML lists it in the compute and the graphics list, each
+    time with all its memory."""
+    host.add(FakeProc(10, 1, "kwin_wayland"))
+    host.add(FakeProc(11, 1, "Xwayland"))
+    procs = [gpu(10, 2**30, "graphics"), gpu(11, 2**20, "graphics"), gpu(10, 2**30, "compute")]
     out = attributor(host)({0: raw(procs, used=3 * 2**30)})[0]
-    assert sorted(p.context for p in out.processes) == ["compute", "graphics"]
-    assert out.unattributed_memory_bytes == 2 * 2**30  # its memory counted once
+    assert [(p.pid, p.context, p.memory_used_bytes) for p in out.processes] == [
+        ("10", "compute+graphics", 2**30),
+        ("11", "graphics", 2**20),
+    ]
+    assert out.process_count == 2
+    assert out.unattributed_memory_bytes == 2 * 2**30 - 2**20  # its memory counted once
 
 
 def test_a_pid_listed_twice_in_one_context_is_one_series(host: FakeHost) -> None:

@@ -107,3 +107,37 @@ def test_scenario_processes_replace_the_built_in_ones() -> None:
 @pytest.mark.parametrize("pid", [1, BUILTIN_PID_BASE + 150, BUILTIN_PID_BASE + 99 * 100 + 1])
 def test_host_process_answers_only_for_built_in_pids(pid: int) -> None:
     assert SimulatedBackend(4).host_process(pid) is None
+
+
+def test_the_paraview_server_in_both_lists_is_one_process_with_its_memory_once() -> None:
+    _, snapshot = two_samples(4)
+    near_oom = snapshot.devices[2]
+    assert near_oom.reading is not None and near_oom.attribution is not None
+    processes = near_oom.attribution.processes
+    assert [(p.process, p.context) for p in processes] == [
+        ("python", "compute"),
+        ("pvserver", "compute+graphics"),  # nvidia-smi's C+G
+    ]
+    used = near_oom.reading.memory.used_bytes
+    assert sum(p.memory_used_bytes or 0 for p in processes) == used  # counted once
+    assert near_oom.attribution.unattributed_memory_bytes == 0
+    assert processes[1].sm_ratio == 0.0  # it ran no kernel: the GPU's activity is the job's
+
+
+def test_a_scenario_process_may_be_compute_and_graphics() -> None:
+    clock = FakeClock()
+    backend = SimulatedBackend(1, clock=clock.wall)
+    backend._scenario = Scenario(
+        processes=(
+            SimulatedProcess(gpu=0, pid=4242, memory_bytes=2**20, context="compute+graphics"),
+        )
+    )
+    s = sampler(backend, clock)
+    s.sample_once()
+    assert {(p.context, p.used_memory_bytes) for p in backend.processes(0) or ()} == {
+        ("compute", 2**20),
+        ("graphics", 2**20),
+    }  # as NVML lists it
+    (p,) = s.sample_once().devices[0].attribution.processes or ()
+    s.stop(0)
+    assert (p.pid, p.context, p.memory_used_bytes) == ("4242", "compute+graphics", 2**20)

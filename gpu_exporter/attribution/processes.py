@@ -16,6 +16,10 @@ NVML listed it) keeps its GPU series with empty labels and no host values. A pro
 exits while it is read, or a file we may not read, are expected: what could be read is
 kept, the rest is "" or left out. Nothing is made up.
 
+Each process is one series per GPU (and MIG instance), as nvidia-smi lists it: one that
+NVML lists in both the compute and the graphics list (nvidia-smi's type C+G) has context
+"compute+graphics" and its memory once (`_merge`).
+
 Per GPU, the `limit` processes using the most GPU memory keep their own series; the
 rest are summed into one series with `process="other"` and an empty `pid`.
 """
@@ -38,6 +42,7 @@ from gpu_exporter.attribution.identity import (
 from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.proctree import ProcTable, StatFiles, boot_time_seconds
 from gpu_exporter.model import (
+    PROCESS_CONTEXTS,
     Attribution,
     DeviceRaw,
     GpuProcess,
@@ -216,23 +221,34 @@ class ProcessAttributor:
 
 
 Placement = tuple[int, str, int | None, int | None]
-"""Where a process holds memory: (pid, context, MIG GPU instance, MIG compute instance)."""
+"""Where a process holds memory: (pid, context, MIG GPU instance, MIG compute instance);
+the context is "compute", "graphics" or "compute+graphics" (nvidia-smi's C, G, C+G)."""
 
 
 def _merge(processes: Sequence[GpuProcess]) -> dict[Placement, int | None]:
-    """GPU memory per placement; a PID listed twice in one place is summed."""
-    out: dict[Placement, int | None] = {}
+    """GPU memory per process and place, once, as nvidia-smi lists it.
+
+    NVML lists a process that holds both kinds of context (nvidia-smi's type C+G) in the
+    compute and in the graphics list, each time with all its memory: it becomes one
+    entry, context "compute+graphics", with that memory once (the larger answer, should
+    the two lists disagree). A PID listed twice in one list is summed."""
+    lists: dict[tuple[int, int | None, int | None], dict[str, int | None]] = {}
     for p in processes:
-        key = (p.pid, p.context, p.gpu_instance, p.compute_instance)
-        if key in out:
-            previous = out[key]
-            out[key] = (
+        memory = lists.setdefault((p.pid, p.gpu_instance, p.compute_instance), {})
+        if p.context in memory:
+            previous = memory[p.context]
+            memory[p.context] = (
                 None
                 if previous is None or p.used_memory_bytes is None
                 else previous + p.used_memory_bytes
             )
         else:
-            out[key] = p.used_memory_bytes
+            memory[p.context] = p.used_memory_bytes
+    out: dict[Placement, int | None] = {}
+    for (pid, gpu_instance, compute_instance), memory in lists.items():
+        context = "+".join(c for c in PROCESS_CONTEXTS if c in memory)
+        known = [m for m in memory.values() if m is not None]
+        out[(pid, context, gpu_instance, compute_instance)] = max(known) if known else None
     return out
 
 
@@ -338,9 +354,9 @@ def _unattributed(raw: DeviceRaw, entries: Mapping[Placement, int | None]) -> in
     used = reading.used_bytes if reading is not None else None
     if used is None:
         return None
-    per_pid: dict[int, int] = {}
-    for (pid, _context, gpu_instance, _ci), memory in entries.items():
+    listed = 0
+    for (_pid, _context, gpu_instance, _ci), memory in entries.items():
         if memory is None or gpu_instance is not None:
             return None
-        per_pid[pid] = max(per_pid.get(pid, 0), memory)  # a C+G process counted once
-    return max(0, used - sum(per_pid.values()))
+        listed += memory  # one entry per process: a C+G one is counted once (`_merge`)
+    return max(0, used - listed)

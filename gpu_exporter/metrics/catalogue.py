@@ -818,7 +818,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_mig_info",
         "gauge",
         "One per MIG device (a compute instance of a GPU instance); always 1. profile is "
-        "the MIG profile, e.g. 3g.40gb.",
+        "the MIG profile, e.g. 3g.40gb. A MIG device destroyed and made again shows its "
+        "new mig_uuid within one interval.",
         "mig",
         _mig_info,
         "gpu_instance",
@@ -942,7 +943,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _p(
         "gpu_process_memory_used_bytes",
         "gauge",
-        "GPU memory used by the process, in bytes.",
+        "GPU memory used by the process, in bytes. One series per process, as nvidia-smi "
+        "lists it: context is compute, graphics or compute+graphics (nvidia-smi's C, G, C+G), "
+        "and a C+G process's memory is counted once.",
         lambda p: p.memory_used_bytes,
     ),
     _p(

@@ -72,7 +72,7 @@ class SimulatedProcess:
     memory_bytes: int | None = None
     sm_ratio: float | None = None
     memory_controller_ratio: float | None = None
-    context: str = "compute"
+    context: str = "compute"  # or "graphics", or "compute+graphics": in both NVML lists
     gpu_instance: int | None = None  # a MIG GPU instance of its GPU (`simulated_layout`)
 
 
@@ -202,8 +202,10 @@ def _process(data: Any, n: int) -> SimulatedProcess:
         if required not in raw:
             raise ScenarioError(f"{where}: {required} is missing")
     context = raw.get("context", "compute")
-    if context not in ("compute", "graphics"):
-        raise ScenarioError(f"{where}.context must be compute or graphics, not {context!r}")
+    if context not in ("compute", "graphics", "compute+graphics"):
+        raise ScenarioError(
+            f"{where}.context must be compute, graphics or compute+graphics, not {context!r}"
+        )
     memory = raw.get("memory_bytes")
     gpu = _gpu(raw["gpu"], f"{where}.gpu")
     gpu_instance = raw.get("gpu_instance")

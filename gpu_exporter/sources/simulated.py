@@ -39,6 +39,7 @@ from typing import Any
 
 from gpu_exporter.model import (
     NVLINK_ERRORS,
+    PROCESS_CONTEXTS,
     THROTTLE_REASONS,
     ClocksReading,
     DeviceEvent,
@@ -420,16 +421,18 @@ class SimulatedBackend:
         scenario = self._current().processes
         if scenario is None:
             return self._tenants(index)
-        return [
+        return [  # "compute+graphics": in both lists, with all its memory in each
             GpuProcess(
                 pid=p.pid,
-                context="graphics" if p.context == "graphics" else "compute",
+                context=context,
                 used_memory_bytes=p.memory_bytes,
                 gpu_instance=p.gpu_instance,
                 compute_instance=0 if p.gpu_instance is not None else None,
             )
             for p in scenario
             if p.gpu == index
+            for context in PROCESS_CONTEXTS
+            if context in p.context.split("+")
         ]
 
     def _tenants(self, index: int) -> list[GpuProcess]:
@@ -448,14 +451,14 @@ class SimulatedBackend:
             ]
         t = self._reading_time.get(index, self._clock())
         used = self.memory_used_bytes(index, t)
-        return [
-            GpuProcess(
-                pid=builtin_pid(index, p),
-                context="compute",
-                used_memory_bytes=int(used * p.memory_share),
-            )
-            for p in PROFILE_PROCESSES[self.profile(index)]
-        ]
+        out: list[GpuProcess] = []
+        before = 0.0  # the shares of the processes before: theirs add up to `used` exactly
+        for p in PROFILE_PROCESSES[self.profile(index)]:
+            memory = int(used * (before + p.memory_share)) - int(used * before)
+            before += p.memory_share
+            # a process in both lists has all its memory in each, as NVML lists it
+            out += [GpuProcess(builtin_pid(index, p), c, memory) for c in p.contexts]
+        return out
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
         faults = self._check(index)
@@ -467,9 +470,9 @@ class SimulatedBackend:
         if scenario is None:
             sm, mc = self.utilization_at(index, t)
             return [
-                ProcessUtilization(builtin_pid(index, p), ts, sm, mc)
+                ProcessUtilization(builtin_pid(index, p), ts, sm * p.sm_share, mc * p.sm_share)
                 for p in PROFILE_PROCESSES[self.profile(index)]
-                if sm > 0
+                if sm * p.sm_share > 0
             ]
         return [
             ProcessUtilization(

@@ -6,7 +6,9 @@ Each profile of `simulated.py` has a plausible tenant:
   keep 4 cores busy, yet cannot feed the GPU (utilization flickers between 0 and 95%);
 - `idle-allocated`: no process at all. A crashed job's memory is still pinned, so all of
   it shows in `gpu_memory_unattributed_bytes` (what `fuser -v /dev/nvidia*` finds today);
-- `near-oom`: a Slurm fine-tuning job using nearly all the memory;
+- `near-oom`: a Slurm fine-tuning job using nearly all the memory, beside a ParaView
+  server of another job that renders offscreen with OpenGL and computes with CUDA: a
+  process in both of NVML's lists, which nvidia-smi shows once as type C+G;
 - `busy-hot`: an inference server in a Docker container.
 
 Their PIDs start above Linux's largest possible PID (4194304), so they never name a real
@@ -19,7 +21,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 
-from gpu_exporter.model import CgroupLabels
+from gpu_exporter.model import CgroupLabels, ProcessContext
 
 BUILTIN_PID_BASE = 5_000_000  # > PID_MAX_LIMIT (2**22): never a real PID
 PIDS_PER_GPU = 100
@@ -40,6 +42,8 @@ class BuiltinProcess:
     workers: int  # descendant processes
     resident_memory_bytes: int
     age_seconds: float  # started this long before the simulated driver load
+    contexts: tuple[ProcessContext, ...] = ("compute",)  # the NVML lists it is in
+    sm_share: float = 1.0  # of the GPU's SM activity, 0..1
 
 
 PROFILE_PROCESSES: dict[str, tuple[BuiltinProcess, ...]] = {
@@ -66,11 +70,25 @@ PROFILE_PROCESSES: dict[str, tuple[BuiltinProcess, ...]] = {
             user="carol",
             cmdline="python finetune.py --model llama-3-8b --batch-size 16 --grad-accum 8",
             runtime="slurm",
-            memory_share=1.0,
+            memory_share=0.98,
             cpu_cores=1.1,
             workers=2,
             resident_memory_bytes=22 * GIB,
             age_seconds=9 * 3600.0,
+        ),
+        BuiltinProcess(
+            offset=2,
+            process="pvserver",
+            user="dave",
+            cmdline="pvserver --force-offscreen-rendering --displays=:0",
+            runtime="slurm",
+            memory_share=0.02,
+            cpu_cores=0.05,
+            workers=0,
+            resident_memory_bytes=3 * GIB,
+            age_seconds=5 * 3600.0,
+            contexts=("compute", "graphics"),
+            sm_share=0.0,  # waiting for a client: it ran no kernel
         ),
     ),
     "busy-hot": (

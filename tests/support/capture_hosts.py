@@ -6,8 +6,10 @@ answered nvidia-smi: names, memory, clocks, power, thresholds (absolute, or rela
 T.Limit, and the current T.Limit margin), PCIe link, modes, MIG devices and their
 profiles. nvidia-smi's units become NVML's (MiB -> bytes, W -> mW, "P0" -> 0, "Enabled" ->
 1); a value nvidia-smi printed as N/A is left unset, so the fake answers NOT_SUPPORTED for
-it, as the driver did. Nothing the capture lacks is made up: no sample
-buffers, processes, GPM, NVLink, energy or events.
+it, as the driver did. The processes of `nvidia-smi -q` are replayed as the driver lists
+them: a C process in the compute list, a G one in the graphics list, a C+G one in both with
+the same memory, and under MIG in the compute list of its MIG device. Nothing the capture
+lacks is made up: no sample buffers, GPM, NVLink, energy or events.
 
 `board_support(capture)` is a board's support table: which of the values the exporter reads
 the board leaves N/A, by the names of `NOT_AVAILABLE_VALUES`. `conform(gpu, support)` makes a
@@ -152,9 +154,55 @@ def _fields(row: dict[str, str], gpu: QueryNode) -> dict[int | tuple[int, int], 
     return {field: value for field, value in answers.items() if value is not None}
 
 
+@dataclass(frozen=True)
+class CapturedProcess:
+    """One process of `nvidia-smi -q` (Processes): where it runs, its type, its memory."""
+
+    pid: int
+    kind: str  # nvidia-smi's Type: "C", "G" or "C+G"
+    memory_bytes: int
+    gpu_instance: int | None  # MIG only
+    compute_instance: int | None
+
+
+def captured_processes(gpu: QueryNode) -> list[CapturedProcess]:
+    """The processes nvidia-smi listed for a GPU: the instance ids come as the two lines
+    before each "Process ID"."""
+    node = gpu.find("Processes")
+    out: list[CapturedProcess] = []
+    instances: dict[str, int | None] = {}
+    for child in node.children if node is not None else []:
+        if child.key in ("GPU instance ID", "Compute instance ID"):
+            instances[child.key] = _int(child.value)
+        elif child.key == "Process ID":
+            pid, kind = _int(child.value), child.get("Type")
+            memory = _mib(child.get("Used GPU Memory"))
+            assert pid is not None and kind is not None and memory is not None, child
+            out.append(
+                CapturedProcess(
+                    pid,
+                    kind,
+                    memory,
+                    instances.get("GPU instance ID"),
+                    instances.get("Compute instance ID"),
+                )
+            )
+    return out
+
+
+def _process_lists(
+    processes: list[CapturedProcess],
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(compute list, graphics list) as the driver answers them: a C+G process in both."""
+    compute = [(p.pid, p.memory_bytes) for p in processes if "C" in p.kind]
+    graphics = [(p.pid, p.memory_bytes) for p in processes if "G" in p.kind]
+    return compute, graphics
+
+
 def _mig_devices(state: CaptureState, index: int, name: str) -> list[FakeMigDevice]:
     """MIG devices of `nvidia-smi -q`, with the profiles and UUIDs of `nvidia-smi -L`."""
     listing = state.mig_listing(index)
+    processes = captured_processes(state.gpu(index))
     devices: list[FakeMigDevice] = []
     for node in state.gpu(index).all("MIG Device"):
         slot = _int(node.get("Index"))
@@ -173,6 +221,13 @@ def _mig_devices(state: CaptureState, index: int, name: str) -> list[FakeMigDevi
                 uuid=uuid,
                 name=f"{name} MIG {profile}",  # how the driver names a MIG device
                 memory_bytes=(total, used),
+                processes=_process_lists(
+                    [
+                        p
+                        for p in processes
+                        if (p.gpu_instance, p.compute_instance) == (gpu_instance, compute_instance)
+                    ]
+                )[0],
             )
         )
     return devices
@@ -191,6 +246,9 @@ def capture_gpu(state: CaptureState, index: int = 0) -> FakeGpu:
     clocks = {c: _int(row[f"clocks.current.{name} [MHz]"]) for name, (c, _) in _CLOCKS.items()}
     max_clocks = {c: _int(gpu.get("Max Clocks", heading)) for c, heading in _CLOCKS.values()}
     devices = _mig_devices(state, index, row["name"])
+    compute, graphics = _process_lists(
+        [p for p in captured_processes(gpu) if p.gpu_instance is None]
+    )
     return FakeGpu(
         uuid=row["uuid"],
         name=row["name"],
@@ -230,8 +288,8 @@ def capture_gpu(state: CaptureState, index: int = 0) -> FakeGpu:
         fields=_fields(row, gpu),
         mig_devices=devices,
         mig_slots=max((d.slot for d in devices), default=-1) + 1,
-        compute_processes=None,  # processes of another host: not replayed
-        graphics_processes=None,
+        compute_processes=compute,
+        graphics_processes=graphics,
     )
 
 

@@ -43,9 +43,11 @@ Driver generations: a symbol newer than the fake's `driver_version` branch is mi
 nvmlDeviceGetCurrentClocksEventReasons and answers the older
 nvmlDeviceGetCurrentClocksThrottleReasons. MIG can be repartitioned under a running
 exporter by replacing `FakeGpu.mig_devices`; nvmlDeviceGetGpuInstanceRemainingCapacity
-answers from it. `FakeGpu.hang` holds a C function until a test releases it (a wedged
-driver call), and `FakeNvmlLib.most_inside` records how many calls of one function ran
-at the same time.
+answers from it. The handle of a MIG device that is gone answers
+NVML_ERROR_INVALID_ARGUMENT; a new `FakeMigDevice` given the old one's `struct` is the
+driver reusing that handle for a new instance. `FakeGpu.hang` holds a C function until
+a test releases it (a wedged driver call), and `FakeNvmlLib.most_inside` records how
+many calls of one function ran at the same time.
 """
 
 # The fake's methods are named after the C symbols they stand in for (c_ + symbol).
@@ -398,6 +400,10 @@ class FakeNvmlLib:
         def call(*args: Any) -> int:
             index = self._index_of(args[0]) if args else None
             self.calls[(name, index)] += 1
+            if index is None and args and isinstance(args[0], pynvml.c_nvmlDevice_t):
+                # a handle no device has any more: a destroyed MIG device's (nvml.h:
+                # "the MIG device handle would remain invalid")
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
             if name in self.fail:
                 return self.fail[name]
             if index is not None and name in self.gpus[index].fail:

@@ -3,10 +3,17 @@
 Slots are sparse: `nvmlDeviceGetMigDeviceHandleByIndex` answers NOT_FOUND for an empty
 one, which is normal. The enumeration changes only when an administrator repartitions
 the GPU, so it is re-read every REFRESH_SECONDS (and after NVML re-initialises), and at
-once when `layout` (two calls a GPU with MIG on makes every interval) changes: MIG mode,
-or how many one-slice GPU instances still fit, which creating or destroying any GPU
-instance changes. GPU instance ids are reused after a repartition; a MIG device is known
-by its UUID.
+once when the check a GPU with MIG on makes every interval sees a change:
+
+- `layout` (two calls): MIG mode, or how many one-slice GPU instances still fit, which
+  creating or destroying a GPU instance changes;
+- `handles_hold` (one call per MIG device): the UUID through each handle the enumeration
+  gave. An instance destroyed and made again with the same profile leaves the layout as
+  it was, but its MIG device has a new UUID, and its old handle is either invalid or
+  reused for the new one ("Handles may be reused and their properties can change",
+  nvml.h on nvmlDeviceGetMigDeviceHandleByIndex).
+
+GPU instance ids are reused after a repartition; a MIG device is known by its UUID.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, text
 from gpu_exporter.sources.nvml.placement import GpuInstancePlacements
 
 REFRESH_SECONDS = SLOW_REFRESH_SECONDS
+_GONE = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND})
 _PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")  # "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
 
 
@@ -57,6 +65,23 @@ def layout(calls: NvmlCalls, parent: Device) -> Layout | None:
         pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
     )
     return (int(mode[0]), int(remaining) if remaining is not None else None)
+
+
+def handles_hold(calls: NvmlCalls, slots: tuple[MigSlot, ...]) -> bool:
+    """Does each MIG handle still name the MIG device it named at enumeration (one
+    `nvmlDeviceGetUUID` per MIG device)? False at the first that answers another UUID or
+    no UUID: an invalid handle (INVALID_ARGUMENT, NOT_FOUND) is an answer here, not an
+    error, since the instance was destroyed."""
+    for slot in slots:
+        uuid = calls.call(
+            "nvmlDeviceGetUUID",
+            pynvml.nvmlDeviceGetUUID,
+            slot.device.handle,
+            quiet=_GONE,
+        )
+        if uuid is None or text(uuid) != slot.info.uuid:
+            return False
+    return True
 
 
 def enumerate_mig(calls: NvmlCalls, parent: Device) -> tuple[MigSlot, ...]:

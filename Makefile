@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
+.PHONY: demo demo-alerts test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,9 +43,15 @@ demo: $(RUNTIME)
 	@echo "  live page: http://$(DEMO_ADDRESS)/   metrics: http://$(DEMO_ADDRESS)/metrics"
 	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS) --collect.interval 1s
 
+# An alert delivered end to end: the simulated host raises an Xid, Debian's Prometheus and
+# Alertmanager (system-deps) route it, and a receiver prints each notification; all on
+# 127.0.0.1, demo-only short timings (tools/demo_alerts.py), Ctrl-C stops it all.
+demo-alerts: $(RUNTIME) system-deps
+	$(BIN)/python -m tools.demo_alerts
+
 lint: $(STAMP)
-	$(BIN)/ruff check gpu_exporter tests benchmarks
-	$(BIN)/ruff format --check gpu_exporter tests benchmarks
+	$(BIN)/ruff check gpu_exporter tests benchmarks tools
+	$(BIN)/ruff format --check gpu_exporter tests benchmarks tools
 	$(BIN)/lint-imports --config .importlinter
 
 typecheck: $(STAMP)

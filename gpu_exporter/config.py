@@ -572,12 +572,12 @@ def validate(s: Settings) -> None:
     option parsers)."""
     if s.simulate_scenario is not None and s.simulate is None:
         raise ConfigError("--simulate.scenario: needs --simulate N")
-    if s.simulate_scenario is not None:
+    if s.simulate_scenario is not None and s.simulate is not None:
         # imported here: only a simulated host with a scenario needs its parser
         from gpu_exporter.sources.scenario import ScenarioError, load_scenario
 
         try:
-            load_scenario(s.simulate_scenario)
+            load_scenario(s.simulate_scenario, s.simulate)
         except ScenarioError as error:
             raise ConfigError(f"--simulate.scenario: {error}") from None
     if s.output is not None and not s.once:

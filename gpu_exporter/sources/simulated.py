@@ -177,7 +177,7 @@ class SimulatedBackend:
             if mtime is not None and mtime != self._scenario_mtime:
                 self._scenario_mtime = mtime
                 try:
-                    scenario = load_scenario(path)
+                    scenario = load_scenario(path, self._gpus)
                 except ScenarioError as error:
                     log.error(
                         "scenario file not reloaded; the previous scenario stays in force",

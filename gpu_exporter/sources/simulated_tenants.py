@@ -39,7 +39,7 @@ class BuiltinProcess:
     cpu_cores: float  # CPU seconds per second of the process and its descendants
     workers: int  # descendant processes
     resident_memory_bytes: int
-    age_seconds: float  # started this long before the simulated driver load
+    age_seconds: float  # started this long before the simulated driver load (fixed)
 
 
 PROFILE_PROCESSES: dict[str, tuple[BuiltinProcess, ...]] = {

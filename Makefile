@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 # every test, lint and benchmark tool on top (`make test` and the rest)
 RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
+# quiet, and without setuptools' "Editable installation" banner (our shipped data packages
+# map repository folders, so setuptools installs through an import hook and says so)
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
@@ -14,11 +17,11 @@ DEMO_ADDRESS ?= 127.0.0.1:9872
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	touch $(STAMP)
 
 # Debian packages the tests use: promtool and prometheus (rule tests, fleet tests),
@@ -49,10 +52,11 @@ demo: $(RUNTIME)
 demo-alerts: $(RUNTIME) system-deps
 	$(BIN)/python -m tools.demo_alerts
 
+# lint-imports reads .importlinter from here (its --config option is deprecated)
 lint: $(STAMP)
 	$(BIN)/ruff check gpu_exporter tests benchmarks tools
 	$(BIN)/ruff format --check gpu_exporter tests benchmarks tools
-	$(BIN)/lint-imports --config .importlinter
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -56,17 +56,6 @@ def test_the_layers_contract_is_kept() -> None:
     assert "deprecated" not in (result.stdout + result.stderr).lower()
 
 
-def test_make_lint_runs_lint_imports_as_this_test_does() -> None:
-    plan = subprocess.run(
-        ["make", "-n", "--no-print-directory", "VENV=/nonexistent/venv", "lint"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "/nonexistent/venv/bin/lint-imports" in plan.splitlines()  # no deprecated --config
-
-
 def test_an_import_against_the_flow_breaks_the_contract(tmp_path: Path) -> None:
     shutil.copytree(
         PACKAGE, tmp_path / "gpu_exporter", ignore=shutil.ignore_patterns("__pycache__")

@@ -12,7 +12,7 @@ PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install 
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo demo-alerts test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
+.PHONY: demo demo-alerts dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -87,10 +87,15 @@ bench-kubelet: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md
 
+# dist/: the wheel and the sdist, as `python -m build` makes them (`pip install build`
+# first without make), each carrying LICENSE
+dist: $(STAMP)
+	$(BIN)/python -m build --outdir dist .
+
 # docs/screenshot.png: the live page of --simulate 4 once its history has built up,
 # photographed by the browser helper the tests use (headless Debian chromium).
 screenshot: $(STAMP) system-deps
 	$(BIN)/python -m tests.support.screenshot docs/screenshot.png
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info build dist

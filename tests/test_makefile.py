@@ -71,3 +71,9 @@ def test_make_demo_asks_for_the_runtime_venv_not_the_test_tools() -> None:
 def test_make_lint_runs_lint_imports_as_test_architecture_does() -> None:
     # no --config, which is deprecated (and warned about on every run)
     assert "/nonexistent/venv/bin/lint-imports" in plan("lint").splitlines()
+
+
+def test_make_dist_builds_with_the_build_package_of_the_dev_extra() -> None:
+    commands = plan("dist").splitlines()
+    assert "/nonexistent/venv/bin/python -m build --outdir dist ." in commands
+    assert any("[dev]" in c for c in commands)  # where `build` comes from

@@ -12,7 +12,7 @@ PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install 
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo demo-alerts dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
+.PHONY: demo demo-alerts self-check-demo dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ demo: $(RUNTIME)
 # 127.0.0.1, demo-only short timings (tools/demo_alerts.py), Ctrl-C stops it all.
 demo-alerts: $(RUNTIME) system-deps
 	$(BIN)/python -m tools.demo_alerts
+
+# gpu-exporter --self-check without a GPU: a simulated 1-GPU host against the tests'
+# stand-in nvidia-smi (the README's excerpt); on a GPU host run `gpu-exporter --self-check`
+self-check-demo: $(RUNTIME)
+	$(BIN)/python -m tools.self_check_demo
 
 # lint-imports reads .importlinter from here (its --config option is deprecated)
 lint: $(STAMP)

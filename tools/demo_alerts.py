@@ -244,6 +244,8 @@ class Stop(Exception):
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    for again in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop short
+        signal.signal(again, signal.SIG_IGN)
     raise Stop
 
 

@@ -1,7 +1,8 @@
 # gpu-exporter container image.
 #
-#   docker build -t gpu-exporter .
-#   docker run -d --gpus all --pid=host -p 9872:9872 gpu-exporter
+#   docker build -t gpu-exporter:0.1.0 .     # the tag deploy/kubernetes asks for
+#   docker run -d --gpus all --pid=host -p 9872:9872 gpu-exporter:0.1.0
+#   docker run --rm -p 127.0.0.1:9872:9872 gpu-exporter:0.1.0 --simulate 4   # no GPU needed
 #
 # --gpus all (the NVIDIA Container Toolkit) mounts the driver's libnvidia-ml into the
 # container; --pid=host lets the exporter see the processes that hold the GPUs, without it
@@ -11,7 +12,7 @@
 # only when that collector is on.
 FROM python:3.12-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY gpu_exporter ./gpu_exporter
 COPY deploy ./deploy
 COPY grafana ./grafana

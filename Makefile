@@ -6,19 +6,22 @@ BIN := $(VENV)/bin
 # every test, lint and benchmark tool on top (`make test` and the rest)
 RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
+# quiet, and without setuptools' "Editable installation" banner (our shipped data packages
+# map repository folders, so setuptools installs through an import hook and says so)
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
+.PHONY: demo demo-alerts self-check-demo dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	touch $(STAMP)
 
 # Debian packages the tests use: promtool and prometheus (rule tests, fleet tests),
@@ -43,10 +46,22 @@ demo: $(RUNTIME)
 	@echo "  live page: http://$(DEMO_ADDRESS)/   metrics: http://$(DEMO_ADDRESS)/metrics"
 	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS) --collect.interval 1s
 
+# An alert delivered end to end: the simulated host raises an Xid, Debian's Prometheus and
+# Alertmanager (system-deps) route it, and a receiver prints each notification; all on
+# 127.0.0.1, demo-only short timings (tools/demo_alerts.py), Ctrl-C stops it all.
+demo-alerts: $(RUNTIME) system-deps
+	$(BIN)/python -m tools.demo_alerts
+
+# gpu-exporter --self-check without a GPU: a simulated 1-GPU host against the tests'
+# stand-in nvidia-smi (the README's excerpt); on a GPU host run `gpu-exporter --self-check`
+self-check-demo: $(RUNTIME)
+	$(BIN)/python -m tools.self_check_demo
+
+# lint-imports reads .importlinter from here (its --config option is deprecated)
 lint: $(STAMP)
-	$(BIN)/ruff check gpu_exporter tests benchmarks
-	$(BIN)/ruff format --check gpu_exporter tests benchmarks
-	$(BIN)/lint-imports --config .importlinter
+	$(BIN)/ruff check gpu_exporter tests benchmarks tools
+	$(BIN)/ruff format --check gpu_exporter tests benchmarks tools
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -77,10 +92,15 @@ bench-kubelet: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md
 
+# dist/: the wheel and the sdist, as `python -m build` makes them (`pip install build`
+# first without make), each carrying LICENSE
+dist: $(STAMP)
+	$(BIN)/python -m build --outdir dist .
+
 # docs/screenshot.png: the live page of --simulate 4 once its history has built up,
 # photographed by the browser helper the tests use (headless Debian chromium).
 screenshot: $(STAMP) system-deps
 	$(BIN)/python -m tests.support.screenshot docs/screenshot.png
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info build dist

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from gpu_exporter import __version__
+from gpu_exporter.config_keys import flatten, unknown_key
 from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.serving.routes import built_in_route
 from gpu_exporter.yamlfile import YamlFileError, read_yaml
@@ -410,6 +411,9 @@ OPTIONS: tuple[Option, ...] = (
 _BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "web_ui", "once", "self_check"})
 _BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 _COLLECTOR_KEYS: dict[str, str] = {f"collector.{c.name}": c.name for c in COLLECTORS}
+# the keys a config file may hold: every flag's but those that only mean something on the
+# command line
+_FILE_KEYS = frozenset([*(o.key for o in OPTIONS if not o.flag_only), *_COLLECTOR_KEYS])
 
 
 class _BooleanFlag(argparse.Action):
@@ -493,19 +497,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _flatten(data: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if not isinstance(key, str):
-            raise ValueError(f"config keys must be text, not {key!r}")
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):  # no setting takes a mapping: always a level of keys
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def read_config_file(path: str) -> dict[str, Any]:
     """The file's settings as flat keys; raises ConfigError naming the file and problem."""
     try:
@@ -519,15 +510,12 @@ def read_config_file(path: str) -> dict[str, Any]:
             f"config file {path}: expected a mapping of settings, got {type(data).__name__}"
         )
     try:
-        flat = _flatten(data)
+        flat = flatten(data)
     except ValueError as error:
         raise ConfigError(f"config file {path}: {error}") from None
     for key in flat:
-        option = _BY_KEY.get(key)
-        if not isinstance(key, str) or (
-            key not in _COLLECTOR_KEYS and (option is None or option.flag_only)
-        ):
-            raise ConfigError(f"config file {path}: unknown key {key!r}")
+        if key not in _FILE_KEYS:
+            raise ConfigError(f"config file {path}: {unknown_key(key, _FILE_KEYS)}")
     return flat
 
 
@@ -585,12 +573,12 @@ def validate(s: Settings) -> None:
     option parsers)."""
     if s.simulate_scenario is not None and s.simulate is None:
         raise ConfigError("--simulate.scenario: needs --simulate N")
-    if s.simulate_scenario is not None:
+    if s.simulate_scenario is not None and s.simulate is not None:
         # imported here: only a simulated host with a scenario needs its parser
         from gpu_exporter.sources.scenario import ScenarioError, load_scenario
 
         try:
-            load_scenario(s.simulate_scenario)
+            load_scenario(s.simulate_scenario, s.simulate)
         except ScenarioError as error:
             raise ConfigError(f"--simulate.scenario: {error}") from None
     if s.output is not None and not s.once:
@@ -642,6 +630,11 @@ def describe_changes(
 
 def parse_listen_address(address: str) -> tuple[str, int]:
     """':PORT' (all interfaces), 'HOST:PORT' or '[V6]:PORT' -> (host, port)."""
+    if "://" in address:
+        raise ConfigError(
+            f"--web.listen-address: {address!r}: write HOST:PORT without a scheme "
+            "(no http:// or https://; TLS comes from --web.config.file)"
+        )
     host, sep, port_text = address.rpartition(":")
     if not sep or not port_text.isdigit():
         raise ConfigError(f"--web.listen-address: {address!r} is not HOST:PORT, :PORT or [::]:PORT")

@@ -37,6 +37,11 @@ from tests.support.exporter import one_error_line, run_exporter
         (["--web.listen-address", "nonsense"], "is not HOST:PORT, :PORT or [::]:PORT"),
         (["--web.listen-address", ":99999"], "port 99999 is out of range"),
         (["--web.listen-address", "::1:9872"], "write IPv6 addresses in brackets"),
+        (
+            ["--web.listen-address", "http://127.0.0.1:19893"],
+            "'http://127.0.0.1:19893': write HOST:PORT without a scheme (no http:// or https://",
+        ),
+        (["--web.listen-address", "https://localhost"], "write HOST:PORT without a scheme"),
         (["--web.telemetry-path", "metrics"], "must start with '/'"),
         (["--web.max-requests", "0"], "--web.max-requests: must be between 1 and 10000, got 0"),
         (["--collector.process.limit", "many"], "not an integer: 'many'"),
@@ -62,7 +67,25 @@ def test_bad_flag_exits_2_with_one_line(args: list[str], expected: str) -> None:
             "collect.interval: 5s\n  bad indent: 1\n",
             "invalid YAML: line 2 column 13: mapping values",
         ),
-        ("collect.intervall: 5s\n", "unknown key 'collect.intervall'"),
+        (
+            "collect.intervall: 5s\n",
+            "unknown key 'collect.intervall'; did you mean 'collect.interval'?",
+        ),
+        (
+            "collector.proces: false\n",
+            "unknown key 'collector.proces'; did you mean 'collector.process'?",
+        ),
+        (
+            'web.listen_address: ":1"\n',
+            "unknown key 'web.listen_address': keys use hyphens, as the flags do "
+            "('web.listen-address')",
+        ),
+        (
+            "collect:\n  interval: 5s\ncollect.interval: 2s\n",
+            "key 'collect.interval' is given twice, once dotted and once nested: keep one",
+        ),
+        ("web.listen-address: ':1'\nweb: {listen-address: ':2'}\n", "given twice, once dotted"),
+        ("zzz: 1\n", "unknown key 'zzz'"),
         ("collect: {interval: soon}\n", "collect.interval: not a duration: 'soon'"),
         ("collector.host: maybe\n", "collector.host: not a boolean: 'maybe'"),
         ("once: true\n", "unknown key 'once'"),

@@ -143,6 +143,19 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "lost index beyond range": ("faults: {lost: [5000]}\n", "faults.lost[] must be between 0 and"),
     "hang index beyond range": ("faults: {hang: [5000]}\n", "faults.hang[] must be between 0 and"),
     "visible gpus beyond range": ("faults: {gpus: 1025}\n", "faults.gpus must be between 0 and"),
+    # under --simulate 2, GPU 7 was once taken without a word, and the fault never happened
+    "a GPU the host does not have": (
+        "faults: {lost: [7]}\n",
+        "faults.lost: GPU 7 does not exist: the simulated host has GPUs 0 to 1",
+    ),
+    "a process on a GPU the host does not have": (
+        "processes: [{gpu: 2, pid: 5}]\n",
+        "processes[0].gpu: GPU 2 does not exist",
+    ),
+    "an event on a GPU the host does not have": (
+        "events: [{gpu: 0, xid: 79}, {gpu: 5, xid: 79}]\n",
+        "events[1].gpu: GPU 5 does not exist",
+    ),
     "huge xid": ("events: [{gpu: 0, xid: 70000}]\n", "events[0].xid must be between 0 and 65535"),
     "event gpu beyond range": (
         "events: [{gpu: 2000, xid: 79}]\n",
@@ -176,6 +189,12 @@ def test_a_bad_scenario_rewrite_keeps_the_old_scenario_with_one_error_line(
         assert values(s, "gpu_up", gpu="1") == [0.0] and values(s, "gpu_up", gpu="0") == [1.0]
         assert exporter.log().count("scenario file not reloaded") == 1
         assert "unknown faults keys: ['lots']" in exporter.log()
+        path.write_text("faults: {lost: [0, 7]}\n")  # no GPU 7: nothing of it applies
+        time.sleep(1.0)
+        s = exporter.scrape()
+        assert values(s, "gpu_up", gpu="1") == [0.0] and values(s, "gpu_up", gpu="0") == [1.0]
+        assert exporter.log().count("scenario file not reloaded") == 2
+        assert "faults.lost: GPU 7 does not exist" in exporter.log()
         path.write_text("faults: {}\n")
         exporter.wait_for(lambda s: values(s, "gpu_up", gpu="1") == [1.0])
     finally:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+import yaml
 
+from gpu_exporter import __version__
 from gpu_exporter.config import DEFAULT_PORT
 from gpu_exporter.print_config import CONFIGS
 from tests.support.certs import Pki, make_pki
@@ -64,6 +66,25 @@ def final_stage() -> list[tuple[str, str]]:
     steps = instructions()
     last_from = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
     return steps[last_from:]
+
+
+def test_the_image_tag_of_the_readme_and_dockerfile_is_the_one_kubernetes_asks_for() -> None:
+    kustomization = yaml.safe_load((REPO / "deploy/kubernetes/kustomization.yaml").read_text())
+    (image,) = kustomization["images"]
+    tag = f"gpu-exporter:{__version__}"
+    assert f"{image['newName']}:{image['newTag']}" == tag
+    for path in (REPO / "README.md", DOCKERFILE):
+        text = path.read_text()
+        builds = re.findall(r"docker build -t (\S+) \.", text)
+        assert builds == [tag], (path, builds)
+        runs = [
+            re.findall(r"\s(gpu-exporter\S*)", line.replace("--name gpu-exporter", ""))
+            for line in text.splitlines()
+            if "docker run " in line
+        ]
+        assert runs and all(images == [tag] for images in runs), (path, runs)
+        # a try without a GPU
+        assert f"{tag} --simulate 4" in text, path
 
 
 def test_hadolint_finds_nothing() -> None:

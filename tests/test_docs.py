@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from gpu_exporter import docs
 from gpu_exporter.config import OPTIONS, build_parser
 from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
 from gpu_exporter.metrics.dcgm import DCGM_BY_NAME, DCGM_LABELS
+from gpu_exporter.print_config import CONFIGS
 from tests.test_rules import github_anchor
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,3 +202,78 @@ def test_the_readme_scrape_snippet_feeds_the_alert_rules() -> None:
     assert f'up{{job="{job["job_name"]}"}}' in rules
     for target in job["static_configs"][0]["targets"]:
         assert target.endswith(":9872"), target
+
+
+def _section(heading: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def _unwrapped(text: str) -> str:
+    return re.sub(r"\s*\n\s*", " ", text)
+
+
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight")
+
+
+def test_the_readme_names_the_runtime_dependencies_and_debian_packages_the_code_uses() -> None:
+    intro = _unwrapped(README.read_text().split("\n## ", 1)[0])
+    pyproject = (REPO / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[\n(.*?)^\]", pyproject, re.M | re.S)
+    assert block, "pyproject.toml declares no dependencies"
+    dependencies = re.findall(r'^\s*"([A-Za-z0-9_.-]+)', block.group(1), re.M)
+    assert f"its {NUMBER_WORDS[len(dependencies)]} runtime dependencies" in intro
+    listed = _unwrapped(_section("Install on a GPU host")).split("Runtime dependencies:")[1]
+    for name in dependencies:
+        assert f"`{name}`" in listed, name
+    # the packages `make system-deps` installs, as `make test` does
+    makefile = (REPO / "Makefile").read_text()
+    install = re.search(r"apt-get install -y -qq --no-install-recommends \\\n\s*(.*?) >", makefile)
+    assert install, "the Makefile's system-deps target installs no Debian package"
+    packages = install.group(1).split()
+    named = re.search(r"installs the Debian packages (.*?) when they are missing", intro)
+    assert named, intro
+    assert re.findall(r"`([^`]+)`", named.group(1)) == packages
+
+
+def test_the_readme_lists_every_print_config_name() -> None:
+    install = _unwrapped(_section("Install on a GPU host"))
+    listed = install.split("--print-config systemd` (also", 1)[1].split(";", 1)[0]
+    names = ["systemd", *re.findall(r"`([^`]+)`", listed)]
+    assert names == [" ".join(words) for words in CONFIGS]
+
+
+def test_the_readme_alerts_steps_make_a_config_promtool_accepts(tmp_path: Path) -> None:
+    """Steps 1 and 2 (the rule files and the alerting block) with the scrape snippet are
+    a working Prometheus configuration; steps 3 and 4 name the receivers and the flag."""
+    section = _section("Alerts and Alertmanager")
+    commands = re.findall(r"gpu-exporter --print-config ([a-z ]+?) >\s*([^\s`]+)", section)
+    assert [(words, Path(path).name) for words, path in commands] == [
+        ("rules recording", "gpu-recording.yml"),
+        ("rules alerts", "gpu-alerts.yml"),
+        ("alertmanager", "alertmanager.yml"),
+    ]
+    snippet = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    example = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())
+    assert snippet["rule_files"] == example["rule_files"]
+    assert snippet["alerting"] == example["alerting"]
+    scrape = _section("Scrape it with Prometheus").split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "rules").mkdir()
+    for words, path in commands[:2]:
+        rules = REPO / "deploy/prometheus/rules" / Path(path).name
+        assert CONFIGS[tuple(words.split())] == str(rules.relative_to(REPO))
+        (tmp_path / "rules" / rules.name).write_bytes(rules.read_bytes())
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({**snippet, **yaml.safe_load(scrape)}))
+    checked = subprocess.run(
+        ["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 2 rule files found" in checked.stdout + checked.stderr
+    receivers = yaml.safe_load((REPO / "deploy/alertmanager/alertmanager.yml").read_text())
+    for receiver in receivers["receivers"]:
+        assert f"`{receiver['name']}`" in section, receiver["name"]
+    assert "--cluster.listen-address=\n" in section
+    assert "make demo-alerts" in section

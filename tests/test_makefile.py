@@ -31,6 +31,7 @@ def test_the_demo_venv_holds_the_exporter_and_its_runtime_dependencies_only(
         timeout=300,
     )
     assert made.returncode == 0, made.stdout + made.stderr
+    assert "BuildBackendWarning" not in made.stderr  # setuptools' Editable installation banner
     listed = subprocess.run(
         [str(venv / "bin" / "pip"), "list", "--format=freeze"],
         capture_output=True,
@@ -50,13 +51,29 @@ def test_the_demo_venv_holds_the_exporter_and_its_runtime_dependencies_only(
     assert 'gpu_exporter_build_info{backend="simulated"' in once.stdout
 
 
-def test_make_demo_asks_for_the_runtime_venv_not_the_test_tools() -> None:
-    plan = subprocess.run(
-        ["make", "-n", "--no-print-directory", "VENV=/nonexistent/venv", "demo"],
+def plan(target: str) -> str:
+    """The commands `make TARGET` would run, with the venv at /nonexistent/venv."""
+    return subprocess.run(
+        ["make", "-n", "--no-print-directory", "VENV=/nonexistent/venv", target],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert "pip install --quiet -e ." in plan
-    assert "[dev]" not in plan
+
+
+def test_make_demo_asks_for_the_runtime_venv_not_the_test_tools() -> None:
+    commands = plan("demo")
+    assert "pip install --quiet -e ." in commands
+    assert "[dev]" not in commands
+
+
+def test_make_lint_runs_lint_imports_as_test_architecture_does() -> None:
+    # no --config, which is deprecated (and warned about on every run)
+    assert "/nonexistent/venv/bin/lint-imports" in plan("lint").splitlines()
+
+
+def test_make_dist_builds_with_the_build_package_of_the_dev_extra() -> None:
+    commands = plan("dist").splitlines()
+    assert "/nonexistent/venv/bin/python -m build --outdir dist ." in commands
+    assert any("[dev]" in c for c in commands)  # where `build` comes from

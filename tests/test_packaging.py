@@ -95,6 +95,23 @@ def test_the_sdist_holds_the_shipped_files_at_their_repository_paths(installed: 
     assert not any(name.startswith(("tests/", "build/")) for name in names)
 
 
+def test_the_wheel_and_the_sdist_carry_the_apache_license(installed: Installed) -> None:
+    text = (REPO / "LICENSE").read_bytes()
+    assert b"Apache License\n                           Version 2.0, January 2004" in text
+    assert b"END OF TERMS AND CONDITIONS" in text  # the full text, not a notice
+    with tarfile.open(installed.sdist) as archive:
+        (member,) = [m for m in archive.getmembers() if m.name.endswith("/LICENSE")]
+        assert member.name == f"gpu_exporter-{__version__}/LICENSE"
+        extracted = archive.extractfile(member)
+        assert extracted is not None and extracted.read() == text
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        info = f"gpu_exporter-{__version__}.dist-info"
+        assert wheel.read(f"{info}/licenses/LICENSE") == text
+        metadata = wheel.read(f"{info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    assert "License-File: LICENSE" in metadata.splitlines()
+
+
 def test_the_wheel_carries_one_copy_of_each_shipped_file(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as wheel:
         names = set(wheel.namelist())

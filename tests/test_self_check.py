@@ -397,3 +397,24 @@ def test_a_reading_agrees_within_the_range_the_exporter_read_widened_by_the_tole
     mode = _quantity("persistence_mode")
     assert judge("0", mode, ["Enabled"], "Disabled").verdict == "differ"
     assert judge("0", mode, [], None).says == "agree (N/A on both sides)"
+
+
+def test_make_self_check_demo_prints_what_the_readme_shows() -> None:
+    """The README's excerpt is reproducible without a GPU: `make self-check-demo` runs
+    tools/self_check_demo.py, which sets up the stand-in nvidia-smi this file uses."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.self_check_demo"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    readme = (REPO / "README.md").read_text()
+    assert "make self-check-demo" in readme
+    excerpt = readme.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
+    printed = done.stdout.splitlines()
+    assert printed[0] == excerpt[0]  # the header
+    assert printed[-1] == excerpt[-1]  # self-check passed: 34 values, ...
+    rows = {tuple(line.split()[:2]) for line in printed[1:-1]}
+    assert {tuple(line.split()[:2]) for line in excerpt[1:-1]} <= rows

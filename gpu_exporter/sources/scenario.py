@@ -267,9 +267,43 @@ def parse_scenario(data: Any) -> Scenario:
     )
 
 
-def load_scenario(path: str) -> Scenario:
-    """Read a scenario file (JSON is YAML too); raises ScenarioError naming the file."""
+def _named_gpus(scenario: Scenario) -> list[tuple[str, int]]:
+    """(where, GPU index) of every GPU the scenario names."""
+    faults = scenario.faults
+    named = [
+        (f"faults.{name}", index)
+        for name, indices in (
+            ("lost", faults.lost),
+            ("hang", faults.hang),
+            ("same_uuid", faults.same_uuid),
+            ("reset", faults.reset),
+        )
+        for index in sorted(indices)
+    ]
+    named += [(f"processes[{n}].gpu", p.gpu) for n, p in enumerate(scenario.processes or ())]
+    named += [(f"events[{n}].gpu", e.gpu) for n, e in enumerate(scenario.events)]
+    return named
+
+
+def check_gpus(scenario: Scenario, gpus: int) -> None:
+    """Refuse a scenario that names a GPU a simulated host of `gpus` GPUs does not have
+    (more are there when the scenario's `faults.gpus` makes more visible)."""
+    present = max(gpus, scenario.faults.gpus or 0)
+    for where, index in _named_gpus(scenario):
+        if index >= present:
+            has = f"GPUs 0 to {present - 1}" if present > 1 else "GPU 0 only"
+            raise ScenarioError(
+                f"{where}: GPU {index} does not exist: the simulated host has "
+                f"{has if present else 'no GPUs'}"
+            )
+
+
+def load_scenario(path: str, gpus: int) -> Scenario:
+    """Read a scenario file (JSON is YAML too) for a simulated host of `gpus` GPUs; raises
+    ScenarioError naming the file."""
     try:
-        return parse_scenario(read_yaml(path))
+        scenario = parse_scenario(read_yaml(path))
+        check_gpus(scenario, gpus)
+        return scenario
     except (YamlFileError, ScenarioError) as error:
         raise ScenarioError(f"{path}: {one_line(str(error))}") from None

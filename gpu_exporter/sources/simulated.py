@@ -104,6 +104,11 @@ MEMORY_RESERVED_BYTES = 529 * 1024**2
 SAMPLE_PERIOD_US = 166_667  # the driver fills its utilization buffer about 6 times a second
 BUFFER_SAMPLES = 100  # entries the driver keeps per buffer
 POWER_LIMIT_WATTS = 700.0
+# When the simulated driver was loaded and the built-in tenants' clocks started (Unix time,
+# 2023-11-14): fixed, not the exporter's start, so that a restarted exporter finds every
+# counter where the last one left it (energy, NVLink bytes, the tenants' CPU time), as on a
+# real host. A clock before it (never in practice) uses its own first reading instead.
+DRIVER_LOADED_AT = 1_700_000_000.0
 NVLINK_LINKS = 18  # H100 SXM
 # T.Limit as an H100 on R590 reports it (tests/fixtures/nvidia-smi): the thresholds relative
 # to T.Limit, and the T.Limit itself, so that the margin reaches the slowdown threshold
@@ -143,7 +148,9 @@ class SimulatedBackend:
         self._initialised = False
         self._reloaded = False
         self._events_delivered = 0
-        self._epoch = clock()  # "driver load" time: energy and sample timestamps count from it
+        # "driver load" time: energy, NVLink bytes and sample timestamps count from it
+        self._epoch = min(DRIVER_LOADED_AT, clock())
+        self._tenants_epoch = self._epoch  # the built-in tenants started their age before it
         self._reading_time: dict[int, float] = {}  # index -> clock of its last reading
         self._gpm_sampled_at: dict[tuple[int, int | None], float] = {}  # stream -> clock
 
@@ -180,7 +187,7 @@ class SimulatedBackend:
             if mtime is not None and mtime != self._scenario_mtime:
                 self._scenario_mtime = mtime
                 try:
-                    scenario = load_scenario(path)
+                    scenario = load_scenario(path, self._gpus)
                 except ScenarioError as error:
                     log.error(
                         "scenario file not reloaded; the previous scenario stays in force",
@@ -382,16 +389,15 @@ class SimulatedBackend:
         return min(instance.memory_total_bytes, instance.memory_used_bytes + placed)
 
     def energy_joules(self, index: int, t: float) -> float:
-        """Joules since 'driver load' or the GPU's last reset: the integral of the profile's
-        mean power."""
+        """Joules since 'driver load' (DRIVER_LOADED_AT) or the GPU's last reset: the integral
+        of the profile's mean power."""
         mean_power = {
             "input-starved": 110.0 + 420.0 * 0.475,
             "idle-allocated": 72.0,
             "near-oom": 460.0,
             "busy-hot": 695.0,
         }[self.profile(index)]
-        before = 0.0 if index in self._reset_at else 3.6e6  # spent before the exporter started
-        return before + mean_power * max(0.0, t - self._counters_since(index))
+        return mean_power * max(0.0, t - self._counters_since(index))
 
     def _timestamp_us(self, t: float) -> int:
         return int((t - self._epoch) * 1e6) + 1_000_000_000
@@ -495,7 +501,7 @@ class SimulatedBackend:
             return None
         for p in PROFILE_PROCESSES[self.profile(gpu)]:
             if p.offset == offset:
-                started = self._epoch - p.age_seconds
+                started = self._tenants_epoch - p.age_seconds
                 return HostProcess(
                     process=p.process,
                     user=p.user,

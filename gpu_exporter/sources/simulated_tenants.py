@@ -41,7 +41,7 @@ class BuiltinProcess:
     cpu_cores: float  # CPU seconds per second of the process and its descendants
     workers: int  # descendant processes
     resident_memory_bytes: int
-    age_seconds: float  # started this long before the simulated driver load
+    age_seconds: float  # started this long before the simulated driver load (fixed)
     contexts: tuple[ProcessContext, ...] = ("compute",)  # the NVML lists it is in
     sm_share: float = 1.0  # of the GPU's SM activity, 0..1
 

@@ -10,7 +10,16 @@ from typing import Literal
 
 from tests.support.exporter import REPO
 
-SOURCE = ("pyproject.toml", "setup.py", "README.md", "gpu_exporter", "deploy", "grafana", "docs")
+SOURCE = (
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+    "LICENSE",
+    "gpu_exporter",
+    "deploy",
+    "grafana",
+    "docs",
+)
 """What a build reads: the code, its metadata, and the files setup.py ships beside it."""
 
 

@@ -26,10 +26,11 @@ A slow value that fails is dropped, not kept: it is absent until a read answers 
 A NOT_SUPPORTED answer is remembered (not asked every interval), but forgotten every
 SLOW_REFRESH_SECONDS, when MIG mode changes and when the device is lost: real drivers
 answer NOT_SUPPORTED by mode (a MIG parent has no utilization). A GPU with MIG on makes
-two more calls an interval (`mig.layout`) and one per MIG device (`mig.handles_hold`), so
-a repartition is seen within one interval, an instance made again with the same profile
-included; a GPU without MIG makes none. Its MIG devices, with each GPU instance's
-placement (`placement.py`), are enumerated then and every SLOW_REFRESH_SECONDS.
+one call an interval per MIG device, and one more while it has room for another GPU
+instance (`mig.unchanged`), so a repartition is seen within one interval, an instance
+made again with the same profile included; a GPU without MIG makes none. Its MIG
+devices, with each GPU instance's placement (`placement.py`), are enumerated then and
+every SLOW_REFRESH_SECONDS.
 """
 
 from __future__ import annotations
@@ -362,15 +363,14 @@ class PynvmlBackend:
 
     def mig_slots(self, state: _DeviceState) -> tuple[mig.MigSlot, ...]:
         """The device's MIG devices: enumerated every mig.REFRESH_SECONDS, and at once
-        when the layout or a MIG device's UUID, which a GPU with MIG on checks every
-        interval, has changed."""
+        when the check a GPU with MIG on makes every interval (`mig.unchanged`) sees a
+        change."""
         now = self._monotonic()
         due = state.mig_read_at is None or now - state.mig_read_at >= mig.REFRESH_SECONDS
-        if not due and _mig_enabled(state.mig_layout) and state.mig_checked != state.interval:
+        known = state.mig_layout
+        if not due and known and _mig_enabled(known) and state.mig_checked != state.interval:
             state.mig_checked = state.interval
-            due = mig.layout(self.calls, state.device) != state.mig_layout or not (
-                mig.handles_hold(self.calls, state.mig_slots)
-            )
+            due = not mig.unchanged(self.calls, state.device, known, state.mig_slots)
         if due:
             self._enumerate_mig(state, now)
         return state.mig_slots

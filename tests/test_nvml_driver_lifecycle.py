@@ -274,31 +274,41 @@ def test_the_first_instance_made_on_an_empty_mig_gpu_is_seen_within_one_interval
     assert after is not None and [m.uuid for m in after.devices] == ["MIG-d", "MIG-e"]
 
 
-def make_gpu_instance_9_again(gpu: FakeGpu, *, reuse_handle: bool) -> None:
+def make_gpu_instance_9_again(
+    gpu: FakeGpu, *, reuse_handle: bool, processes: list[tuple[int, int]] | None = None
+) -> None:
     """Destroy GPU instance 9 (1g.10gb) and create it again with the same profile: the same
     id, slot and remaining capacity, a new MIG UUID and new memory. The driver may give
     the new instance the old handle ("Handles may be reused and their properties can
     change", nvml.h) or leave the old handle invalid."""
     old = gpu.mig_devices[2]
-    new = FakeMigDevice(old.slot, 9, 0, "MIG-c2", old.name, (10 * GIB, 2 * GIB))
+    new = FakeMigDevice(old.slot, 9, 0, "MIG-c2", old.name, (10 * GIB, 2 * GIB), processes or [])
     if reuse_handle:
         new.struct = old.struct
     new.gpm = dict(old.gpm)
     gpu.mig_devices[2] = new
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
 @pytest.mark.parametrize("reuse_handle", [True, False], ids=["handle-reused", "handle-invalid"])
 def test_a_gpu_instance_made_again_with_the_same_profile_is_seen_within_one_interval(
-    install: Install, reuse_handle: bool
+    install: Install, reuse_handle: bool, busy: bool
 ) -> None:
+    """Busy: a process runs on the old instance until just before the swap and another
+    on the new one from just after it, and the process lists are read (which spare the
+    UUID reads of MIG devices that keep running a process)."""
     gpu = mig_hopper()
+    if busy:
+        for pid, mig in enumerate(gpu.mig_devices, start=4000):
+            mig.processes = [(pid, GIB)]
     _lib, backend, clock = started(install, gpu)
-    sampler = one_second_sampler(backend, clock, MIG_GPM)
+    sampler = one_second_sampler(backend, clock, MIG_GPM | {"process"} if busy else MIG_GPM)
     for _ in range(3):
         clock.now += 1.0
         before = text(sampler.sample_once())
     assert 'mig_uuid="MIG-c"' in before
-    make_gpu_instance_9_again(gpu, reuse_handle=reuse_handle)
+    new_process = [(4100, GIB)] if busy else None
+    make_gpu_instance_9_again(gpu, reuse_handle=reuse_handle, processes=new_process)
     clock.now += 1.0
     snapshot = sampler.sample_once()
     after = text(snapshot)

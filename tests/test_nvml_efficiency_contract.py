@@ -8,6 +8,7 @@ needs when a buffer is too small). Counts, never times.
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 from typing import Any
 
 import pynvml
@@ -18,7 +19,7 @@ from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
 from gpu_exporter.sources.nvml import PynvmlBackend, buffers, fields, gpm
 from tests.support.clock import FakeClock
-from tests.support.fake_host import advance, busy_h100
+from tests.support.fake_host import MIG_LAYOUTS, advance, busy_h100, busy_mig_h100
 from tests.support.fake_nvml import FakeNvmlLib, Install, h100
 from tests.support.fake_sampling import one_second_sampler, started
 
@@ -67,6 +68,47 @@ def test_at_most_16_nvml_calls_per_gpu_per_interval_with_gpm_and_nvlink(
     assert reading.modes is not None and reading.modes.persistence is True
     assert reading.pcie is not None and reading.pcie.generation == 5
     assert device.attribution is not None or device.busy_seconds is not None
+
+
+@pytest.mark.parametrize("layout", ["1 MIG device", "3 MIG devices"])
+def test_a_busy_mig_gpu_pays_for_its_instances_data_and_nothing_to_see_them_change(
+    install: Install, layout: str
+) -> None:
+    gpu = busy_mig_h100(layout)
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, DEFAULT_COLLECTORS)
+    sampler.sample_once()  # the first sample reads the identity and enumerates
+    before = Counter(lib.calls)
+    for _ in range(INTERVALS):
+        clock.now += 1.0
+        snapshot = sampler.sample_once()
+    sampler.stop(0)
+    calls = Counter(lib.calls)
+    calls.subtract(before)
+    del calls[("nvmlDeviceGetCount_v2", None)]  # the host's, not the GPU's
+    per_interval = {fn: n / INTERVALS for (fn, _gpu), n in calls.items() if n}
+    gpu_instances = len({gi for _slot, gi, _ci, _profile in MIG_LAYOUTS[layout]})
+    devices = len(MIG_LAYOUTS[layout])
+    room = layout != "1 MIG device"  # the 7g instance fills the GPU
+    # what the data needs: each GPU instance's memory and GPM, each MIG device's processes
+    assert per_interval["nvmlDeviceGetMemoryInfo_v2"] == 1 + gpu_instances
+    assert per_interval["nvmlGpmMigSampleGet"] == gpu_instances
+    assert per_interval["nvmlDeviceGetComputeRunningProcesses_v3"] == devices
+    # to see a repartition: no UUID read (each MIG device's process list shows it is the
+    # same instance), MIG mode at each enumeration only, the remaining capacity only
+    # while a GPU instance still fits
+    slow = 1 / SLOW_REFRESH_SECONDS + 1e-9  # once a slow period, per call or MIG device
+    assert per_interval["nvmlDeviceGetUUID"] <= devices * slow  # at the enumerations
+    assert per_interval["nvmlDeviceGetMigMode"] <= 2 * slow  # and in the modes collector
+    capacity = per_interval["nvmlDeviceGetGpuInstanceRemainingCapacity"]
+    assert capacity == pytest.approx(1 if room else 1 / SLOW_REFRESH_SECONDS), capacity
+    # what a MIG parent does not answer (nvml.h) is not asked every interval
+    assert per_interval["nvmlDeviceGetProcessUtilization"] <= slow
+    total = sum(per_interval.values())
+    assert total <= 16 + 4 * (devices - 1), total  # 3 per GPU instance, 1 per MIG device
+    mig = snapshot.devices[0].reading.mig if snapshot.devices[0].reading else None
+    assert mig is not None and len(mig.devices) == devices
+    assert all(i.gpm is not None for i in mig.instances.values())  # nothing given up
 
 
 # Single-call buffers ------------------------------------------------------------------

@@ -83,6 +83,7 @@ from gpu_exporter.sources.backend import (
 )
 from gpu_exporter.sources.nvml import buffers, fields, gpm, mig
 from gpu_exporter.sources.nvml.calls import (
+    NO_QUIET,
     NOT_FOUND,
     Device,
     NvmlCalls,
@@ -90,6 +91,7 @@ from gpu_exporter.sources.nvml.calls import (
     code_name,
     text,
 )
+from gpu_exporter.sources.nvml.mig_lists import MigProcessLists, ReadList
 
 T = TypeVar("T")
 KIB = 1024
@@ -127,6 +129,7 @@ class _DeviceState:
     mig_slots: tuple[mig.MigSlot, ...] = ()
     mig_read_at: float | None = None  # monotonic time of the last enumeration
     mig_layout: mig.Layout | None = None  # what `mig.layout` answered at it
+    mig_lists: MigProcessLists = field(default_factory=MigProcessLists)
     interval: int = 0  # device readings so far
     mig_checked: int = -1  # the interval whose layout was last checked
     probed_at: float | None = None  # when the NOT_SUPPORTED answers were last forgotten
@@ -361,16 +364,19 @@ class PynvmlBackend:
             buffer = state.buffers[key] = make()
         return buffer
 
-    def mig_slots(self, state: _DeviceState) -> tuple[mig.MigSlot, ...]:
+    def mig_slots(self, state: _DeviceState, lists: bool) -> tuple[mig.MigSlot, ...]:
         """The device's MIG devices: enumerated every mig.REFRESH_SECONDS, and at once
         when the check a GPU with MIG on makes every interval (`mig.unchanged`) sees a
-        change."""
+        change. With `lists` (the process collector is on) the check reads the MIG
+        devices' process lists for the interval first (`mig_lists.py`)."""
         now = self._monotonic()
         due = state.mig_read_at is None or now - state.mig_read_at >= mig.REFRESH_SECONDS
         known = state.mig_layout
         if not due and known and _mig_enabled(known) and state.mig_checked != state.interval:
             state.mig_checked = state.interval
-            due = not mig.unchanged(self.calls, state.device, known, state.mig_slots)
+            slots, read = state.mig_slots, self._mig_list_reader(state)
+            same = state.mig_lists.take(state.interval, slots, read) if lists else frozenset()
+            due = not mig.unchanged(self.calls, state.device, known, slots, same)
         if due:
             self._enumerate_mig(state, now)
         return state.mig_slots
@@ -468,9 +474,9 @@ class PynvmlBackend:
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
         state = self._state(index)
-        slots = self.mig_slots(state)
+        slots = self.mig_slots(state, lists=True)
         if slots:  # under MIG the parent's list has no memory: ask each MIG device
-            return self._mig_processes(state, slots)
+            return state.mig_lists.processes(state.interval, slots, self._mig_list_reader(state))
         d = state.device
         compute = self._process_list(state, d, "compute_processes", _COMPUTE_PROCESSES)
         graphics = self._graphics_processes(state)
@@ -522,33 +528,11 @@ class PynvmlBackend:
             state.slow.pop(key, None)
         return value
 
-    def _mig_processes(
-        self, state: _DeviceState, slots: Sequence[mig.MigSlot]
-    ) -> Sequence[GpuProcess] | None:
-        out: list[GpuProcess] = []
-        answered = False
-        for slot in slots:
-            procs = self._process_list(
-                state,
-                slot.device,
-                "compute_processes",
-                _COMPUTE_PROCESSES,
-                buffer_key=f"compute_processes/{slot.info.uuid}",
-            )
-            if procs is None:
-                continue
-            answered = True
-            out += [
-                GpuProcess(
-                    pid=p.pid,
-                    context="compute",
-                    used_memory_bytes=p.used_memory_bytes,
-                    gpu_instance=slot.info.gpu_instance,
-                    compute_instance=slot.info.compute_instance,
-                )
-                for p in procs
-            ]
-        return out if answered else None
+    def _mig_list_reader(self, state: _DeviceState) -> ReadList:
+        """Reads a MIG device's compute list; a destroyed one's handle answers None."""
+        return lambda slot: self._process_list(
+            state, slot.device, "compute_processes", _COMPUTE_PROCESSES, slot.info.uuid
+        )
 
     def _process_list(
         self,
@@ -556,11 +540,13 @@ class PynvmlBackend:
         d: Device,
         key: str,
         symbols: tuple[str, str],
-        buffer_key: str | None = None,
+        mig_uuid: str | None = None,
     ) -> list[buffers.ProcessEntry] | None:
         """The `_v3` process list (R510+), else `_v2` (R470 and older LTS branches), in
-        one call into a buffer of `state` (`d` is the device or one of its MIG devices)."""
-        buffer = self.buffer(state, buffer_key or key, buffers.process_buffer)
+        one call into a buffer of `state` (`d` is the device, or its MIG device `mig_uuid`)."""
+        buffer = self.buffer(
+            state, f"{key}/{mig_uuid}" if mig_uuid else key, buffers.process_buffer
+        )
         for version, symbol in zip(("", "_v2"), symbols, strict=True):
             procs = self.calls.call(
                 symbol,
@@ -570,6 +556,7 @@ class PynvmlBackend:
                 symbol,
                 device=d,
                 key=key + version,
+                quiet=mig.GONE if mig_uuid else NO_QUIET,
             )
             if procs is not None or key + version not in d.unsupported:
                 return procs
@@ -946,7 +933,7 @@ class _NvmlReader:
         return self._backend.slow(self._state, "nvlink_error_counters", read) or {}
 
     def mig(self) -> MigReading | None:
-        slots = self._backend.mig_slots(self._state)
+        slots = self._backend.mig_slots(self._state, "process" in self._collectors)
         if not slots:
             return None
         instances: dict[int, MigInstanceReading] = {}

@@ -6,11 +6,13 @@ the GPU, so it is re-read every REFRESH_SECONDS (and after NVML re-initialises),
 once when the check a GPU with MIG on makes every interval (`unchanged`) sees a change:
 
 - the UUID through each handle the enumeration gave (`handles_hold`, one call per MIG
-  device). A MIG device destroyed leaves its handle invalid ("the MIG device handle would
-  remain invalid", nvml.h on nvmlDeviceGetMigDeviceHandleByIndex), and so does a reset
-  of the GPU, which a change of MIG mode needs; an instance destroyed and made again with
-  the same profile either leaves the old handle invalid or reuses it for the new one
-  ("Handles may be reused and their properties can change"), with a new UUID.
+  device, but none for a MIG device whose process list, read anyway, shows it is the
+  same instance: `mig_lists.py`). A MIG device destroyed leaves its handle invalid ("the
+  MIG device handle would remain invalid", nvml.h on nvmlDeviceGetMigDeviceHandleByIndex),
+  and so does a reset of the GPU, which a change of MIG mode needs; an instance destroyed
+  and made again with the same profile either leaves the old handle invalid or reuses it
+  for the new one ("Handles may be reused and their properties can change"), with a new
+  UUID.
 - how many one-slice GPU instances still fit (`nvmlDeviceGetGpuInstanceRemainingCapacity`,
   one call), which a GPU instance made in free space changes, and which answers
   NOT_SUPPORTED once MIG is off. Asked only while the last answer was above 0: on a full
@@ -27,6 +29,7 @@ GPU instance ids are reused after a repartition; a MIG device is known by its UU
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pynvml
@@ -37,7 +40,7 @@ from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, text
 from gpu_exporter.sources.nvml.placement import GpuInstancePlacements
 
 REFRESH_SECONDS = SLOW_REFRESH_SECONDS
-_GONE = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND})
+GONE = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND})
 _UNPRIVILEGED = frozenset({pynvml.NVML_ERROR_NO_PERMISSION})
 _PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")  # "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
 
@@ -85,17 +88,24 @@ def remaining_capacity(calls: NvmlCalls, parent: Device) -> int | None:
     return int(remaining) if remaining is not None else None
 
 
-def unchanged(calls: NvmlCalls, parent: Device, known: Layout, slots: tuple[MigSlot, ...]) -> bool:
+def unchanged(
+    calls: NvmlCalls,
+    parent: Device,
+    known: Layout,
+    slots: tuple[MigSlot, ...],
+    continuing: frozenset[str] = frozenset(),
+) -> bool:
     """The check every interval: are the MIG devices still those `slots` names, with
-    `known` the layout at their enumeration? One call per MIG device, and one more while
-    the GPU has room for another GPU instance (see the module's docstring)."""
+    `known` the layout at their enumeration? One call per MIG device but those whose
+    process list proved them the same (`continuing`, by UUID: `mig_lists.py`), and one
+    more while the GPU has room for another GPU instance (see the module's docstring)."""
     room = known[1]
     if room and remaining_capacity(calls, parent) != room:
         return False
-    return handles_hold(calls, slots)
+    return handles_hold(calls, [s for s in slots if s.info.uuid not in continuing])
 
 
-def handles_hold(calls: NvmlCalls, slots: tuple[MigSlot, ...]) -> bool:
+def handles_hold(calls: NvmlCalls, slots: Sequence[MigSlot]) -> bool:
     """Does each MIG handle still name the MIG device it named at enumeration (one
     `nvmlDeviceGetUUID` per MIG device)? False at the first that answers another UUID or
     no UUID: an invalid handle (INVALID_ARGUMENT, NOT_FOUND) is an answer here, not an
@@ -105,7 +115,7 @@ def handles_hold(calls: NvmlCalls, slots: tuple[MigSlot, ...]) -> bool:
             "nvmlDeviceGetUUID",
             pynvml.nvmlDeviceGetUUID,
             slot.device.handle,
-            quiet=_GONE,
+            quiet=GONE,
         )
         if uuid is None or text(uuid) != slot.info.uuid:
             return False

@@ -67,7 +67,7 @@ def main() -> None:
     print("| GPU | NVML calls per interval |\n|---|---|")
     for name, gpu in hosts:
         calls = calls_per_interval(gpu)
-        print(f"| {name} | {sum(calls.values()) / INTERVALS:.1f} |")
+        print(f"| {name} | {sum(calls.values()) / INTERVALS:.2f} |")
         if per_function:
             for function, n in calls.most_common():
                 if n / INTERVALS >= 0.05:

@@ -476,7 +476,8 @@ class PynvmlBackend:
         state = self._state(index)
         slots = self.mig_slots(state, lists=True)
         if slots:  # under MIG the parent's list has no memory: ask each MIG device
-            return state.mig_lists.processes(state.interval, slots, self._mig_list_reader(state))
+            read = self._mig_list_reader(state)
+            return state.mig_lists.processes(state.interval, self.now(), slots, read)
         d = state.device
         compute = self._process_list(state, d, "compute_processes", _COMPUTE_PROCESSES)
         graphics = self._graphics_processes(state)
@@ -942,6 +943,7 @@ class _NvmlReader:
             if gi in instances:
                 continue  # compute instances of one GPU instance share its memory
             memory = _memory(self._backend.calls, slot.device)  # v2: `used` without reserved
+            self._state.mig_lists.used_memory(self._state.interval, gi, memory.used_bytes)
             if memory.total_bytes is None and "memory" not in slot.device.unsupported:
                 self._state.mig_read_at = None  # it stopped answering: enumerate again
             activity = None

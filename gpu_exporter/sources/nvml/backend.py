@@ -25,12 +25,13 @@ A slow value that fails is dropped, not kept: it is absent until a read answers 
 
 A NOT_SUPPORTED answer is remembered (not asked every interval), but forgotten every
 SLOW_REFRESH_SECONDS, when MIG mode changes and when the device is lost: real drivers
-answer NOT_SUPPORTED by mode (a MIG parent has no utilization). A GPU with MIG on makes
-one call an interval per MIG device, and one more while it has room for another GPU
+answer NOT_SUPPORTED by mode (a MIG parent has no utilization). A GPU with MIG on reads
+per MIG device its process list (`mig_lists.py`) or, where that list cannot show it is
+the same instance, its UUID, and the free capacity while it has room for another GPU
 instance (`mig.unchanged`), so a repartition is seen within one interval, an instance
-made again with the same profile included; a GPU without MIG makes none. Its MIG
-devices, with each GPU instance's placement (`placement.py`), are enumerated then and
-every SLOW_REFRESH_SECONDS.
+made again with the same profile included; a GPU without MIG makes none of these calls.
+Its MIG devices, with each GPU instance's placement (`placement.py`), are enumerated
+then and every SLOW_REFRESH_SECONDS.
 """
 
 from __future__ import annotations

@@ -274,31 +274,41 @@ def test_the_first_instance_made_on_an_empty_mig_gpu_is_seen_within_one_interval
     assert after is not None and [m.uuid for m in after.devices] == ["MIG-d", "MIG-e"]
 
 
-def make_gpu_instance_9_again(gpu: FakeGpu, *, reuse_handle: bool) -> None:
+def make_gpu_instance_9_again(
+    gpu: FakeGpu, *, reuse_handle: bool, processes: list[tuple[int, int]] | None = None
+) -> None:
     """Destroy GPU instance 9 (1g.10gb) and create it again with the same profile: the same
     id, slot and remaining capacity, a new MIG UUID and new memory. The driver may give
     the new instance the old handle ("Handles may be reused and their properties can
     change", nvml.h) or leave the old handle invalid."""
     old = gpu.mig_devices[2]
-    new = FakeMigDevice(old.slot, 9, 0, "MIG-c2", old.name, (10 * GIB, 2 * GIB))
+    new = FakeMigDevice(old.slot, 9, 0, "MIG-c2", old.name, (10 * GIB, 2 * GIB), processes or [])
     if reuse_handle:
         new.struct = old.struct
     new.gpm = dict(old.gpm)
     gpu.mig_devices[2] = new
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
 @pytest.mark.parametrize("reuse_handle", [True, False], ids=["handle-reused", "handle-invalid"])
 def test_a_gpu_instance_made_again_with_the_same_profile_is_seen_within_one_interval(
-    install: Install, reuse_handle: bool
+    install: Install, reuse_handle: bool, busy: bool
 ) -> None:
+    """Busy: a process runs on the old instance until just before the swap and another
+    on the new one from just after it, and the process lists are read (which spare the
+    UUID reads of MIG devices that keep running a process)."""
     gpu = mig_hopper()
+    if busy:
+        for pid, mig in enumerate(gpu.mig_devices, start=4000):
+            mig.processes = [(pid, GIB)]
     _lib, backend, clock = started(install, gpu)
-    sampler = one_second_sampler(backend, clock, MIG_GPM)
+    sampler = one_second_sampler(backend, clock, MIG_GPM | {"process"} if busy else MIG_GPM)
     for _ in range(3):
         clock.now += 1.0
         before = text(sampler.sample_once())
     assert 'mig_uuid="MIG-c"' in before
-    make_gpu_instance_9_again(gpu, reuse_handle=reuse_handle)
+    new_process = [(4100, GIB)] if busy else None
+    make_gpu_instance_9_again(gpu, reuse_handle=reuse_handle, processes=new_process)
     clock.now += 1.0
     snapshot = sampler.sample_once()
     after = text(snapshot)
@@ -309,6 +319,33 @@ def test_a_gpu_instance_made_again_with_the_same_profile_is_seen_within_one_inte
     used = f'gpu_mig_memory_used_bytes{{gpu="0",gpu_instance="9",uuid="{gpu.uuid}"}}'
     assert f"{used} 2.147483648e+09" in after  # the new instance's memory, not the old one's
     assert snapshot.nvml_errors == {}  # a destroyed instance's handle is no error
+
+
+def test_an_unprivileged_exporter_sees_a_swap_at_once_and_a_new_instance_within_a_minute(
+    install: Install,
+) -> None:
+    """nvmlDeviceGetGpuInstanceRemainingCapacity "Requires privileged user" (nvml.h); the
+    systemd unit runs as a dynamic non-root user, to whom it answers NO_PERMISSION."""
+    gpu = mig_hopper()
+    gpu.fail["nvmlDeviceGetGpuInstanceRemainingCapacity"] = M.NVML_ERROR_NO_PERMISSION
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, MIG_GPM)
+    for _ in range(3):
+        clock.now += 1.0
+        sampler.sample_once()
+    make_gpu_instance_9_again(gpu, reuse_handle=True)
+    clock.now += 1.0
+    swapped = text(sampler.sample_once())
+    assert 'mig_uuid="MIG-c2"' in swapped and 'mig_uuid="MIG-c"' not in swapped
+    gpu.mig_devices.append(FakeMigDevice(6, 11, 0, "MIG-g", MIG_NAME + "1g.10gb", (10 * GIB, 0)))
+    for _ in range(int(SLOW_REFRESH_SECONDS)):
+        clock.now += 1.0
+        snapshot = sampler.sample_once()
+    sampler.stop(0)
+    assert 'mig_uuid="MIG-g"' in text(snapshot)  # made in free space: seen at the refresh
+    assert snapshot.nvml_errors == {}  # a refusal NVML documents is no error
+    # asked at each enumeration only: the start, the swap, the refresh
+    assert lib.count("nvmlDeviceGetGpuInstanceRemainingCapacity") == 3
 
 
 def test_gpm_of_a_reused_gpu_instance_id_starts_afresh_and_gone_streams_are_freed(
@@ -357,21 +394,29 @@ def test_the_activity_counter_of_a_new_instance_on_a_reused_id_starts_from_zero(
     assert new is not None and new.sm_seconds == pytest.approx(0.2)  # 10 % for 2 s
 
 
-def test_the_mig_check_costs_two_calls_and_one_per_mig_device_an_interval_and_nothing_without_mig(
+def test_the_mig_check_costs_one_call_per_mig_device_and_one_while_there_is_room(
     install: Install,
 ) -> None:
-    lib, backend, clock = started(install, mig_hopper(), h100(1))
+    full = mig_hopper()
+    full.mig_devices.append(FakeMigDevice(6, 5, 0, "MIG-f", MIG_NAME + "3g.40gb", (40 * GIB, 0)))
+    lib, backend, clock = started(install, mig_hopper(), full, h100(2))
     for _ in range(10):
-        for index in (0, 1):
+        for index in (0, 1, 2):
             backend.device_reading(index, frozenset({"mig"}))
         clock.now += 1.0
-    assert lib.count("nvmlDeviceGetMigMode", gpu=0) == 10  # one an interval
+    for gpu in (0, 1):  # MIG mode is read when the MIG devices are enumerated, once
+        assert lib.count("nvmlDeviceGetMigMode", gpu=gpu) == 1
+        assert lib.count("nvmlDeviceGetMigDeviceHandleByIndex", gpu=gpu) == 7
+    # three of seven slices taken: a GPU instance may be made in the free space
     assert lib.count("nvmlDeviceGetGpuInstanceRemainingCapacity", gpu=0) == 10
-    assert lib.count("nvmlDeviceGetMigDeviceHandleByIndex", gpu=0) == 7  # enumerated once
-    # the enumeration reads the three MIG devices' UUIDs, then each interval checks them
+    # all seven taken: none can be made before one is destroyed, which the UUIDs show
+    assert lib.count("nvmlDeviceGetGpuInstanceRemainingCapacity", gpu=1) == 1
+    # the enumeration reads the MIG devices' UUIDs, then each interval checks them
     assert lib.count("nvmlDeviceGetUUID", gpu=0) == 3 + 9 * 3
-    assert lib.count("nvmlDeviceGetMigMode", gpu=1) == 1  # MIG off: once a slow period
-    assert lib.count("nvmlDeviceGetUUID", gpu=1) == 0
+    assert lib.count("nvmlDeviceGetUUID", gpu=1) == 4 + 9 * 4
+    assert lib.count("nvmlDeviceGetMigMode", gpu=2) == 1  # MIG off: once a slow period
+    assert lib.count("nvmlDeviceGetUUID", gpu=2) == 0
+    assert lib.count("nvmlDeviceGetGpuInstanceRemainingCapacity", gpu=2) == 0
 
 
 def test_mig_memory_used_leaves_the_drivers_reservation_out(install: Install) -> None:

@@ -8,6 +8,7 @@ needs when a buffer is too small). Counts, never times.
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 from typing import Any
 
 import pynvml
@@ -18,8 +19,8 @@ from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
 from gpu_exporter.sources.nvml import PynvmlBackend, buffers, fields, gpm
 from tests.support.clock import FakeClock
-from tests.support.fake_host import advance, busy_h100
-from tests.support.fake_nvml import FakeNvmlLib, Install, h100
+from tests.support.fake_host import advance, busy_h100, busy_mig_h100
+from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install, h100
 from tests.support.fake_sampling import one_second_sampler, started
 
 M = pynvml
@@ -67,6 +68,55 @@ def test_at_most_16_nvml_calls_per_gpu_per_interval_with_gpm_and_nvlink(
     assert reading.modes is not None and reading.modes.persistence is True
     assert reading.pcie is not None and reading.pcie.generation == 5
     assert device.attribution is not None or device.busy_seconds is not None
+
+
+def _mig_calls(install: Install, gpu: FakeGpu) -> dict[str, float]:
+    """NVML calls per interval of one GPU sampled like the budget test's, by function."""
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, DEFAULT_COLLECTORS)
+    sampler.sample_once()  # the first sample reads the identity and enumerates
+    before = Counter(lib.calls)
+    for _ in range(INTERVALS):
+        clock.now += 1.0
+        snapshot = sampler.sample_once()
+    sampler.stop(0)
+    mig = snapshot.devices[0].reading.mig if snapshot.devices[0].reading else None
+    assert mig is not None and all(i.gpm is not None for i in mig.instances.values())
+    calls = Counter(lib.calls)
+    calls.subtract(before)
+    del calls[("nvmlDeviceGetCount_v2", None)]  # the host's, not the GPU's
+    return {fn: n / INTERVALS for (fn, _gpu), n in calls.items() if n}
+
+
+def test_a_mig_gpu_pays_for_its_instances_data_and_one_call_per_idle_device_to_see_changes(
+    install: Install,
+) -> None:
+    busy = _mig_calls(install, busy_mig_h100("1 MIG device"))
+    idle = _mig_calls(install, busy_mig_h100("1 MIG device", busy=False))
+    three = _mig_calls(install, busy_mig_h100("3 MIG devices"))
+    once = 1 / SLOW_REFRESH_SECONDS + 1e-9  # once a slow period
+    for calls in (busy, idle):
+        assert sum(calls.values()) <= 16, calls
+        # what the data needs: the GPU's and its GPU instance's memory and GPM
+        assert calls["nvmlDeviceGetMemoryInfo_v2"] == calls["nvmlGpmMetricsGet"] == 2
+        # MIG mode at each enumeration only (and in the modes collector); no remaining
+        # capacity while the 7g instance fills the GPU
+        assert calls["nvmlDeviceGetMigMode"] <= 2 * once
+        assert calls["nvmlDeviceGetGpuInstanceRemainingCapacity"] <= once
+        # what a MIG parent does not answer (nvml.h) is not asked every interval
+        assert calls["nvmlDeviceGetProcessUtilization"] <= once
+    # busy: its process list shows the MIG device is the same instance, no UUID read
+    assert busy["nvmlDeviceGetComputeRunningProcesses_v3"] == 1
+    assert busy["nvmlDeviceGetUUID"] <= once  # at the enumerations
+    # idle: its UUID, and its empty list only when its instance's memory moves
+    assert idle["nvmlDeviceGetUUID"] == 1
+    assert idle["nvmlDeviceGetComputeRunningProcesses_v3"] <= once
+    # each further GPU instance costs its memory and GPM, each MIG device its process
+    # list, and a GPU with room for another instance its remaining capacity
+    assert three["nvmlDeviceGetUUID"] <= 3 * once
+    assert three["nvmlDeviceGetGpuInstanceRemainingCapacity"] == 1
+    extra = sum(three.values()) - sum(busy.values())
+    assert extra == pytest.approx(3 * 1 + 2 + 1, abs=0.2), extra
 
 
 # Single-call buffers ------------------------------------------------------------------
@@ -475,6 +525,28 @@ def test_graphics_list_while_empty_is_read_once_a_minute_or_for_an_unlisted_pid(
     assert lib.count(graphics, gpu=0) == 2
     backend.processes(0)  # not empty: every interval
     assert lib.count(graphics, gpu=0) == 3
+
+
+def test_an_idle_mig_devices_empty_list_is_read_again_in_the_interval_its_memory_moves(
+    install: Install,
+) -> None:
+    gpu = busy_mig_h100("1 MIG device", busy=False)
+    lib, backend, clock = started(install, gpu)
+    collectors = frozenset({"mig", "process"})
+
+    def pids() -> list[int]:
+        clock.now += 1.0
+        backend.device_reading(0, collectors)  # the MIG instances' memory, first
+        return [p.pid for p in backend.processes(0) or []]
+
+    assert [pids() for _ in range(10)] == [[]] * 10
+    # read while the instance's memory had not yet stood still since the interval
+    # before an empty list was read, then not again
+    assert lib.count("nvmlDeviceGetComputeRunningProcesses_v3") == 2
+    mig = gpu.mig_devices[0]
+    mig.processes = [(4242, 2**30)]  # a CUDA process starts: its context takes memory
+    mig.memory_bytes = (mig.memory_bytes[0], mig.memory_bytes[1] + 2**30)
+    assert pids() == [4242]
 
 
 def test_limits_are_re_read_every_minute_and_the_identity_once(install: Install) -> None:

@@ -1,10 +1,11 @@
 """A busy fake host for counting NVML calls: H100s with GPM, 18 NVLink links, the power
 fields of a recent driver, compute processes and sample buffers that fill as time goes.
 
-`busy_h100` builds one GPU; `advance` fills its sample buffers and per-process samples up
-to a time, as the driver does every 1/6 s; `LiveFakeNvml` does that by itself from a
-clock. The contract tests count calls on it and the benchmark loads it into other
-programs (`benchmarks/fake_nvml_site/sitecustomize.py`), so it imports nothing but
+`busy_h100` builds one GPU, `busy_mig_h100` one with MIG on; `advance` fills its sample
+buffers and per-process samples up to a time, as the driver does every 1/6 s;
+`LiveFakeNvml` does that by itself from a clock. The contract tests count calls on it
+and the benchmark loads it into other programs
+(`benchmarks/fake_nvml_site/sitecustomize.py`), so it imports nothing but
 pynvml and the fake library: it must not weigh on the program it is measured in.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import pynvml
 
-from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, h100
+from tests.support.fake_nvml import FakeGpu, FakeMigDevice, FakeNvmlLib, h100
 
 M = pynvml
 NVLINK_LINKS = 18
@@ -63,6 +64,39 @@ def busy_h100(index: int = 0, pids: list[int] | None = None) -> FakeGpu:
     gpu.compute_processes = [(pid, (1 + i % 5) * 2**30) for i, pid in enumerate(pids)]
     gpu.graphics_processes = []
     gpu.process_samples = []
+    return gpu
+
+
+GIB = 2**30
+MIG_NAME = "NVIDIA H100 80GB HBM3 MIG "
+MIG_LAYOUTS: dict[str, list[tuple[int, int, int, str]]] = {
+    # (slot, GPU instance, compute instance, profile) of each MIG device
+    "1 MIG device": [(0, 0, 0, "7g.80gb")],
+    "3 MIG devices": [(0, 2, 0, "3g.40gb"), (3, 2, 1, "3g.40gb"), (5, 9, 0, "1g.10gb")],
+    "7 MIG devices": [(slot, 7 + slot, 0, "1g.10gb") for slot in range(7)],
+}
+
+
+def busy_mig_h100(layout: str, *, busy: bool = True) -> FakeGpu:
+    """`busy_h100` with MIG on in one of MIG_LAYOUTS, GPM per GPU instance; with `busy`, a
+    training process on each MIG device. The parent answers what nvml.h says a GPU with
+    MIG on answers (`FakeNvmlLib.MIG_UNSUPPORTED`)."""
+    gpu = busy_h100()
+    gpu.mig = (M.NVML_DEVICE_MIG_ENABLE, M.NVML_DEVICE_MIG_ENABLE)
+    gpu.utilization_percent = gpu.encoder_percent = gpu.decoder_percent = None
+    gpu.mig_devices = [
+        FakeMigDevice(
+            slot,
+            gi,
+            ci,
+            f"MIG-{slot}",
+            MIG_NAME + profile,
+            (10 * GIB, 8 * GIB),
+            processes=[(20_000 + slot, 8 * GIB)] if busy else [],
+            gpm={M.NVML_GPM_METRIC_SM_UTIL: 50.0},
+        )
+        for slot, gi, ci, profile in MIG_LAYOUTS[layout]
+    ]
     return gpu
 
 

@@ -336,6 +336,20 @@ def _branch(driver_version: str) -> int:
 class FakeNvmlLib:
     """Stands in for pynvml's `nvmlLib` (the loaded CDLL)."""
 
+    # What nvml.h says a GPU with MIG enabled does not answer ("On MIG-enabled GPUs,
+    # querying ... is not currently supported"): utilization rates (nvml.h:7904),
+    # encoder and decoder utilization (7924, 8015), the GPU and memory sample types
+    # (8440) and process utilization (9407). Answered NOT_SUPPORTED while MIG is on.
+    MIG_UNSUPPORTED = frozenset(
+        {
+            "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetEncoderUtilization",
+            "nvmlDeviceGetDecoderUtilization",
+            "nvmlDeviceGetSamples",
+            "nvmlDeviceGetProcessUtilization",
+        }
+    )
+
     # C symbol -> the first driver branch that has it (older drivers lack the symbol).
     # Clocks-event reasons: renamed from throttle reasons in R535 (nvidia-ml-py 12.535.77
     # wraps it, 11.525.150 does not); nvmlDeviceGetTemperatureV: first wrapped by
@@ -408,6 +422,8 @@ class FakeNvmlLib:
                 return self.fail[name]
             if index is not None and name in self.gpus[index].fail:
                 return self.gpus[index].fail[name]
+            if index is not None and name in self.MIG_UNSUPPORTED and self._mig_on(index):
+                return NOT_SUPPORTED
             with self._inside_lock:
                 self.inside[name] += 1
                 self.most_inside[name] = max(self.most_inside[name], self.inside[name])
@@ -441,6 +457,10 @@ class FakeNvmlLib:
             if any(ctypes.addressof(m.struct) == address for m in gpu.mig_devices):
                 return index
         return None
+
+    def _mig_on(self, index: int) -> bool:
+        mig = self.gpus[index].mig
+        return mig is not None and mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE
 
     def _mig_of(self, handle: Any) -> FakeMigDevice | None:
         if not isinstance(handle, pynvml.c_nvmlDevice_t) or not handle:

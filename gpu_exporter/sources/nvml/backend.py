@@ -25,11 +25,13 @@ A slow value that fails is dropped, not kept: it is absent until a read answers 
 
 A NOT_SUPPORTED answer is remembered (not asked every interval), but forgotten every
 SLOW_REFRESH_SECONDS, when MIG mode changes and when the device is lost: real drivers
-answer NOT_SUPPORTED by mode (a MIG parent has no utilization). A GPU with MIG on makes
-two more calls an interval (`mig.layout`) and one per MIG device (`mig.handles_hold`), so
-a repartition is seen within one interval, an instance made again with the same profile
-included; a GPU without MIG makes none. Its MIG devices, with each GPU instance's
-placement (`placement.py`), are enumerated then and every SLOW_REFRESH_SECONDS.
+answer NOT_SUPPORTED by mode (a MIG parent has no utilization). A GPU with MIG on reads
+per MIG device its process list (`mig_lists.py`) or, where that list cannot show it is
+the same instance, its UUID, and the free capacity while it has room for another GPU
+instance (`mig.unchanged`), so a repartition is seen within one interval, an instance
+made again with the same profile included; a GPU without MIG makes none of these calls.
+Its MIG devices, with each GPU instance's placement (`placement.py`), are enumerated
+then and every SLOW_REFRESH_SECONDS.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ from gpu_exporter.sources.backend import (
 )
 from gpu_exporter.sources.nvml import buffers, fields, gpm, mig
 from gpu_exporter.sources.nvml.calls import (
+    NO_QUIET,
     NOT_FOUND,
     Device,
     NvmlCalls,
@@ -89,6 +92,7 @@ from gpu_exporter.sources.nvml.calls import (
     code_name,
     text,
 )
+from gpu_exporter.sources.nvml.mig_lists import MigProcessLists, ReadList
 
 T = TypeVar("T")
 KIB = 1024
@@ -126,6 +130,7 @@ class _DeviceState:
     mig_slots: tuple[mig.MigSlot, ...] = ()
     mig_read_at: float | None = None  # monotonic time of the last enumeration
     mig_layout: mig.Layout | None = None  # what `mig.layout` answered at it
+    mig_lists: MigProcessLists = field(default_factory=MigProcessLists)
     interval: int = 0  # device readings so far
     mig_checked: int = -1  # the interval whose layout was last checked
     probed_at: float | None = None  # when the NOT_SUPPORTED answers were last forgotten
@@ -360,17 +365,19 @@ class PynvmlBackend:
             buffer = state.buffers[key] = make()
         return buffer
 
-    def mig_slots(self, state: _DeviceState) -> tuple[mig.MigSlot, ...]:
+    def mig_slots(self, state: _DeviceState, lists: bool) -> tuple[mig.MigSlot, ...]:
         """The device's MIG devices: enumerated every mig.REFRESH_SECONDS, and at once
-        when the layout or a MIG device's UUID, which a GPU with MIG on checks every
-        interval, has changed."""
+        when the check a GPU with MIG on makes every interval (`mig.unchanged`) sees a
+        change. With `lists` (the process collector is on) the check reads the MIG
+        devices' process lists for the interval first (`mig_lists.py`)."""
         now = self._monotonic()
         due = state.mig_read_at is None or now - state.mig_read_at >= mig.REFRESH_SECONDS
-        if not due and _mig_enabled(state.mig_layout) and state.mig_checked != state.interval:
+        known = state.mig_layout
+        if not due and known and _mig_enabled(known) and state.mig_checked != state.interval:
             state.mig_checked = state.interval
-            due = mig.layout(self.calls, state.device) != state.mig_layout or not (
-                mig.handles_hold(self.calls, state.mig_slots)
-            )
+            slots, read = state.mig_slots, self._mig_list_reader(state)
+            same = state.mig_lists.take(state.interval, slots, read) if lists else frozenset()
+            due = not mig.unchanged(self.calls, state.device, known, slots, same)
         if due:
             self._enumerate_mig(state, now)
         return state.mig_slots
@@ -468,9 +475,10 @@ class PynvmlBackend:
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
         state = self._state(index)
-        slots = self.mig_slots(state)
+        slots = self.mig_slots(state, lists=True)
         if slots:  # under MIG the parent's list has no memory: ask each MIG device
-            return self._mig_processes(state, slots)
+            read = self._mig_list_reader(state)
+            return state.mig_lists.processes(state.interval, self.now(), slots, read)
         d = state.device
         compute = self._process_list(state, d, "compute_processes", _COMPUTE_PROCESSES)
         graphics = self._graphics_processes(state)
@@ -522,33 +530,11 @@ class PynvmlBackend:
             state.slow.pop(key, None)
         return value
 
-    def _mig_processes(
-        self, state: _DeviceState, slots: Sequence[mig.MigSlot]
-    ) -> Sequence[GpuProcess] | None:
-        out: list[GpuProcess] = []
-        answered = False
-        for slot in slots:
-            procs = self._process_list(
-                state,
-                slot.device,
-                "compute_processes",
-                _COMPUTE_PROCESSES,
-                buffer_key=f"compute_processes/{slot.info.uuid}",
-            )
-            if procs is None:
-                continue
-            answered = True
-            out += [
-                GpuProcess(
-                    pid=p.pid,
-                    context="compute",
-                    used_memory_bytes=p.used_memory_bytes,
-                    gpu_instance=slot.info.gpu_instance,
-                    compute_instance=slot.info.compute_instance,
-                )
-                for p in procs
-            ]
-        return out if answered else None
+    def _mig_list_reader(self, state: _DeviceState) -> ReadList:
+        """Reads a MIG device's compute list; a destroyed one's handle answers None."""
+        return lambda slot: self._process_list(
+            state, slot.device, "compute_processes", _COMPUTE_PROCESSES, slot.info.uuid
+        )
 
     def _process_list(
         self,
@@ -556,11 +542,13 @@ class PynvmlBackend:
         d: Device,
         key: str,
         symbols: tuple[str, str],
-        buffer_key: str | None = None,
+        mig_uuid: str | None = None,
     ) -> list[buffers.ProcessEntry] | None:
         """The `_v3` process list (R510+), else `_v2` (R470 and older LTS branches), in
-        one call into a buffer of `state` (`d` is the device or one of its MIG devices)."""
-        buffer = self.buffer(state, buffer_key or key, buffers.process_buffer)
+        one call into a buffer of `state` (`d` is the device, or its MIG device `mig_uuid`)."""
+        buffer = self.buffer(
+            state, f"{key}/{mig_uuid}" if mig_uuid else key, buffers.process_buffer
+        )
         for version, symbol in zip(("", "_v2"), symbols, strict=True):
             procs = self.calls.call(
                 symbol,
@@ -570,6 +558,7 @@ class PynvmlBackend:
                 symbol,
                 device=d,
                 key=key + version,
+                quiet=mig.GONE if mig_uuid else NO_QUIET,
             )
             if procs is not None or key + version not in d.unsupported:
                 return procs
@@ -946,7 +935,7 @@ class _NvmlReader:
         return self._backend.slow(self._state, "nvlink_error_counters", read) or {}
 
     def mig(self) -> MigReading | None:
-        slots = self._backend.mig_slots(self._state)
+        slots = self._backend.mig_slots(self._state, "process" in self._collectors)
         if not slots:
             return None
         instances: dict[int, MigInstanceReading] = {}
@@ -955,6 +944,7 @@ class _NvmlReader:
             if gi in instances:
                 continue  # compute instances of one GPU instance share its memory
             memory = _memory(self._backend.calls, slot.device)  # v2: `used` without reserved
+            self._state.mig_lists.used_memory(self._state.interval, gi, memory.used_bytes)
             if memory.total_bytes is None and "memory" not in slot.device.unsupported:
                 self._state.mig_read_at = None  # it stopped answering: enumerate again
             activity = None

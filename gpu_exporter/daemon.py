@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -130,7 +131,9 @@ class KubernetesSource:
             log_root=settings.kubernetes_log_root,
             refresh_seconds=settings.kubernetes_refresh_seconds,
         )
-        self.attributor = KubernetesAttributor()
+        self.attributor = KubernetesAttributor(
+            re.compile(settings.kubernetes_expected_host_processes)
+        )
         self._watch = watch
 
     def start(self) -> None:

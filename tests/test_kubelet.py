@@ -3,13 +3,16 @@ by grpcio on a Unix socket (tests/support/kubelet.py), and its log layout on dis
 
 The exporter's pieces are the real ones: the pod-resources client, the watcher thread,
 the attributor, and a Sampler on the simulated host (GPU 0 runs a PyTorch job in a pod,
-GPU 1 is idle, GPU 3 is MIG-partitioned); the assertions read the rendered exposition.
+GPU 1 is idle, GPU 2 runs a Slurm job outside every pod, GPU 3 is MIG-partitioned and
+runs an inference server in a Docker container no pod holds); the assertions read the
+rendered exposition.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,7 +29,7 @@ from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.metrics.render import text
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.metrics.text import LABEL_VALUE_MAX_BYTES
-from gpu_exporter.model import ContainerDevices, KubeletReading, Snapshot
+from gpu_exporter.model import ContainerDevices, DeviceSample, KubeletReading, Snapshot
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.kubelet.client import KubeletUnavailable, PodResourcesClient
 from gpu_exporter.sources.kubelet.logs import container_names, pod_names
@@ -157,7 +160,9 @@ def test_whole_gpus_by_uuid_mig_devices_and_time_sliced_replicas_are_allocations
     }
     samples = parse_samples(exposition)
     assert values(samples, "gpu_exporter_kubernetes_up") == [1.0]
-    assert series(samples, "gpu_unallocated_processes") == []
+    # no pod uses a GPU it was not given; the node's own jobs are stowaways (below)
+    assert {s["gpu"] for s in series(samples, "gpu_unallocated_processes")} == {"2", "3"}
+    assert [s["pod"] for s in series(samples, "gpu_unallocated_processes")] == ["", ""]
 
 
 def test_gpus_by_index_under_the_device_plugins_index_strategy(
@@ -241,7 +246,9 @@ def test_a_pod_using_a_gpu_it_was_not_allocated_is_a_stowaway(
     snapshot, exposition = host.sample()
     unallocated = series(parse_samples(exposition), "gpu_unallocated_processes")
     assert [(s["gpu"], s["namespace"], s["pod"], s["container"]) for s in unallocated] == [
-        ("0", "ml", "train-0", "trainer")
+        ("0", "ml", "train-0", "trainer"),
+        ("2", "", "", ""),  # the node's Slurm job and Docker container: outside every pod
+        ("3", "", "", ""),
     ]
     assert snapshot.kubernetes is not None and snapshot.kubernetes.up
 
@@ -261,6 +268,57 @@ def test_a_stowaway_whose_processes_fall_beyond_the_process_cap_is_still_counted
     assert [(u.gpu, u.pod, u.container, u.processes) for u in state.unallocated] == [
         (0, "train-0", "trainer", 1)
     ]
+
+
+def test_processes_outside_every_pod_are_stowaways_with_no_pod_labels(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    # GPU 2 is given to a pod, yet a Slurm job started on the node runs there; GPU 3 is
+    # free, yet a container started by hand (`docker run`, no pod) runs on its MIG instance
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[0], "2"]})])]
+    snapshot, exposition = host.sample()
+    lines = [line for line in exposition.splitlines() if line.startswith("gpu_unallocated_")]
+    # an empty label is never written: no namespace, pod or container at all
+    assert lines == [
+        f'gpu_unallocated_processes{{gpu="2",uuid="{host.uuids[2]}"}} 1.0',
+        f'gpu_unallocated_processes{{gpu="3",gpu_instance="2",uuid="{host.uuids[3]}"}} 1.0',
+    ]
+    assert snapshot.kubernetes is not None and snapshot.kubernetes.up
+    assert (snapshot.kubernetes.reason or "").startswith(
+        "processes outside every pod run on GPU 2 (started on the node, not by Kubernetes)"
+    )
+    # the Slurm job's name is expected on this node: no longer a stowaway
+    host.attributor = KubernetesAttributor(re.compile("python|Xorg"))
+    _, exposition = host.sample()
+    assert values(parse_samples(exposition), "gpu_unallocated_processes", gpu="2") == []
+
+
+def test_a_display_server_is_expected_and_a_pid_the_host_cannot_see_is_no_stowaway() -> None:
+    from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES
+    from gpu_exporter.model import CgroupLabels, HostProcess
+    from tests.test_processes import STATIC, gpu, raw
+
+    hosts = {
+        1: HostProcess(process="Xorg"),  # a workstation's display server
+        2: HostProcess(process="gnome-shell"),
+        3: HostProcess(process="python"),  # someone's job, started in a login shell
+        4: HostProcess(process="python", labels=CgroupLabels(pod_uid="0" * 32)),  # a pod's
+        # PID 5: not in the /proc the exporter sees (another PID namespace): unknown
+    }
+    attribution = ProcessAttributor(limit=1).attribute(
+        raw([gpu(pid) for pid in range(1, 6)]), hosts
+    )
+    assert dict(attribution.host_processes) == {
+        ("", "Xorg"): 1,
+        ("", "gnome-shell"): 1,
+        ("", "python"): 1,
+    }
+    device = DeviceSample(index=0, static=STATIC, up=True, attribution=attribution)
+    reading = KubeletReading(pod_names={})
+    _, state = KubernetesAttributor(re.compile(EXPECTED_HOST_PROCESSES))((device,), reading)
+    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 1)]
+    _, state = KubernetesAttributor(re.compile(""))((device,), reading)  # none expected
+    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 3)]
 
 
 def test_a_pod_with_no_gpu_in_its_limits_using_one_is_named_as_the_reason(
@@ -567,6 +625,7 @@ def test_the_first_readiness_does_not_wait_on_a_hung_kubelet_whose_answer_joins_
         kubelet.release()
         exporter.wait_for(lambda s: values(s, "gpu_allocation_info"), timeout=30)
         assert allocations(exporter.get().text) == {("1", "", "ml", "train-0", "trainer")}
+        assert "Traceback" not in exporter.log()
     finally:
         kubelet.release()
         assert exporter.stop() == 0
@@ -609,6 +668,7 @@ def test_a_sighup_turning_the_collector_off_stops_asking_the_kubelet_and_on_agai
         collector(True)
         assert kubelet.calls > calls
         assert exporter.log().count("configuration reloaded") == 22
+        assert "Traceback" not in exporter.log()
     finally:
         assert exporter.stop() == 0
 

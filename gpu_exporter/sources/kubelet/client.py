@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from typing import Any
 
 from gpu_exporter.model import ContainerDevices
@@ -45,6 +46,7 @@ class PodResourcesClient:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
         self._channel: Any = None
+        self._retired: Any = None  # the last failed call's channel, closed by the next call
         self._list: Any = None
 
     def list(self) -> tuple[tuple[ContainerDevices, ...], int]:
@@ -54,13 +56,15 @@ class PodResourcesClient:
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
         import grpc  # only with the kubernetes collector
 
+        self._close_retired()
         if self._list is None:
             self._connect()
         call = _WatchedCall(self._channel)
         try:
             response = call.run(self._list, _request(), self.timeout_seconds)
         except (grpc.RpcError, grpc.FutureCancelledError) as error:
-            self.close()  # a restarted kubelet has a new socket: connect afresh next time
+            # a restarted kubelet has a new socket: connect afresh next time
+            self._retired, self._channel, self._list = self._channel, None, None
             if call.broken_connections or _broken_connection(error):
                 raise KubeletUnavailable(
                     f"the socket {self.socket_path} accepts connections and then breaks them: "
@@ -71,9 +75,18 @@ class PodResourcesClient:
         return _allocations(response), len(response.pod_resources)
 
     def close(self) -> None:
+        self._close_retired()
         if self._channel is not None:
-            self._channel.close()
+            _close(self._channel)
         self._channel = self._list = None
+
+    def _close_retired(self) -> None:
+        """Close the last failed call's channel. Not at once: grpcio's thread that watched
+        its connectivity for that call may run for 0.2 s more, and it raises (a traceback
+        on stderr) if the channel is closed under it."""
+        if self._retired is not None:
+            _close(self._retired)
+            self._retired = None
 
     def _check_socket(self) -> None:
         path = self.socket_path
@@ -161,6 +174,16 @@ class _WatchedCall:
                 self.broken_connections = True
                 if self._future is not None:
                     self._future.cancel()
+
+
+def _close(channel: Any) -> None:
+    """Close a channel once grpcio's connectivity thread, if any, has ended (at most 0.5 s:
+    it ends within 0.2 s of the last unsubscribe; `_connectivity_state` is grpcio's own)."""
+    state = getattr(channel, "_connectivity_state", None)
+    deadline = time.monotonic() + 0.5
+    while getattr(state, "polling", False) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    channel.close()
 
 
 def _broken_connection(error: Any) -> bool:

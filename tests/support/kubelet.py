@@ -19,6 +19,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,14 +154,14 @@ HTTP2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 class JunkSocket:
     """A Unix socket that answers each connection with HTTP/2 SETTINGS and then junk (a
-    frame header announcing a frame far over the maximum size), keeps it open, and counts
-    connections."""
+    frame header announcing a frame far over the maximum size), keeps it open (the last
+    64), and counts connections."""
 
     def __init__(self, socket_path: Path) -> None:
         self.socket_path = socket_path
         self.connections = 0
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._open: list[socket.socket] = []
+        self._open: deque[socket.socket] = deque()
 
     def start(self) -> JunkSocket:
         self._listener.bind(str(self.socket_path))
@@ -181,6 +182,8 @@ class JunkSocket:
                 connection.close()
                 continue
             self._open.append(connection)
+            if len(self._open) > 64:  # a client storming must not take every descriptor
+                self._open.popleft().close()
 
     def stop(self) -> None:
         try:

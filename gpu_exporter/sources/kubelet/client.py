@@ -16,7 +16,7 @@ on a new connection at once ("transparent retry"). A socket that answers SETTING
 junk so made one List call open 40 to 950 connections in 0.2 s, and neither
 `grpc.enable_retries=0` nor the reconnect-backoff options stop it. So a call here watches
 the channel's connectivity and cancels itself when a second connection starts: a
-handful of connections per call (5 on average, 50 at worst, measured), and the watcher,
+handful of connections per call (8 on average, 50 at worst, measured), and the watcher,
 which owns the backoff between calls, closes the channel after a failure and waits
 before it makes a new one (`watch.retry_delay`).
 """

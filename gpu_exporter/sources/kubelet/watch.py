@@ -80,10 +80,6 @@ class KubeletWatcher:
         """The last refresh; None before the first one finished (since the last start)."""
         return self._latest
 
-    @property
-    def running(self) -> bool:
-        return self._stop is not None
-
     def start(self) -> None:
         """Start refreshing now, on a thread of its own; no-op while it runs."""
         if self._stop is not None:

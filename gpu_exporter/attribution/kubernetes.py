@@ -209,9 +209,9 @@ def _unallocated(
 ) -> tuple[UnallocatedUse, ...]:
     """Processes of containers on GPUs not allocated to them, counted per container, and
     processes outside every pod (namespace, pod and container ""), counted per GPU (or MIG
-    GPU instance) whatever the kubelet allocated: the host's own, but those `expected`
-    names in full, and those of containers that no pod holds (no pod UID in their cgroup,
-    no name in the kubelet's log layout: `docker run` by hand)."""
+    GPU instance) whatever the kubelet allocated: the host's own (not those whose whole
+    name `expected` matches), and those of containers that no pod holds (no pod UID in
+    their cgroup, no name in the kubelet's log layout: `docker run` by hand)."""
     given: set[tuple[int, str, str, str, str]] = set()  # (gpu, gi, namespace, pod, container)
     for a in allocations:
         given.add((a.gpu, a.gpu_instance, a.namespace, a.pod, a.container))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from gpu_exporter import __version__
+from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES
 from gpu_exporter.config_keys import flatten, unknown_key
 from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.serving.routes import built_in_route
@@ -49,6 +50,7 @@ class Settings:
     kubernetes_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     kubernetes_log_root: str = "/var/log"
     kubernetes_refresh_seconds: float = 5.0
+    kubernetes_expected_host_processes: str = EXPECTED_HOST_PROCESSES  # a regular expression
     web_ui: bool = True
     log_level: str = "info"
     log_format: str = "logfmt"
@@ -158,6 +160,15 @@ def _text(value: Any) -> str:
 
 
 _PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/-]*")  # RFC 3986 path characters, unescaped
+
+
+def _regex(value: Any) -> str:
+    text = _text(value)
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise ValueError(f"not a regular expression: {text!r} ({error})") from None
+    return text
 
 
 def _words(value: Any) -> tuple[str, ...]:
@@ -303,6 +314,16 @@ OPTIONS: tuple[Option, ...] = (
         "with --collector.kubernetes: how often to ask the kubelet, 1s to 10m, on a thread of "
         "its own (default 5s)",
         "DURATION",
+    ),
+    Option(
+        "kubernetes.expected-host-processes",
+        "kubernetes_expected_host_processes",
+        _regex,
+        "with --collector.kubernetes: processes outside every pod that are expected on a GPU, "
+        "a regular expression matching the whole process name; the others are counted in "
+        "gpu_unallocated_processes with no pod labels; '' expects none (default "
+        f"{EXPECTED_HOST_PROCESSES}: display servers)",
+        "REGEX",
     ),
     Option(
         "web.ui",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -112,27 +113,40 @@ def make_sampler(
 
 
 class KubernetesSource:
-    """The kubelet watcher and the attributor, started by the first sample that has the
-    kubernetes collector on (at start, or after a SIGHUP turned it on). That first sample
-    reads the kubelet itself, so `--once` has the allocation; later ones take the watcher
-    thread's last reading and never wait on the kubelet."""
+    """The kubelet watcher and the attributor.
 
-    def __init__(self, settings: Settings) -> None:
+    With `watch` (the daemon) a sample attributes the watcher thread's last reading and
+    never waits on the kubelet: the first samples, and so the first readiness, come before
+    the kubelet answers (`gpu_exporter_kubernetes_up 0`, "not read yet"), and its answer
+    joins the sample after it arrives. The daemon starts and stops the thread with the
+    collector (`start`, `stop`: at start, and on a SIGHUP that turns it on or off).
+    Without `watch` (`--once`, `--self-check`) there is no thread: the first sample reads
+    the kubelet itself, which waits at most the kubelet timeout (5 s,
+    `watch.DEFAULT_TIMEOUT_SECONDS`).
+    """
+
+    def __init__(self, settings: Settings, *, watch: bool = False) -> None:
         self.watcher = KubeletWatcher(
             settings.kubernetes_socket,
             log_root=settings.kubernetes_log_root,
             refresh_seconds=settings.kubernetes_refresh_seconds,
         )
-        self.attributor = KubernetesAttributor()
-        self._started = False
+        self.attributor = KubernetesAttributor(
+            re.compile(settings.kubernetes_expected_host_processes)
+        )
+        self._watch = watch
+
+    def start(self) -> None:
+        self.watcher.start()
+
+    def stop(self) -> None:
+        self.watcher.stop()
 
     def __call__(
         self, devices: tuple[DeviceSample, ...]
     ) -> tuple[tuple[DeviceSample, ...], KubernetesState]:
-        if not self._started:
-            self._started = True
+        if not self._watch and self.watcher.latest() is None:
             self.watcher.refresh()
-            self.watcher.start()
         return self.attributor(devices, self.watcher.latest())
 
 
@@ -188,7 +202,7 @@ class Exporter:
         self.state = ServingState(history=History() if settings.web_ui else None)
         self.backend = make_backend(settings)
         self.xid = XidListener(self.backend)
-        self.kubernetes = KubernetesSource(settings)
+        self.kubernetes = KubernetesSource(settings, watch=True)
         # the /proc counters are read for predicted scrapes and the page's history
         reads = CounterReads(
             lambda within: bool(self.state.scrapes.expected(within_seconds=within)),
@@ -250,6 +264,8 @@ class Exporter:
         warn_if_simulated(self.settings)
         if "xid" in self.settings.collectors:
             self.xid.start()
+        if "kubernetes" in self.settings.collectors:
+            self.kubernetes.start()
         self.sampler.start()
         self.watchdog.start()
 
@@ -263,7 +279,7 @@ class Exporter:
         self.watchdog.stop()
         if self.server is not None:
             self.server.stop()
-        self.kubernetes.watcher.stop()  # not waited for: a call in flight has its deadline
+        self.kubernetes.stop()  # not waited for: a call in flight has its deadline
         xid_done = self.xid.stop(timeout_seconds=0.05)
         self.sampler.stop(timeout_seconds=0.5, shutdown_nvml=xid_done)
 
@@ -295,6 +311,11 @@ class Exporter:
         self.sampler.interval_seconds = new.interval_seconds
         self.sampler.timeout_seconds = new.timeout_seconds
         self.sampler.collectors = new.collectors
+        # the kubelet is asked while the collector is on, and only then
+        if "kubernetes" in new.collectors:
+            self.kubernetes.start()
+        else:
+            self.kubernetes.stop()
         self.routes.telemetry_path = new.telemetry_path
         if self.server is not None:
             if new.web_config_file is None and old.web_config_file is not None:

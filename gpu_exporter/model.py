@@ -401,6 +401,9 @@ class Attribution:
     process_count: int  # distinct PIDs holding a context, before the cap
     # processes per (gpu_instance, container_id, pod_uid) of containers, before the cap
     containers: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    # processes per (gpu_instance, process name) of the host's: in no container and no
+    # pod by their cgroup, and seen in the host's /proc (a PID it cannot see is left out)
+    host_processes: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 # Kubernetes --------------------------------------------------------------------------

@@ -3,18 +3,22 @@ by grpcio on a Unix socket (tests/support/kubelet.py), and its log layout on dis
 
 The exporter's pieces are the real ones: the pod-resources client, the watcher thread,
 the attributor, and a Sampler on the simulated host (GPU 0 runs a PyTorch job in a pod,
-GPU 1 is idle, GPU 3 is MIG-partitioned); the assertions read the rendered exposition.
+GPU 1 is idle, GPU 2 runs a Slurm job outside every pod, GPU 3 is MIG-partitioned and
+runs an inference server in a Docker container no pod holds); the assertions read the
+rendered exposition.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,16 +29,24 @@ from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.metrics.render import text
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.metrics.text import LABEL_VALUE_MAX_BYTES
-from gpu_exporter.model import KubeletReading, Snapshot
+from gpu_exporter.model import ContainerDevices, DeviceSample, KubeletReading, Snapshot
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.kubelet.client import KubeletUnavailable, PodResourcesClient
 from gpu_exporter.sources.kubelet.logs import container_names, pod_names
-from gpu_exporter.sources.kubelet.watch import KubeletWatcher
+from gpu_exporter.sources.kubelet.watch import KubeletWatcher, retry_delay
 from gpu_exporter.sources.simulated import SimulatedBackend
 from gpu_exporter.sources.simulated_tenants import PROFILE_PROCESSES, labels
 from tests.support.clock import FakeClock
-from tests.support.exporter import parse_samples, series, values
-from tests.support.kubelet import Claim, ClaimDevice, Container, FakeKubelet, Pod, write_log_tree
+from tests.support.exporter import parse_samples, series, start_exporter, values
+from tests.support.kubelet import (
+    Claim,
+    ClaimDevice,
+    Container,
+    FakeKubelet,
+    JunkSocket,
+    Pod,
+    write_log_tree,
+)
 
 KUBELET_DIR = Path(__file__).resolve().parent.parent / "gpu_exporter" / "sources" / "kubelet"
 GPU = "nvidia.com/gpu"
@@ -156,7 +168,9 @@ def test_whole_gpus_by_uuid_mig_devices_and_time_sliced_replicas_are_allocations
     }
     samples = parse_samples(exposition)
     assert values(samples, "gpu_exporter_kubernetes_up") == [1.0]
-    assert series(samples, "gpu_unallocated_processes") == []
+    # no pod uses a GPU it was not given; the node's own jobs are stowaways (below)
+    assert {s["gpu"] for s in series(samples, "gpu_unallocated_processes")} == {"2", "3"}
+    assert [s["pod"] for s in series(samples, "gpu_unallocated_processes")] == ["", ""]
 
 
 def test_gpus_by_index_under_the_device_plugins_index_strategy(
@@ -383,7 +397,9 @@ def test_a_pod_using_a_gpu_it_was_not_allocated_is_a_stowaway(
     snapshot, exposition = host.sample()
     unallocated = series(parse_samples(exposition), "gpu_unallocated_processes")
     assert [(s["gpu"], s["namespace"], s["pod"], s["container"]) for s in unallocated] == [
-        ("0", "ml", "train-0", "trainer")
+        ("0", "ml", "train-0", "trainer"),
+        ("2", "", "", ""),  # the node's Slurm job and Docker container: outside every pod
+        ("3", "", "", ""),
     ]
     assert snapshot.kubernetes is not None and snapshot.kubernetes.up
 
@@ -403,6 +419,57 @@ def test_a_stowaway_whose_processes_fall_beyond_the_process_cap_is_still_counted
     assert [(u.gpu, u.pod, u.container, u.processes) for u in state.unallocated] == [
         (0, "train-0", "trainer", 1)
     ]
+
+
+def test_processes_outside_every_pod_are_stowaways_with_no_pod_labels(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    # GPU 2 is given to a pod, yet a Slurm job started on the node runs there; GPU 3 is
+    # free, yet a container started by hand (`docker run`, no pod) runs on its MIG instance
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: [host.uuids[0], "2"]})])]
+    snapshot, exposition = host.sample()
+    lines = [line for line in exposition.splitlines() if line.startswith("gpu_unallocated_")]
+    # an empty label is never written: no namespace, pod or container at all
+    assert lines == [
+        f'gpu_unallocated_processes{{gpu="2",uuid="{host.uuids[2]}"}} 1.0',
+        f'gpu_unallocated_processes{{gpu="3",gpu_instance="2",uuid="{host.uuids[3]}"}} 1.0',
+    ]
+    assert snapshot.kubernetes is not None and snapshot.kubernetes.up
+    assert (snapshot.kubernetes.reason or "").startswith(
+        "processes outside every pod run on GPU 2 (started on the node, not by Kubernetes)"
+    )
+    # the Slurm job's name is expected on this node: no longer a stowaway
+    host.attributor = KubernetesAttributor(re.compile("python|Xorg"))
+    _, exposition = host.sample()
+    assert values(parse_samples(exposition), "gpu_unallocated_processes", gpu="2") == []
+
+
+def test_a_display_server_is_expected_and_a_pid_the_host_cannot_see_is_no_stowaway() -> None:
+    from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES
+    from gpu_exporter.model import CgroupLabels, HostProcess
+    from tests.test_processes import STATIC, gpu, raw
+
+    hosts = {
+        1: HostProcess(process="Xorg"),  # a workstation's display server
+        2: HostProcess(process="gnome-shell"),
+        3: HostProcess(process="python"),  # someone's job, started in a login shell
+        4: HostProcess(process="python", labels=CgroupLabels(pod_uid="0" * 32)),  # a pod's
+        # PID 5: not in the /proc the exporter sees (another PID namespace): unknown
+    }
+    attribution = ProcessAttributor(limit=1).attribute(
+        raw([gpu(pid) for pid in range(1, 6)]), hosts
+    )
+    assert dict(attribution.host_processes) == {
+        ("", "Xorg"): 1,
+        ("", "gnome-shell"): 1,
+        ("", "python"): 1,
+    }
+    device = DeviceSample(index=0, static=STATIC, up=True, attribution=attribution)
+    reading = KubeletReading(pod_names={})
+    _, state = KubernetesAttributor(re.compile(EXPECTED_HOST_PROCESSES))((device,), reading)
+    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 1)]
+    _, state = KubernetesAttributor(re.compile(""))((device,), reading)  # none expected
+    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 3)]
 
 
 def test_a_pod_with_no_gpu_in_its_limits_using_one_is_named_as_the_reason(
@@ -584,16 +651,77 @@ def test_samples_take_the_watchers_last_reading_and_never_call_the_kubelet(
         kubernetes_log_root=str(tmp_path),
         kubernetes_refresh_seconds=600.0,  # the watcher thread's next refresh is far off
     )
-    source = KubernetesSource(settings)
+    source = KubernetesSource(settings, watch=True)
+    source.start()
     try:
-        _, state = source(())  # the first sample reads the kubelet, for --once
-        assert kubelet.calls == 1 and state.reason is None
+        wait_until(lambda: source.watcher.latest() is not None)
+        _, state = source(())
+        assert kubelet.calls == 1 and state.up and state.reason is None
         kubelet.delay = 30.0  # a hung kubelet from now on
         for _ in range(5):
             _, state = source(())
         assert kubelet.calls == 1 and state.up
     finally:
-        source.watcher.stop()
+        source.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.02)
+
+
+# Failures: backoff, one cause, no storm ------------------------------------------------
+
+
+def test_a_socket_that_answers_http2_settings_and_then_junk_costs_a_few_connections_a_call(
+    socket_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gRPC reconnected hundreds of times within one List call (its backoff resets once
+    the server's SETTINGS arrive, and it retries a call that never reached the server at
+    once); now a call gives up at its second connection, and the watcher backs off."""
+    junk = JunkSocket(socket_path).start()
+    try:
+        watcher = KubeletWatcher(str(socket_path), log_root="/nonexistent", refresh_seconds=1)
+        readings = [watcher.refresh() for _ in range(10)]
+        tenth_delay = watcher.next_delay_seconds
+        connections = junk.connections  # counted before the server stops
+    finally:
+        junk.stop()
+    # before: 40 to 950 connections per call (5,677 for 20 calls); now 5 on average
+    assert connections <= 10 * 25, connections
+    assert {r.error for r in readings} == {
+        f"the socket {socket_path} accepts connections and then breaks them: it is not the "
+        "kubelet's pod-resources gRPC server, or the kubelet is restarting"
+    }
+    warnings = [r for r in caplog.records if "kubernetes attribution" in r.getMessage()]
+    assert len(warnings) == 1  # the cause, named once
+    assert 60 * 0.8 <= tenth_delay <= 60 * 1.2  # the tenth failure in a row waits a minute
+
+
+def test_after_each_failure_in_a_row_the_watcher_waits_twice_as_long_up_to_a_minute() -> None:
+    outcomes: list[BaseException | None] = [KubeletUnavailable("down")] * 8 + [None]
+
+    def lister() -> tuple[tuple[ContainerDevices, ...], int]:
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+        return (), 0
+
+    watcher = KubeletWatcher(
+        "/none", log_root="/nonexistent", refresh_seconds=5, list_allocations=lister
+    )
+    delays = []
+    for _ in range(9):
+        watcher.refresh()
+        delays.append(watcher.next_delay_seconds)
+    expected = [5, 10, 20, 40, 60, 60, 60, 60]
+    for delay, base in zip(delays, expected, strict=False):
+        assert base * 0.8 <= delay <= base * 1.2, (delays, expected)
+    assert len({round(d, 6) for d in delays[4:8]}) > 1  # jittered: nodes that fail together spread
+    assert delays[-1] == 5  # answered: the refresh interval again
+    assert retry_delay(1, 600, 0.0) == 600  # a refresh interval over a minute is the cap
 
 
 # The real program --------------------------------------------------------------------------
@@ -603,8 +731,6 @@ def test_samples_take_the_watchers_last_reading_and_never_call_the_kubelet(
 def test_the_program_serves_allocation_and_keeps_serving_while_the_kubelet_hangs_or_vanishes(
     kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
 ) -> None:
-    from tests.support.exporter import start_exporter
-
     kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["0", "1"]})])]
     args = [
         "--simulate", "2", "--collect.interval", "0.2s", "--collector.kubernetes",
@@ -625,3 +751,91 @@ def test_the_program_serves_allocation_and_keeps_serving_while_the_kubelet_hangs
         assert "does not exist" in exporter.log()
     finally:
         assert exporter.stop() == 0
+
+
+@pytest.mark.e2e
+def test_the_first_readiness_does_not_wait_on_a_hung_kubelet_whose_answer_joins_later(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["1"]})])]
+    kubelet.hold()  # no answer until released: longer than the 5 s the exporter waits
+    args = [
+        "--simulate", "2", "--collect.interval", "0.2s", "--collector.kubernetes",
+        "--kubernetes.pod-resources-socket", str(socket_path),
+        "--kubernetes.log-directory", str(tmp_path), "--kubernetes.refresh-interval", "1s",
+    ]  # fmt: skip
+    exporter = start_exporter(args, tmp_path)  # until the first sample is served
+    try:
+        exporter.wait_health(200)
+        # ready while the first List call is still waiting for its answer (before, the
+        # first sample waited for that call's 5 s deadline)
+        assert kubelet.abandoned == 0
+        samples = exporter.scrape()
+        assert values(samples, "gpu_up") == [1.0, 1.0]
+        assert values(samples, "gpu_exporter_kubernetes_up") == [0.0]
+        kubelet.release()
+        exporter.wait_for(lambda s: values(s, "gpu_allocation_info"), timeout=30)
+        assert allocations(exporter.get().text) == {("1", "", "ml", "train-0", "trainer")}
+        assert "Traceback" not in exporter.log()
+    finally:
+        kubelet.release()
+        assert exporter.stop() == 0
+
+
+@pytest.mark.e2e
+def test_a_sighup_turning_the_collector_off_stops_asking_the_kubelet_and_on_again_asks(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
+) -> None:
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["0"]})])]
+    config = tmp_path / "config.yml"
+
+    def collector(on: bool) -> None:
+        config.write_text(f"collector.kubernetes: {'true' if on else 'false'}\n")
+        exporter.signal(signal.SIGHUP)
+        if on:  # asked again, and its answer served
+            exporter.wait_for(lambda s: values(s, "gpu_allocation_info") == [1.0])
+        else:  # its series gone
+            exporter.wait_for(lambda s: not values(s, "gpu_exporter_kubernetes_up"))
+
+    config.write_text("collector.kubernetes: true\n")
+    args = [
+        "--simulate", "1", "--collect.interval", "0.2s", "--config.file", str(config),
+        "--kubernetes.pod-resources-socket", str(socket_path),
+        "--kubernetes.log-directory", str(tmp_path), "--kubernetes.refresh-interval", "1s",
+    ]  # fmt: skip
+    exporter = start_exporter(args, tmp_path)
+    try:
+        exporter.wait_for(lambda s: values(s, "gpu_allocation_info") == [1.0])
+        for _ in range(10):
+            collector(False)
+            collector(True)
+        collector(False)
+        calls = kubelet.calls
+        # 25 samples (5 s at 0.2 s), 5 refresh intervals: the kubelet is asked no more
+        # (a call in flight as the SIGHUP came may still arrive)
+        first = values(exporter.scrape(), "gpu_exporter_samples_total")[0]
+        exporter.wait_for(lambda s: values(s, "gpu_exporter_samples_total")[0] >= first + 25)
+        assert kubelet.calls <= calls + 1
+        collector(True)
+        assert kubelet.calls > calls
+        assert exporter.log().count("configuration reloaded") == 22
+        assert "Traceback" not in exporter.log()
+    finally:
+        assert exporter.stop() == 0
+
+
+@pytest.mark.e2e
+def test_once_reads_the_kubelet_before_it_prints(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path
+) -> None:
+    from tests.support.exporter import run_exporter
+
+    kubelet.pods = [Pod("ml", "train-0", [Container("trainer", {GPU: ["1"]})])]
+    result = run_exporter([
+        "--simulate", "2", "--once", "--collector.kubernetes",
+        "--kubernetes.pod-resources-socket", str(socket_path),
+        "--kubernetes.log-directory", str(tmp_path),
+    ])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert allocations(result.stdout) == {("1", "", "ml", "train-0", "trainer")}
+    assert kubelet.calls == 1

@@ -12,7 +12,10 @@ the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does thre
   shared replicas `.../vgpu<N>` (the forms dcgm-exporter's pod mapper matches); the
   devices of DRA claims of NVIDIA's GPU driver are read by their names (`dra.py`);
 - finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
-  kubelet did not allocate to it.
+  kubelet did not allocate to it, and processes outside every pod (the host's own, or a
+  container no pod holds), counted with empty pod labels, whatever the kubelet did with
+  that GPU; host processes whose name is expected (`EXPECTED_HOST_PROCESSES`, a display
+  server) are not stowaways.
 
 Its `KubernetesState.reason` names what keeps it from working, or what it found wrong
 (a pod using a GPU without asking for one); each new reason is logged once.
@@ -21,6 +24,7 @@ Its `KubernetesState.reason` names what keeps it from working, or what it found 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
@@ -42,6 +46,9 @@ NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
 REPLICA_SEPARATORS = ("::", "/vgpu")  # time-slicing and MPS replicas: "GPU-<uuid>::<n>",
 # and GKE's shared GPUs: "nvidia0/vgpu3"
 SHOWN_IDS = 3  # device IDs quoted in a reason
+# Host processes expected on a GPU node, by process name (all of it): display servers and
+# compositors hold a graphics context on a workstation's GPU. --kubernetes.expected-host-processes
+EXPECTED_HOST_PROCESSES = "Xorg|Xwayland|gnome-shell|kwin_x11|kwin_wayland|sway|weston"
 
 Devices = tuple[DeviceSample, ...]
 Target = dra.Target  # (index, GPU UUID, MIG GPU instance or "")
@@ -50,8 +57,9 @@ Target = dra.Target  # (index, GPU UUID, MIG GPU instance or "")
 class KubernetesAttributor:
     """One sample's Kubernetes view. Used on the sampler thread only."""
 
-    def __init__(self) -> None:
+    def __init__(self, expected_host_processes: re.Pattern[str] | None = None) -> None:
         self._logged: str | None = None
+        self._expected = expected_host_processes  # None: every host process is a stowaway
 
     def __call__(
         self, devices: Devices, reading: KubeletReading | None
@@ -59,7 +67,7 @@ class KubernetesAttributor:
         if reading is None:
             return devices, KubernetesState(up=False, reason="the kubelet has not been read yet")
         devices = tuple(_named(d, reading) for d in devices)
-        state = _state(devices, reading)
+        state = _state(devices, reading, self._expected)
         if state.reason != self._logged:
             if state.reason is not None and reading.error is None:
                 log.warning("kubernetes attribution: %s", state.reason)
@@ -122,7 +130,9 @@ def _base(device_id: str) -> str:
     return device_id
 
 
-def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
+def _state(
+    devices: Devices, reading: KubeletReading, expected: re.Pattern[str] | None = None
+) -> KubernetesState:
     if reading.error is not None:
         return KubernetesState(up=False, reason=reading.error)
     known = targets(devices)
@@ -140,13 +150,14 @@ def _state(devices: Devices, reading: KubeletReading) -> KubernetesState:
             )
             allocations[allocation] = None
     dra_unmatched = _claimed(devices, reading.allocations, allocations)
-    unallocated = _unallocated(devices, reading, allocations)
+    unallocated = _unallocated(devices, reading, allocations, expected)
     up = bool(allocations) or not (unmatched or dra_unmatched)
     return KubernetesState(
         up=up,
         reason=_unmatched_reason(unmatched, devices)
         or dra.unmatched_reason(dra_unmatched, devices)
-        or _unrequested_reason(unallocated, allocations),
+        or _unrequested_reason(unallocated, allocations)
+        or _outside_pods_reason(unallocated),
         allocations=tuple(allocations),
         unallocated=unallocated,
     )
@@ -200,7 +211,7 @@ def _unrequested_reason(
 ) -> str | None:
     asked = {(a.namespace, a.pod) for a in allocations}
     for use in unallocated:
-        if (use.namespace, use.pod) not in asked:
+        if use.pod and (use.namespace, use.pod) not in asked:
             return (
                 f"pod {use.namespace}/{use.pod} runs processes on GPU {use.gpu} but has no "
                 "nvidia.com/gpu in its resource limits and no gpu.nvidia.com claim "
@@ -210,10 +221,28 @@ def _unrequested_reason(
     return None
 
 
+def _outside_pods_reason(unallocated: tuple[UnallocatedUse, ...]) -> str | None:
+    for use in unallocated:
+        if not use.pod:
+            return (
+                f"processes outside every pod run on GPU {use.gpu} (started on the node, not "
+                "by Kubernetes): the scheduler does not see them; "
+                "--kubernetes.expected-host-processes names those expected there"
+            )
+    return None
+
+
 def _unallocated(
-    devices: Devices, reading: KubeletReading, allocations: Mapping[GpuAllocation, None]
+    devices: Devices,
+    reading: KubeletReading,
+    allocations: Mapping[GpuAllocation, None],
+    expected: re.Pattern[str] | None = None,
 ) -> tuple[UnallocatedUse, ...]:
-    """Processes of containers on GPUs not allocated to them, counted per container."""
+    """Processes of containers on GPUs not allocated to them, counted per container, and
+    processes outside every pod (namespace, pod and container ""), counted per GPU (or MIG
+    GPU instance) whatever the kubelet allocated: the host's own (not those whose whole
+    name `expected` matches), and those of containers that no pod holds (no pod UID in
+    their cgroup, no name in the kubelet's log layout: `docker run` by hand)."""
     given: set[tuple[int, str, str, str, str]] = set()  # (gpu, gi, namespace, pod, container)
     for a in allocations:
         given.add((a.gpu, a.gpu_instance, a.namespace, a.pod, a.container))
@@ -226,6 +255,9 @@ def _unallocated(
         for (gpu_instance, container_id, pod_uid), n in d.attribution.containers.items():
             name = _lookup(reading, container_id, pod_uid)
             if name is None:
+                if not pod_uid:  # a container outside every pod
+                    key = (d.index, d.uuid, gpu_instance, "", "", "")
+                    counts[key] = counts.get(key, 0) + n
                 continue
             if any(
                 (d.index, gi, name.namespace, name.pod, name.container) in given
@@ -234,4 +266,8 @@ def _unallocated(
                 continue
             key = (d.index, d.uuid, gpu_instance, name.namespace, name.pod, name.container)
             counts[key] = counts.get(key, 0) + n
+        for (gpu_instance, process), n in d.attribution.host_processes.items():
+            if expected is None or not expected.fullmatch(process):
+                key = (d.index, d.uuid, gpu_instance, "", "", "")
+                counts[key] = counts.get(key, 0) + n
     return tuple(UnallocatedUse(*key, processes=n) for key, n in sorted(counts.items()))

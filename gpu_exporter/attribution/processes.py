@@ -217,7 +217,13 @@ class ProcessAttributor:
         if rest:
             kept.append(_other(rest))
         pids = len({placement[0] for placement in entries})
-        return Attribution(tuple(kept), _unattributed(raw, entries), pids, _containers(samples))
+        return Attribution(
+            tuple(kept),
+            _unattributed(raw, entries),
+            pids,
+            _containers(samples),
+            _host_processes(samples),
+        )
 
 
 Placement = tuple[int, str, int | None, int | None]
@@ -305,6 +311,17 @@ def _containers(samples: Sequence[ProcessSample]) -> dict[tuple[str, str, str], 
     for s in samples:
         if s.container_id or s.pod_uid:
             pids.setdefault((s.gpu_instance, s.container_id, s.pod_uid), set()).add(s.pid)
+    return {key: len(members) for key, members in pids.items()}
+
+
+def _host_processes(samples: Sequence[ProcessSample]) -> dict[tuple[str, str], int]:
+    """Processes per (gpu_instance, process name) of those in no container and no pod,
+    the ones beyond the cap included; a process the host's /proc does not show (no name)
+    is not known to be the host's, and is left out."""
+    pids: dict[tuple[str, str], set[str]] = {}
+    for s in samples:
+        if s.process and not (s.container_id or s.pod_uid):
+            pids.setdefault((s.gpu_instance, s.process), set()).add(s.pid)
     return {key: len(members) for key, members in pids.items()}
 
 

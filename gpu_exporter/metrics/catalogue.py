@@ -931,7 +931,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_unallocated_processes",
         "gauge",
         "Processes of a container on a GPU (or MIG GPU instance) the kubelet did not allocate "
-        "to it: NVIDIA_VISIBLE_DEVICES=all, a privileged container, or another pod's GPU. The "
+        "to it: NVIDIA_VISIBLE_DEVICES=all, a privileged container, or another pod's GPU; "
+        "without namespace, pod and container, processes outside every pod (started on the "
+        "node; those --kubernetes.expected-host-processes names are left out). The "
         "scheduler counts that GPU as free or as someone else's.",
         "kubernetes",
         _unallocated_use,

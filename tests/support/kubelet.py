@@ -4,16 +4,24 @@ grpcio on a Unix socket, and the kubelet's log layout for the containers it name
 `FakeKubelet.pods` is what List answers, and may be changed while it serves: device
 plugins' devices (`Container.devices`) and DRA claims' (`Container.claims`, the
 `dynamic_resources` of a kubelet with KubeletPodResourcesDynamicResources on). `delay`
-makes each answer late, `garbage` answers bytes that are no ListPodResourcesResponse,
-`unimplemented` serves no List at all (a kubelet without the v1 API). `stop()` removes
-the socket, as a kubelet that goes away does; `start()` again is a restart.
+makes each answer late, `hold()` keeps every answer back until `release()` (or until the
+client gives up, counted in `abandoned`), `garbage` answers bytes that are no
+ListPodResourcesResponse, `unimplemented` serves no List at all (a kubelet without the
+v1 API). `calls` counts List calls. `stop()` removes the socket, as a kubelet that goes
+away does; `start()` again is a restart.
+
+`JunkSocket` is no kubelet: it answers every connection with a valid HTTP/2 SETTINGS frame
+and then junk, and counts the connections.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import threading
 import time
+from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,12 +124,26 @@ class FakeKubelet:
         self.garbage = False
         self.unimplemented = False
         self.calls = 0
+        self.abandoned = 0  # held calls whose client gave up (its deadline) before release
+        self._released = threading.Event()
+        self._released.set()
         self._server: Any = None
 
-    def _list(self, _request: Any, _context: Any) -> Any:
+    def hold(self) -> None:
+        """Answer no List call until `release()`."""
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _list(self, _request: Any, context: Any) -> Any:
         self.calls += 1
         if self.delay:
             time.sleep(self.delay)
+        while not self._released.wait(0.05):
+            if not context.is_active():
+                self.abandoned += 1
+                break
         return response(self.pods)
 
     def _serialize(self, message: Any) -> bytes:
@@ -164,3 +186,53 @@ def write_log_tree(root: Path, entries: list[tuple[Pod, str, str]]) -> Path:
         link = root / "containers" / f"{pod.name}_{pod.namespace}_{container}-{container_id}.log"
         link.symlink_to(directory / "0.log")
     return root
+
+
+# HTTP/2's connection preface from the server: an empty SETTINGS frame (length 0, type 4,
+# no flags, stream 0), as a real HTTP/2 server sends first
+HTTP2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+class JunkSocket:
+    """A Unix socket that answers each connection with HTTP/2 SETTINGS and then junk (a
+    frame header announcing a frame far over the maximum size), keeps it open (the last
+    64), and counts connections."""
+
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+        self.connections = 0
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._open: deque[socket.socket] = deque()
+
+    def start(self) -> JunkSocket:
+        self._listener.bind(str(self.socket_path))
+        self._listener.listen(64)
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:  # closed by stop()
+                return
+            self.connections += 1
+            try:
+                connection.sendall(HTTP2_SETTINGS + b"junk junk junk junk" * 4)
+            except OSError:
+                connection.close()
+                continue
+            self._open.append(connection)
+            if len(self._open) > 64:  # a client storming must not take every descriptor
+                self._open.popleft().close()
+
+    def stop(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() in _serve
+        except OSError:
+            pass
+        self._listener.close()
+        for connection in self._open:
+            connection.close()
+        if self.socket_path.exists():
+            os.unlink(self.socket_path)

@@ -6,13 +6,27 @@ only when the kubernetes collector is on (`pip install 'gpu-exporter[kubernetes]
 
 Every failure becomes one `KubeletUnavailable` whose message names the cause an operator
 can act on: the socket not mounted, permission denied, an API the kubelet does not serve,
-a kubelet that does not answer in time, an answer that is not the API's.
+a kubelet that does not answer in time, an answer that is not the API's, a socket that
+breaks every connection. The message of a cause is the same every time, so that the
+watcher logs it once.
+
+gRPC resets its reconnection backoff once a connection has the server's HTTP/2 SETTINGS
+frame (the Connection Backoff Protocol), and retries a call that never reached the server
+on a new connection at once ("transparent retry"). A socket that answers SETTINGS and then
+junk so made one List call open 40 to 950 connections in 0.2 s, and neither
+`grpc.enable_retries=0` nor the reconnect-backoff options stop it. So a call here watches
+the channel's connectivity and cancels itself when a second connection starts: a
+handful of connections per call (8 on average, 50 at worst, measured), and the watcher,
+which owns the backoff between calls, closes the channel after a failure and waits
+before it makes a new one (`watch.retry_delay`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
+import time
 from typing import Any
 
 from gpu_exporter.model import ContainerDevices, DraDevice
@@ -32,6 +46,7 @@ class PodResourcesClient:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
         self._channel: Any = None
+        self._retired: Any = None  # the last failed call's channel, closed by the next call
         self._list: Any = None
 
     def list(self) -> tuple[tuple[ContainerDevices, ...], int]:
@@ -41,19 +56,37 @@ class PodResourcesClient:
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
         import grpc  # only with the kubernetes collector
 
+        self._close_retired()
         if self._list is None:
             self._connect()
+        call = _WatchedCall(self._channel)
         try:
-            response = self._list(_request(), timeout=self.timeout_seconds)
-        except grpc.RpcError as error:
-            self.close()  # a restarted kubelet has a new socket: connect afresh next time
+            response = call.run(self._list, _request(), self.timeout_seconds)
+        except (grpc.RpcError, grpc.FutureCancelledError) as error:
+            # a restarted kubelet has a new socket: connect afresh next time
+            self._retired, self._channel, self._list = self._channel, None, None
+            if call.broken_connections or _broken_connection(error):
+                raise KubeletUnavailable(
+                    f"the socket {self.socket_path} accepts connections and then breaks them: "
+                    "it is not the kubelet's pod-resources gRPC server, or the kubelet is "
+                    "restarting"
+                ) from None
             raise KubeletUnavailable(self._explain(error)) from None
         return _allocations(response), len(response.pod_resources)
 
     def close(self) -> None:
+        self._close_retired()
         if self._channel is not None:
-            self._channel.close()
+            _close(self._channel)
         self._channel = self._list = None
+
+    def _close_retired(self) -> None:
+        """Close the last failed call's channel. Not at once: grpcio's thread that watched
+        its connectivity for that call may run for 0.2 s more, and it raises (a traceback
+        on stderr) if the channel is closed under it."""
+        if self._retired is not None:
+            _close(self._retired)
+            self._retired = None
 
     def _check_socket(self) -> None:
         path = self.socket_path
@@ -105,6 +138,62 @@ class PodResourcesClient:
         if code == grpc.StatusCode.INTERNAL and "deserializ" in details.lower():
             return f"the answer on {self.socket_path} is not a pod-resources List response"
         return f"the kubelet at {self.socket_path} did not answer: {code.name} {details}".strip()
+
+
+class _WatchedCall:
+    """One List call and the channel's connectivity while it runs: a second connection
+    within the call means the first broke; the call is then cancelled, before gRPC's
+    transparent retries open hundreds more."""
+
+    def __init__(self, channel: Any) -> None:
+        self.broken_connections = False
+        self._channel = channel
+        self._future: Any = None
+        self._connecting = 0
+        self._lock = threading.Lock()
+
+    def run(self, method: Any, request: Any, timeout_seconds: float) -> Any:
+        """The call's answer, or the RpcError (FutureCancelledError) that ended it."""
+        self._channel.subscribe(self._changed, try_to_connect=False)
+        try:
+            with self._lock:
+                self._future = method.future(request, timeout=timeout_seconds)
+                if self.broken_connections:
+                    self._future.cancel()
+            return self._future.result()
+        finally:
+            self._channel.unsubscribe(self._changed)
+
+    def _changed(self, state: Any) -> None:  # on a gRPC thread
+        import grpc
+
+        with self._lock:
+            if state == grpc.ChannelConnectivity.CONNECTING:
+                self._connecting += 1
+            if self._connecting > 1 and not self.broken_connections:
+                self.broken_connections = True
+                if self._future is not None:
+                    self._future.cancel()
+
+
+def _close(channel: Any) -> None:
+    """Close a channel once grpcio's connectivity thread, if any, has ended (at most 0.5 s:
+    it ends within 0.2 s of the last unsubscribe; `_connectivity_state` is grpcio's own)."""
+    state = getattr(channel, "_connectivity_state", None)
+    deadline = time.monotonic() + 0.5
+    while getattr(state, "polling", False) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    channel.close()
+
+
+def _broken_connection(error: Any) -> bool:
+    """A call that failed because its connection broke under it (not a refused one)."""
+    import grpc
+
+    if not isinstance(error, grpc.RpcError):
+        return False
+    details = error.details() or ""
+    return error.code() == grpc.StatusCode.UNAVAILABLE and "Stream removed" in details
 
 
 def list_method_path() -> str:

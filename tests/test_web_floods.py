@@ -7,6 +7,7 @@ the test has made its checks; nothing is measured in time.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import select
 import socket
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TypeVar
 
 import bcrypt
 import pytest
@@ -34,6 +35,9 @@ from tests.support.web import (
 pytestmark = pytest.mark.e2e
 
 
+_Clients = TypeVar("_Clients", bound="Clients")
+
+
 class Clients:
     """Client threads started when the block begins; `_stop` is set when it ends."""
 
@@ -44,7 +48,7 @@ class Clients:
     def running(self) -> bool:
         return all(thread.is_alive() for thread in self._threads)
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _Clients) -> _Clients:
         for thread in self._threads:
             thread.start()
         return self
@@ -76,7 +80,7 @@ class Flood(Clients):
         self.headers = headers
         self.statuses: list[int] = []
         self.errors: list[BaseException] = []
-        super().__init__([lambda n=n: self._client(n) for n in range(clients)])
+        super().__init__([functools.partial(self._client, n) for n in range(clients)])
 
     def count(self, status: int) -> int:
         return self.statuses.count(status)

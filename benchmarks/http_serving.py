@@ -14,7 +14,11 @@ script on the same machine:
   they are connected, a scrape's status and latency meanwhile, and the resident memory
   once they are gone;
 - slow readers: SLOW_READERS clients with a 4 KiB receive buffer pipeline 150 scrapes
-  each and never read; the statuses of 20 scrapes made meanwhile.
+  each and never read; the statuses of 20 scrapes made meanwhile;
+- never-reading clients (issue 28): NEVER_READING clients with a 1 KiB receive buffer
+  pipeline 50 scrapes each and never read; the statuses of 40 GETs each of /livez and
+  /metrics from another loopback address (127.0.0.2) meanwhile, and the peak resident
+  memory.
 
 Prints one JSON object. Measured, never asserted: the machines are shared and noisy.
 """
@@ -41,6 +45,7 @@ SCRAPES = 2000
 NEW_CONNECTIONS = 500
 FLOOD_CONNECTIONS = 40
 SLOW_READERS = 45
+NEVER_READING = 300
 PROMETHEUS_HEADERS = {
     "Accept": "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
     "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
@@ -85,11 +90,14 @@ def new_connections(port: int) -> list[float]:
     return out
 
 
-def scrape(port: int, timeout: float = 10.0) -> tuple[int, float]:
+def scrape(
+    port: int, timeout: float = 10.0, path: str = "/metrics", source: str | None = None
+) -> tuple[int, float]:
     t0 = time.perf_counter()
+    bound = (source, 0) if source is not None else None
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        conn.request("GET", "/metrics")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=bound)
+        conn.request("GET", path)
         status = conn.getresponse().status
         conn.close()
     except (OSError, http.client.HTTPException):
@@ -150,6 +158,34 @@ def slow_readers(port: int) -> dict[str, object]:
     return {"clients": SLOW_READERS, "statuses": {s: statuses.count(s) for s in set(statuses)}}
 
 
+def never_reading(port: int, proc: psutil.Process) -> dict[str, object]:
+    socks = []
+    requests = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 50
+    for _ in range(NEVER_READING):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        sock.settimeout(5)
+        try:
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(requests)
+        except OSError:
+            pass  # refused
+        socks.append(sock)
+    time.sleep(1.5)
+    peak = rss_mib(proc)
+    out: dict[str, object] = {"clients": NEVER_READING}
+    for path in ("/livez", "/metrics"):
+        statuses = []
+        for _ in range(40):
+            statuses.append(scrape(port, timeout=10, path=path, source="127.0.0.2")[0])
+            peak = max(peak, rss_mib(proc))
+        out[path] = {s: statuses.count(s) for s in set(statuses)}
+    out["rss_peak_mib"] = round(peak, 1)
+    for sock in socks:
+        sock.close()
+    return out
+
+
 def measure(repo: Path, flood_connections: int) -> dict[str, object]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(repo)}
@@ -174,6 +210,7 @@ def measure(repo: Path, flood_connections: int) -> dict[str, object]:
         out["rss_after_scrapes_mib"] = round(rss_mib(proc), 1)
         out["header_flood"] = header_flood(port, proc, flood_connections)
         out["slow_readers"] = slow_readers(port)
+        out["never_reading"] = never_reading(port, proc)
         return out
     finally:
         program.terminate()

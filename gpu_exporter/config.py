@@ -251,7 +251,8 @@ OPTIONS: tuple[Option, ...] = (
         "web.max-connections",
         "max_connections",
         integer(1, 10_000),
-        "open connections, 1 to 10000; beyond, the longest idle one is closed (default 256)",
+        "open connections, 1 to 10000; beyond, an idle one or one sending a response for"
+        " over 1s makes room, first from the address holding the most (default 256)",
         "N",
     ),
     Option(

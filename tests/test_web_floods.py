@@ -7,13 +7,16 @@ the test has made its checks; nothing is measured in time.
 
 from __future__ import annotations
 
+import functools
 import http.client
+import select
 import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import bcrypt
 import pytest
@@ -32,7 +35,36 @@ from tests.support.web import (
 pytestmark = pytest.mark.e2e
 
 
-class Flood:
+_Clients = TypeVar("_Clients", bound="Clients")
+
+
+class Clients:
+    """Client threads started when the block begins; `_stop` is set when it ends."""
+
+    def __init__(self, targets: list[Callable[[], None]]) -> None:
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=target, daemon=True) for target in targets]
+
+    def running(self) -> bool:
+        return all(thread.is_alive() for thread in self._threads)
+
+    def __enter__(self: _Clients) -> _Clients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(90)
+
+
+class Flood(Clients):
     """`clients` threads, each sending GET `path` with `headers(n)` on a keep-alive
     connection, again and again until the block ends."""
 
@@ -48,16 +80,10 @@ class Flood:
         self.headers = headers
         self.statuses: list[int] = []
         self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(clients)
-        ]
+        super().__init__([functools.partial(self._client, n) for n in range(clients)])
 
     def count(self, status: int) -> int:
         return self.statuses.count(status)
-
-    def running(self) -> bool:
-        return all(thread.is_alive() for thread in self._threads)
 
     def _client(self, n: int) -> None:
         connection: http.client.HTTPConnection | None = None
@@ -80,21 +106,6 @@ class Flood:
                 self._stop.wait(0.05)
         if connection is not None:
             connection.close()
-
-    def __enter__(self) -> Flood:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(90)
 
 
 def remembered_scraper_and_probes_get_200(exporter: Exporter, rounds: int = 10) -> None:
@@ -218,3 +229,115 @@ def test_clients_that_pipeline_scrapes_and_never_read_do_not_starve_scrapes(
     finally:
         for sock in held:
             sock.close()
+
+
+class NeverReading(Clients):
+    """`clients` connections from 127.0.0.1, each with a 1 KiB receive buffer, that send
+    `requests` and never read. Once `reconnect` is set, those the server refused or
+    dropped are opened again at once, so the attack lasts until the block ends (at most
+    `max_connections` in all)."""
+
+    def __init__(
+        self, port: int, clients: int, requests: bytes, max_connections: int = 5000
+    ) -> None:
+        self.port = port
+        self.clients = clients
+        self.requests = requests
+        self.opened = 0
+        self.reconnect = False
+        self._budget = max_connections
+        super().__init__([self._attack])
+
+    def _connect(self) -> socket.socket | None:
+        if self.opened >= self._budget:
+            return None
+        self.opened += 1
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        sock.settimeout(10)
+        try:
+            sock.connect(("127.0.0.1", self.port))
+            sock.sendall(self.requests)
+        except OSError:
+            pass  # refused or reset: the poll below sees it
+        return sock
+
+    def _attack(self) -> None:
+        ended = select.POLLHUP | select.POLLERR | select.POLLRDHUP
+        poller = select.poll()
+        held: dict[int, socket.socket] = {}
+
+        def add() -> None:
+            if (sock := self._connect()) is not None:
+                held[sock.fileno()] = sock
+                poller.register(sock, ended)
+
+        for _ in range(self.clients):
+            add()
+        while not self._stop.is_set():
+            for fd, _ in poller.poll(100):
+                poller.unregister(fd)
+                held.pop(fd).close()
+            while self.reconnect and len(held) < self.clients and self.opened < self._budget:
+                add()
+        for sock in held.values():
+            sock.close()
+
+
+def statuses_from(
+    exporter: Exporter, sources: tuple[str, ...], headers: dict[str, str], rounds: int = 10
+) -> dict[tuple[str, str], list[int]]:
+    """{(source address, path): statuses} of `rounds` GETs of each probe and /metrics."""
+    statuses: dict[tuple[str, str], list[int]] = {}
+    for _ in range(rounds):
+        for source in sources:
+            for path in ("/livez", "/healthz", "/metrics"):
+                result = call(exporter.port, path, headers=headers, timeout=30, source=source)
+                statuses.setdefault((source, path), []).append(result.status)
+    return statuses
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["no-auth", "basic-auth"])
+def test_clients_that_never_read_do_not_take_the_probes_and_scrapes_down(
+    tmp_path: Path, started: Callable[..., Exporter], auth: bool
+) -> None:
+    """Issue 28: 300 clients with a 1 KiB receive buffer each pipeline 50 GET /metrics
+    and never read. A connection whose response could not be written counted as busy for
+    the whole 10-second write deadline, so 256 of them held every connection: /livez (the
+    kubelet's liveness probe: a restart), /healthz and /metrics got 503 "too many open
+    connections", without credentials. A connection that has been sending one response
+    for a second now makes room for a new one: a well-behaved client, from another
+    address (127.0.0.2) or the attackers' own, gets 200 for at least 90% of its requests.
+    When the attackers come back as soon as they are dropped, a client from another
+    address still does: the address that holds the most connections makes room first.
+    Memory stays bounded. With basic auth the attackers get small 401s (their writes
+    rarely block); the scraper's login is remembered before the attack."""
+    config = None
+    headers: dict[str, str] = {}
+    if auth:
+        config = tmp_path / "web.yml"
+        hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+        write(config, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+        headers = basic("prometheus", PASSWORD)
+    exporter = started("--simulate", "8", config=config)
+    wait_serving(exporter, lambda: call(exporter.port, headers=headers))
+    pipelined = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 50
+
+    with NeverReading(exporter.port, 300, pipelined) as attack:
+        eventually(lambda: attack.opened >= 300, timeout=30, what="300 clients connected")
+        time.sleep(1.5)  # until their responses fill what the sockets hold, past the grace
+        peak = rss_mib(exporter.process.pid)
+        statuses = statuses_from(exporter, ("127.0.0.2", "127.0.0.1"), headers)
+        peak = max(peak, rss_mib(exporter.process.pid))
+        if not auth:  # the 401s never fill the sockets: no client is dropped to come back
+            attack.reconnect = True
+            eventually(lambda: attack.opened >= 450, timeout=30, what="attackers coming back")
+            statuses |= {
+                (f"{source} (attackers reconnecting)", path): got
+                for (source, path), got in statuses_from(exporter, ("127.0.0.2",), headers).items()
+            }
+            peak = max(peak, rss_mib(exporter.process.pid))
+    for (source, path), got in statuses.items():
+        assert got.count(200) >= 9, (source, path, got)
+    assert peak < 64, f"{peak:.1f} MiB resident under the attack"
+    assert exporter.process.poll() is None

@@ -5,18 +5,23 @@ number of open connections is bounded, and idle ones make room for new ones."""
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpu_exporter.serving import http
+from gpu_exporter.serving.connections import Connections
 from gpu_exporter.serving.http import HttpServer, bind
 from gpu_exporter.serving.routes import Response, Routes, plain
-from tests.support.web import call, eventually, exchange, slow_readers
+from gpu_exporter.serving.web_config import load_web_config
+from tests.support.certs import Pki
+from tests.support.web import call, eventually, exchange, slow_readers, tls_client, tls_config
 
 BIG = 16 * 1024 * 1024  # more than the socket buffers of both ends hold
 
@@ -96,8 +101,11 @@ def test_a_client_that_never_reads_holds_no_request_slot(monkeypatch: pytest.Mon
             taken = 0
             started = time.monotonic()
             time.sleep(4.0)
-            while chunk := reader.recv(1 << 20):
-                taken += len(chunk)
+            try:
+                while chunk := reader.recv(1 << 20):
+                    taken += len(chunk)
+            except ConnectionResetError:
+                pass  # reset: the kernel dropped what it still held for the reader
             assert taken < BIG
             assert time.monotonic() - started < 10
         finally:
@@ -144,3 +152,88 @@ def test_when_every_connection_is_busy_a_new_one_gets_503() -> None:
             assert statuses == [200]
         eventually(lambda: len(server.connections) == 0, what="the connections are counted out")
         assert call(port, "/fast").status == 200
+
+
+@contextmanager
+def being_sent_to(port: int, count: int) -> Iterator[list[socket.socket]]:
+    """`count` clients that asked for /big and read nothing, once the server is writing
+    each its response (its first bytes came); closed after the block."""
+    readers = slow_readers(port, count, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        for reader in readers:
+            reader.settimeout(10)
+            assert reader.recv(1, socket.MSG_PEEK)
+        yield readers
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+def was_reset(reader: socket.socket) -> bool:
+    """Whether the server closed `reader`'s connection: reading opens its window, so a
+    live connection sends more, and a closed one answers with a reset."""
+    taken = 0
+    try:
+        while taken < 1 << 16:
+            chunk = reader.recv(1 << 16)
+            if not chunk:
+                return True
+            taken += len(chunk)
+    except ConnectionResetError:
+        return True
+    return False
+
+
+def test_an_address_that_holds_the_most_connections_makes_room_for_another() -> None:
+    """Issue 28: clients that ask for a large response and never read used to hold every
+    connection until the write deadline, and a new client got 503 "too many open
+    connections" (the kubelet's liveness probe among them). A connection sending a
+    response for longer than the grace makes room for a new one; and a new client from
+    another address takes the place of one held by the address that holds the most even
+    within the grace, so that address cannot keep the connections by opening new ones
+    faster than they pass the grace. Here the grace is an hour: only the share helps."""
+    with serving(GatedRoutes(), max_requests=4, max_connections=3) as server:
+        server.connections = Connections(3, slow_reader_grace_seconds=3600)
+        port = server.server_address[1]
+        with being_sent_to(port, 3) as readers:
+            # the same address: its connections are still within the grace
+            refused = call(port, "/fast")
+            assert (refused.status, refused.body) == (503, b"too many open connections\n")
+            assert call(port, "/livez", source="127.0.0.2").status == 200
+            # the address that held every connection lost one of them, for the probe
+            assert [was_reset(reader) for reader in readers].count(True) == 1
+            assert call(port, "/fast", source="127.0.0.2").status == 200
+
+
+def test_a_connection_that_sends_to_a_client_that_never_reads_makes_room_past_the_grace() -> None:
+    """Issue 28, from one address: with a grace of 0 s, a connection sending a response
+    that its client does not take makes room for a new connection at once."""
+    with serving(GatedRoutes(), max_requests=4, max_connections=2) as server:
+        server.connections = Connections(2, slow_reader_grace_seconds=0)
+        with being_sent_to(server.server_address[1], 2):
+            for _ in range(3):
+                assert call(server.server_address[1], "/fast").status == 200
+
+
+def test_over_tls_the_connection_that_makes_room_is_closed(pki: Pki, tmp_path: Path) -> None:
+    """The idle connection counted out for a new one was shut down through its raw
+    socket, which the TLS socket had taken over: it stayed open and served requests, so
+    with TLS the cap bounded neither connections nor threads."""
+    context = tls_client(pki.ca.cert)
+    config = load_web_config(str(tls_config(pki, tmp_path)))
+    with serving(GatedRoutes(), max_requests=4, max_connections=1, web_config=config) as server:
+        port = server.server_address[1]
+        idle = context.wrap_socket(
+            socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost"
+        )
+        try:
+            eventually(lambda: len(server.connections) == 1, what="the idle connection open")
+            assert call(port, "/fast", context=context).status == 200
+            try:
+                idle.sendall(b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = idle.recv(1024)
+            except (ConnectionResetError, ssl.SSLError, BrokenPipeError):
+                answer = b""
+            assert answer == b""
+        finally:
+            idle.close()

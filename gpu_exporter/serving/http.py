@@ -8,12 +8,14 @@ without TLS never loads ssl). Everything below holds before basic auth:
 - TLS and basic auth from the web config file (`serving.web_config`), re-read when it
   or its certificates change; the TLS handshake runs in the connection's thread under the
   read deadline, so a client that never finishes it cannot stall the accept loop;
-- at most `--web.max-connections` connections open (`Connections`): beyond, the one that
-  has waited longest for a request is closed, or the new one gets 503 when all are busy;
+- at most `--web.max-connections` connections open (`serving.connections`): beyond, a
+  new one takes the place of one that waits for a request or sends to a client that does
+  not read, held by the address that holds the most, or gets 503 when there is none;
 - a request head of at most `request_head.MAX_HEAD_BYTES`, which must arrive within
   READ_TIMEOUT_SECONDS (counted from the end of the previous response, so it is also the
   keep-alive idle timeout): clients that trickle bytes or sit idle are dropped;
-- each response must be taken within WRITE_TIMEOUT_SECONDS, or the client is dropped;
+- each response must be taken within WRITE_TIMEOUT_SECONDS, or the client is dropped
+  (reset: the kernel drops what it still holds for it);
 - the rate limit of the web config (429 beyond), then the credentials, checked before a
   request counts against the cap: a remembered login is a lookup, a bcrypt check waits
   in its own small queue (`serving.basic_auth`; 503 when that is full), so guesses hold
@@ -45,6 +47,7 @@ from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
+from gpu_exporter.serving.connections import MAX_CONNECTIONS, Connections, reset_on_close
 from gpu_exporter.serving.request_framing import has_body, origin_form
 from gpu_exporter.serving.request_head import (
     MAX_HEAD_BYTES,
@@ -64,7 +67,6 @@ log = logging.getLogger(__name__)
 
 READ_TIMEOUT_SECONDS = 10.0  # to send a request's head, from the end of the last response
 WRITE_TIMEOUT_SECONDS = 10.0  # to take a response
-MAX_CONNECTIONS = 256  # open at once (--web.max-connections)
 WEB_CONFIG_CHECK_SECONDS = 1.0  # how often the web config files' mtimes are looked at
 ALLOWED_METHODS = ("GET", "HEAD")
 ONE_WRITE_BYTES = 16 * 1024  # a body up to this size is joined to the head and sent at once
@@ -183,59 +185,6 @@ _TOO_MANY_CONNECTIONS = (
 )
 
 
-class Connections:
-    """The open connections, at most `limit` of them.
-
-    A connection is waiting while the server waits for a request's head on it (from its
-    accept, or from the end of its last response), and busy from a complete head until
-    its response is written. When a connection arrives at the limit, the one that has
-    waited longest is shut down to make room: an idle keep-alive client reconnects when
-    it needs to, and clients that connect and send nothing cannot lock the others out.
-    When every connection is busy, the new one is refused.
-    """
-
-    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.limit = limit
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._open: dict[socket.socket, float | None] = {}  # waiting since, or None: busy
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    def admit(self, sock: socket.socket) -> bool:
-        """Count `sock` in, shutting the longest-waiting connection down at the limit;
-        False when every open connection is busy."""
-        with self._lock:
-            if len(self._open) >= self.limit:
-                waiting = [(since, s) for s, since in self._open.items() if since is not None]
-                if not waiting:
-                    return False
-                _, oldest = min(waiting, key=lambda pair: pair[0])
-                del self._open[oldest]
-                try:
-                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's read returns at once
-                except OSError:
-                    pass
-                log.debug("http: connection limit reached; the longest idle one was closed")
-            self._open[sock] = self._clock()
-            return True
-
-    def waiting(self, sock: socket.socket) -> None:
-        with self._lock:
-            if sock in self._open:
-                self._open[sock] = self._clock()
-
-    def busy(self, sock: socket.socket) -> None:
-        with self._lock:
-            if sock in self._open:
-                self._open[sock] = None
-
-    def leave(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._open.pop(sock, None)
-
-
 class _Handler(socketserver.BaseRequestHandler):
     """One connection: its requests, one after the other, until either side closes."""
 
@@ -259,6 +208,7 @@ class _Handler(socketserver.BaseRequestHandler):
             tls = context.wrap_socket(self.request, server_side=True, do_handshake_on_connect=False)
             self.request = tls
             self._tls = True
+            self.server.connections.wrapped(self._raw, tls)
             try:
                 tls.do_handshake()  # bounded by the timeout above, in this connection's thread
                 sans = self._config.tls.client_allowed_sans if self._config.tls else None
@@ -309,7 +259,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except TimeoutError as error:
             log.debug("http: request timed out", extra={"error": repr(error)})
             return False
-        self.server.connections.busy(self._raw)
+        self.server.connections.building(self._raw)
         self.requestline = f"{request.method} {request.target[:200]} {request.name}"
         # a body we do not read must not pass as a request: close after the response
         self.close_connection = has_body(request.headers) or not keeps_alive(request)
@@ -394,6 +344,7 @@ class _Handler(socketserver.BaseRequestHandler):
         fields.extend(self._config.headers.items())
         fields.append(("Content-Length", str(len(response.body))))
         head_bytes = response_head(response.status, fields)
+        self.server.connections.sending(self._raw)
         deadline = time.monotonic() + WRITE_TIMEOUT_SECONDS
         if head or not response.body:
             self._write(head_bytes, deadline)
@@ -408,12 +359,16 @@ class _Handler(socketserver.BaseRequestHandler):
         """All of `data` by `deadline`: a client that does not read is dropped then (over
         TLS, `sendall` would wait that long for each record)."""
         view = memoryview(data)
-        while view:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("response not taken in time")
-            self.connection.settimeout(remaining)
-            view = view[self.connection.send(view) :]
+        try:
+            while view:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("response not taken in time")
+                self.connection.settimeout(remaining)
+                view = view[self.connection.send(view) :]
+        except TimeoutError:
+            reset_on_close(self.connection)  # the kernel drops what it still holds for it
+            raise
 
 
 class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
@@ -439,10 +394,10 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection, when `connections` lets it in."""
-        if self.connections.admit(request):
+        if self.connections.admit(request, str(client_address[0])):
             super().process_request(request, client_address)
             return
-        log.debug("http: connection refused: every open connection is busy")
+        log.debug("http: connection refused: no open connection may make room for it")
         try:  # without blocking the accept loop
             request.setblocking(False)
             if self.web.current().ssl_context is None:

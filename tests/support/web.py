@@ -46,13 +46,18 @@ def call(
     headers: dict[str, str] | None = None,
     method: str = "GET",
     timeout: float = 5.0,
+    source: str | None = None,
 ) -> HttpResult:
-    """One request on a fresh connection, over TLS when `context` is given."""
+    """One request on a fresh connection, over TLS when `context` is given, from loopback
+    address `source` when given (127.0.0.2: another client than the rest of the test)."""
     conn: http.client.HTTPConnection
+    bound = (source, 0) if source is not None else None
     if context is not None:
-        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", port, context=context, timeout=timeout, source_address=bound
+        )
     else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=bound)
     try:
         conn.request(method, path, headers=headers or {})
         response = conn.getresponse()

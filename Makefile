@@ -41,7 +41,7 @@ system-deps:
 demo: $(RUNTIME)
 	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host (Ctrl-C stops it):"
 	@echo "  live page: http://$(DEMO_ADDRESS)/   metrics: http://$(DEMO_ADDRESS)/metrics"
-	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS) --collect.interval 1s
+	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpu_exporter tests benchmarks
@@ -77,8 +77,9 @@ bench-kubelet: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md
 
-# docs/screenshot.png: the live page of --simulate 4 once its history has built up,
-# photographed by the browser helper the tests use (headless Debian chromium).
+# docs/screenshot.png: the live page of --simulate 4 at the default 5 s interval once
+# 5 minutes of history have built up (so it takes 5 minutes), photographed by the
+# browser helper the tests use (headless Debian chromium).
 screenshot: $(STAMP) system-deps
 	$(BIN)/python -m tests.support.screenshot docs/screenshot.png
 

@@ -286,6 +286,7 @@ def test_overview_has_host_gpus_mig_verdicts_processes_and_history(simulated: Ex
     doc = overview(simulated)
     assert doc["backend"] == "simulated" and doc["windows"] == ["5m", "1h", "12h"]
     assert doc["window"] == {"name": "5m", "seconds": 300.0, "step_seconds": 1.0, "max_points": 301}
+    assert doc["interval_seconds"] == 0.2  # --collect.interval: the charts' gap rule
     host = doc["host"]
     assert host["cpus"] > 0 and 0 < host["memory_used_bytes"] < host["memory_total_bytes"]
     assert set(host["history"]) == {"times", "cpu_ratio", "memory_used_bytes", "memory_total_bytes"}
@@ -306,6 +307,7 @@ def test_overview_has_host_gpus_mig_verdicts_processes_and_history(simulated: Ex
     assert all(0.0 <= v <= 0.95 for v in gpus[0]["history"]["utilization_ratio"] if v is not None)
     # MIG: no utilization reported, the busy ratio from graphics-engine activity instead
     assert set(gpus[3]["history"]["utilization_ratio"]) == {None}
+    assert [gpu["busy_source"] for gpu in doc["gpus"]] == [*["busy_time"] * 3, "graphics_engine"]
     assert any(v is not None for v in gpus[3]["history"]["busy_ratio"])
     assert [m["profile"] for m in gpus[3]["mig"]] == ["3g.40gb", "2g.20gb", "1g.10gb"]
     # processes: who holds memory, in which job, with its CPU

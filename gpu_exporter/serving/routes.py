@@ -83,10 +83,18 @@ def plain() -> dict[str, str]:
 class Routes:
     """Maps a request to a response."""
 
-    def __init__(self, state: ServingState, health: HealthView, *, telemetry_path: str) -> None:
+    def __init__(
+        self,
+        state: ServingState,
+        health: HealthView,
+        *,
+        telemetry_path: str,
+        interval_seconds: float | None = None,
+    ) -> None:
         self.state = state
         self.health = health
         self.telemetry_path = telemetry_path
+        self.interval_seconds = interval_seconds  # --collect.interval: the page's gap rule
 
     def is_probe(self, path: str) -> bool:
         """Whether `path` is /livez or /healthz: cheap answers, served outside the request
@@ -121,7 +129,11 @@ class Routes:
                 None
                 if exposition is None
                 else overview.build(
-                    exposition.snapshot, history, window, series=path == OVERVIEW_PATH
+                    exposition.snapshot,
+                    history,
+                    window,
+                    interval_seconds=self.interval_seconds,
+                    series=path == OVERVIEW_PATH,
                 )
             )
             return self._page(doc) if path == "/" else self._overview(doc)

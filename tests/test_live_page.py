@@ -107,6 +107,11 @@ def test_the_page_in_a_browser_shows_every_gpu_its_charts_and_verdicts(
 
         assert "num_workers" in verdict(0, "input-bound")
         assert "pin_memory=True" in verdict(0, "input-bound")
+        # the advice's commands and settings are set as code, never as `backticks`
+        code = page.locator("[data-verdict=input-bound] em code").all_inner_texts()
+        assert code == ["num_workers", "pin_memory=True"], code
+        advice = page.locator("ul.verdicts li em").all_inner_texts()
+        assert advice and not [a for a in advice if "`" in a], advice
         leaked = verdict(1, "memory-leaked")
         assert "GiB" in leaked and "fuser -v /dev/nvidia*" in leaked
         assert "%" in verdict(2, "near-oom")
@@ -139,7 +144,16 @@ LAYOUT = """() => {
   const broken = [...document.querySelectorAll("table th, table td")]
     .filter((c) => !/\\s/.test(c.textContent.trim()) && lines(c) > 1)
     .map((c) => c.textContent);
-  return { width, scroll: document.documentElement.scrollWidth, off, broken };
+  const scrolled = [...document.querySelectorAll("div.scroll")]
+    .filter((e) => e.scrollWidth > e.clientWidth + 1)
+    .map((e) => `${e.firstElementChild.className} ${e.scrollWidth} > ${e.clientWidth}`);
+  const cells = [...document.querySelectorAll("table td")].filter((c) => {
+    const box = c.getBoundingClientRect();
+    return box.left < 0 || box.right > width + 0.5;
+  }).map((c) => c.textContent);
+  const uuids = [...document.querySelectorAll("table.mig code")].map(lines);
+  return { width, scroll: document.documentElement.scrollWidth, off, broken, scrolled, cells,
+           uuids };
 }"""
 
 
@@ -152,12 +166,17 @@ def test_the_page_fits_a_phone_a_tablet_and_a_laptop(simulated: Exporter, width:
     # nothing scrolls sideways; every card, verdict, chart and table box is on screen
     assert layout["scroll"] <= width, layout
     assert layout["off"] == [], layout
-    # and no word or number in a table is broken over lines (a table that cannot fit
-    # scrolls in its own box instead)
+    # and no word or number in a table is broken over lines
     assert layout["broken"] == [], layout
+    # every column of every table on screen: none scrolls in its own box (the process
+    # table's eight columns fit a tablet; on a phone each row is a grid of labelled
+    # cells), and a MIG UUID takes at most two lines
+    assert layout["scrolled"] == [] and layout["cells"] == [], layout
+    assert layout["uuids"] and max(layout["uuids"]) <= 2, layout
 
 
 def test_the_busy_chart_has_a_legend_in_the_colours_of_its_lines(simulated: Exporter) -> None:
+    gpus = by_index(overview(simulated))
     with chromium() as browser:
         page = open_live_page(browser, simulated.url + "/")
         chart = page.locator("figure.chart:has(svg[data-chart=busy])").first
@@ -170,6 +189,15 @@ def test_the_busy_chart_has_a_legend_in_the_colours_of_its_lines(simulated: Expo
                 "ps => ps.map((p) => [p.classList[2], getComputedStyle(p).stroke])"
             )
         )
+        # a MIG GPU's busy ratio is GPM's graphics-engine activity: its legend says so
+        mig = page.locator(f'[data-gpu-uuid="{gpus[3]["uuid"]}"] svg[data-chart=busy]')
+        mig_keys = dict(
+            mig.locator("xpath=..")
+            .locator(".legend .key")
+            .evaluate_all("ks => ks.map((k) => [k.dataset.key, k.textContent])")
+        )
+    assert mig_keys["busy_ratio"] == "graphics-engine activity (GPM)", mig_keys
+    assert "not reported under MIG" in mig_keys["utilization_ratio"], mig_keys
     legend = {key: (text, colour) for key, text, colour in keys}
     assert "true busy ratio" in legend["busy_ratio"][0]
     assert "instantaneous utilization" in legend["utilization_ratio"][0]
@@ -249,12 +277,29 @@ def test_reference_lines_are_drawn_under_the_data_dashed_and_see_through(
               ]);
             }"""
         )
-    assert [tag for tag, *_ in found] == ["line", "text"], found
-    for tag, data_above, dashes, opacity in found:
+        key = tuple(
+            svg.locator("xpath=..")
+            .locator(".legend [data-key=ref]")
+            .evaluate("(k) => [k.textContent, getComputedStyle(k.firstChild).borderTopStyle]")
+        )
+        # no label in any plot but "history since" (drawn where there is no data yet)
+        inside = page.evaluate(
+            """() => [...document.querySelectorAll("svg[data-series]")].flatMap((svg) => {
+              const plot = svg.querySelector("rect.plot").getBoundingClientRect();
+              return [...svg.querySelectorAll("text:not(.since)")].filter((t) => {
+                const box = t.getBoundingClientRect();
+                return box.left < plot.right - 0.5 && box.right > plot.left + 0.5
+                  && box.top < plot.bottom - 0.5 && box.bottom > plot.top + 0.5;
+              }).map((t) => `${svg.dataset.chart}: ${t.textContent}`);
+            })"""
+        )
+    assert [tag for tag, *_ in found] == ["line"], found
+    for _, data_above, dashes, opacity in found:
         assert data_above, found  # painted later: the data is on top
-        assert opacity < 1, found
-        if tag == "line":
-            assert dashes not in ("", "none"), found
+        assert opacity < 1 and dashes not in ("", "none"), found
+    # its name is in the legend, with a dashed swatch, not in the plot on the data
+    assert key == ("limit: 700 W", "dashed"), key
+    assert inside == [], inside
 
 
 def test_mig_instances_are_a_table_with_their_own_verdicts(simulated: Exporter) -> None:

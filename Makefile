@@ -57,7 +57,7 @@ pytest: $(STAMP) system-deps
 test: lint typecheck pytest
 
 docs: $(STAMP)
-	$(BIN)/python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md
+	$(BIN)/python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md gpu_exporter/serving/static/runbooks.html
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md

@@ -573,8 +573,9 @@ def test_web_ui_false_serves_the_link_page_and_keeps_no_history(tmp_path: Path) 
         assert page.status == 200
         assert 'href="metrics"' in page.text and "data-gpu-uuid" not in page.text
         assert "Content-Security-Policy" not in page.headers
-        for path in UI_PATHS[1:]:
+        for path in ("/static/page.js", "/api/overview"):
             assert exporter.get(path).status == 404, path
+        assert exporter.get("/static/page.css").status == 200  # it styles /runbooks too
     finally:
         exporter.stop()
 
@@ -594,12 +595,13 @@ def test_web_ui_config_file_key(tmp_path: Path) -> None:
 
 
 def test_the_wheel_ships_the_page_script_and_style(tmp_path: Path) -> None:
-    """Package data (pyproject.toml): an installed exporter serves its page."""
+    """Package data (setup.py): an installed exporter serves its page and runbooks."""
     source = copy_source(tmp_path / "source")
     wheel_path, _ = build("wheel", source, tmp_path / "dist")
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
-    assert {"gpu_exporter/serving/static/page.js", "gpu_exporter/serving/static/page.css"} <= names
+    static = "gpu_exporter/serving/static/"
+    assert {static + "page.js", static + "page.css", static + "runbooks.html"} <= names
 
 
 def test_without_nvml_the_page_says_why_no_gpu_is_shown(tmp_path: Path) -> None:

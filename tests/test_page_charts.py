@@ -8,7 +8,8 @@ Three GPUs, sampled with a jitter of a tenth of the interval: GPU 0 reports ever
 GPU 1 is lost (down, no reading) for two minutes in the middle of the 5-minute window;
 GPU 2 is missing from the samples for two minutes (NVML down). A line or band breaks
 only where samples are missing: GPU 0 draws one unbroken stretch per series, GPUs 1 and
-2 two.
+2 two; and a value that changes every sample draws as a band, not a zigzag, wherever
+the samples are dense enough for two to share a column.
 """
 
 from __future__ import annotations
@@ -74,18 +75,23 @@ DRAWN = """() => [...document.querySelectorAll("[data-gpu-uuid]")].map((card) =>
 ])"""
 
 
-def stretches(page: Page) -> dict[tuple[int, str, str], list[tuple[float, float]]]:
-    """Per (GPU, chart, path class): the x range of each subpath of the path drawn."""
-    out = {}
-    for index, charts in page.evaluate(DRAWN):
-        for chart, paths in charts:
-            for cls, d in paths:
-                ranges = []
-                for subpath in d.split("M")[1:]:
-                    xs = [float(x) for x, _ in POINT.findall(subpath)]
-                    ranges.append((min(xs), max(xs)))
-                out[(index, chart, cls)] = ranges
-    return out
+def paths(page: Page) -> dict[tuple[int, str, str], list[list[tuple[float, float]]]]:
+    """Per (GPU, chart, path class): the points of each subpath of the path drawn."""
+    return {
+        (index, chart, cls): [
+            [(float(x), float(y)) for x, y in POINT.findall(subpath)]
+            for subpath in d.split("M")[1:]
+        ]
+        for index, charts in page.evaluate(DRAWN)
+        for chart, drawn in charts
+        for cls, d in drawn
+    }
+
+
+def band_height(subpath: list[tuple[float, float]]) -> float:
+    """The mean height of a band: its upper edge, then its lower edge back."""
+    n = len(subpath) // 2
+    return sum(subpath[-1 - i][1] - subpath[i][1] for i in range(n)) / n
 
 
 @pytest.mark.parametrize(
@@ -105,10 +111,16 @@ def test_a_steady_series_draws_no_gap_and_missing_samples_draw_one(
     with chromium() as browser:
         for width in WIDTHS:
             page = open_synthetic_page(browser, doc, width=width)
-            drawn = stretches(page)
+            drawn = paths(page)
             page.context.close()
             assert {chart for _, chart, _ in drawn} == {c.key for c in CHARTS}, drawn
-            for (index, chart, cls), ranges in drawn.items():
+            # the utilization, which changes every sample, draws a band (its range in
+            # each column) wherever two samples or more share a column: up to 5 s
+            [flicker] = drawn[(0, "busy", "band s0 utilization_ratio")]
+            if interval <= 5.0:
+                assert band_height(flicker) > 2.0, flicker
+            for (index, chart, cls), subpaths in drawn.items():
+                ranges = [(min(x for x, _ in p), max(x for x, _ in p)) for p in subpaths]
                 where = (width, index, chart, cls, ranges)
                 if index == 0:
                     # one stretch from the window's start to its end

@@ -14,16 +14,22 @@ function windowName() {
 // A GPU is its index with its UUID: two boards may report the same UUID.
 const gpuKey = (index, uuid) => `${index} ${uuid}`;
 
-// Points are gathered into columns this many SVG units wide (about a screen pixel or
-// two): each series draws its range in a column as a band and its mean as the line, so
-// a value that flickers every second reads as a band, not as a solid block.
+// Points are gathered into columns at least this many SVG units wide (about a screen
+// pixel or two): each series draws its range in a column as a band and its mean as the
+// line, so a value that flickers from one sample to the next reads as a band, not as a
+// solid block. A column spans BAND_STEPS sampling steps where that leaves MIN_COLUMNS
+// columns in the window (at 5 s: 10-second columns, 30 of them in 5 minutes); sparser
+// samples are drawn one a column. Columns are aligned to the clock, not to the window's
+// start, so a refresh does not move points from one column to the next.
 const COLUMN = 3;
+const BAND_STEPS = 2;
+const MIN_COLUMNS = 30;
 
 // Two consecutive points further apart than this many sampling steps (the larger of the
 // window's step and the sampling interval) have a gap between them: samples really went
-// missing there (NVML down, the exporter stopped). Closer points are joined, however
-// many columns lie between them: at a 5 s interval most columns of the 5-minute chart
-// hold no point. A point without a value (a lost GPU) is a gap too.
+// missing there (NVML down, the GPU not read). Closer points are joined, however many
+// columns lie between them (at 30 s, most columns of the 5-minute chart hold no point).
+// A point without a value (a lost GPU) is a gap too.
 const GAP_STEPS = 3;
 
 function draw(doc) {
@@ -63,13 +69,13 @@ function stretches(times, values, start, gap) {
   return out;
 }
 
-// Per column of the plot that holds a point of the stretch, in order: the lowest,
+// Per column of `seconds` that holds a point of the stretch, in order: the lowest,
 // highest and mean value and the mean time of its points.
-function columns(stretch, start, end, count) {
+function columns(stretch, seconds) {
   const out = new Map();
   stretch.times.forEach((t, i) => {
     const v = stretch.values[i];
-    const k = Math.min(count - 1, Math.floor(((t - start) / (end - start)) * count));
+    const k = Math.floor(t / seconds);
     let c = out.get(k);
     if (c === undefined) out.set(k, (c = { min: v, max: v, sum: 0, t: 0, n: 0 }));
     c.min = Math.min(c.min, v);
@@ -94,7 +100,9 @@ function drawChart(svg, history, start, end, spacing) {
   const [topY, bottomY] = [Number(d.topY), Number(d.bottomY)];
   const x = (t) => left + ((t - start) / (end - start)) * (right - left);
   const y = (v) => bottomY - ((bottomY - topY) * Math.min(Math.max(v, 0), top)) / top;
-  const count = Math.max(1, Math.floor((right - left) / COLUMN));
+  const span = end - start;
+  const narrowest = span / Math.max(1, Math.floor((right - left) / COLUMN));
+  const column = Math.max(narrowest, Math.min(BAND_STEPS * spacing, span / MIN_COLUMNS));
   const gap = GAP_STEPS * spacing;
   const group = svg.querySelector("g.lines");
   group.replaceChildren();
@@ -120,7 +128,7 @@ function drawChart(svg, history, start, end, spacing) {
     let line = "";
     let band = "";
     for (const stretch of stretches(history.times, history[name] || [], start, gap)) {
-      const cells = columns(stretch, start, end, count).map((c) => ({
+      const cells = columns(stretch, column).map((c) => ({
         x: x(c.t / c.n).toFixed(1),
         mean: y(c.sum / c.n).toFixed(1),
         min: y(c.min).toFixed(1),

@@ -19,8 +19,9 @@ const gpuKey = (index, uuid) => `${index} ${uuid}`;
 // line, so a value that flickers from one sample to the next reads as a band, not as a
 // solid block. A column spans BAND_STEPS sampling steps where that leaves MIN_COLUMNS
 // columns in the window (at 5 s: 10-second columns, 30 of them in 5 minutes); sparser
-// samples are drawn one a column. Columns are aligned to the clock, not to the window's
-// start, so a refresh does not move points from one column to the next.
+// samples are drawn one a column. Column edges fall halfway between the sampler's ticks
+// (aligned to its phase, not to the window's start), so each column holds as many
+// samples as the next and a refresh does not move points from one column to another.
 const COLUMN = 3;
 const BAND_STEPS = 2;
 const MIN_COLUMNS = 30;
@@ -69,13 +70,14 @@ function stretches(times, values, start, gap) {
   return out;
 }
 
-// Per column of `seconds` that holds a point of the stretch, in order: the lowest,
-// highest and mean value and the mean time of its points.
-function columns(stretch, seconds) {
+// Per column of `seconds` (edges at `phase` plus a multiple of it) that holds a point
+// of the stretch, in order: the lowest, highest and mean value and the mean time of
+// its points.
+function columns(stretch, seconds, phase) {
   const out = new Map();
   stretch.times.forEach((t, i) => {
     const v = stretch.values[i];
-    const k = Math.floor(t / seconds);
+    const k = Math.floor((t - phase) / seconds);
     let c = out.get(k);
     if (c === undefined) out.set(k, (c = { min: v, max: v, sum: 0, t: 0, n: 0 }));
     c.min = Math.min(c.min, v);
@@ -104,6 +106,8 @@ function drawChart(svg, history, start, end, spacing) {
   const narrowest = span / Math.max(1, Math.floor((right - left) / COLUMN));
   const column = Math.max(narrowest, Math.min(BAND_STEPS * spacing, span / MIN_COLUMNS));
   const gap = GAP_STEPS * spacing;
+  const newest = history.times.length ? history.times[history.times.length - 1] : 0;
+  const phase = (((newest - spacing / 2) % spacing) + spacing) % spacing;
   const group = svg.querySelector("g.lines");
   group.replaceChildren();
   let drawn = 0;
@@ -128,7 +132,7 @@ function drawChart(svg, history, start, end, spacing) {
     let line = "";
     let band = "";
     for (const stretch of stretches(history.times, history[name] || [], start, gap)) {
-      const cells = columns(stretch, column).map((c) => ({
+      const cells = columns(stretch, column, phase).map((c) => ({
         x: x(c.t / c.n).toFixed(1),
         mean: y(c.sum / c.n).toFixed(1),
         min: y(c.min).toFixed(1),

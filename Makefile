@@ -44,7 +44,7 @@ system-deps:
 demo: $(RUNTIME)
 	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host (Ctrl-C stops it):"
 	@echo "  live page: http://$(DEMO_ADDRESS)/   metrics: http://$(DEMO_ADDRESS)/metrics"
-	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS) --collect.interval 1s
+	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS)
 
 # An alert delivered end to end: the simulated host raises an Xid, Debian's Prometheus and
 # Alertmanager (system-deps) route it, and a receiver prints each notification; all on
@@ -72,7 +72,7 @@ pytest: $(STAMP) system-deps
 test: lint typecheck pytest
 
 docs: $(STAMP)
-	$(BIN)/python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md
+	$(BIN)/python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md gpu_exporter/serving/static/runbooks.html
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md
@@ -97,8 +97,9 @@ soak: $(STAMP)
 dist: $(STAMP)
 	$(BIN)/python -m build --outdir dist .
 
-# docs/screenshot.png: the live page of --simulate 4 once its history has built up,
-# photographed by the browser helper the tests use (headless Debian chromium).
+# docs/screenshot.png: the live page of --simulate 4 at the default 5 s interval once
+# 5 minutes of history have built up (so it takes 5 minutes), photographed by the
+# browser helper the tests use (headless Debian chromium).
 screenshot: $(STAMP) system-deps
 	$(BIN)/python -m tests.support.screenshot docs/screenshot.png
 

@@ -30,6 +30,7 @@ setup(
             "py.typed",
             "serving/static/*.js",
             "serving/static/*.css",
+            "serving/static/*.html",
             "sources/kubelet/api.proto",
         ],
         **{package: SHIPPED[folder] for package, folder in DATA_PACKAGES.items()},

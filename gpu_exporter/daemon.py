@@ -218,7 +218,12 @@ class Exporter:
         )
         self.sampler.on_nvml_init.append(self.xid.rearm)
         self.health = Health(self.sampler)
-        self.routes = Routes(self.state, self.health, telemetry_path=settings.telemetry_path)
+        self.routes = Routes(
+            self.state,
+            self.health,
+            telemetry_path=settings.telemetry_path,
+            interval_seconds=settings.interval_seconds,
+        )
         self.notifier = Notifier()
         self.watchdog = Watchdog(self.notifier, lambda: self.health.live().ok)
         self._ready = False
@@ -317,6 +322,7 @@ class Exporter:
         else:
             self.kubernetes.stop()
         self.routes.telemetry_path = new.telemetry_path
+        self.routes.interval_seconds = new.interval_seconds
         if self.server is not None:
             if new.web_config_file is None and old.web_config_file is not None:
                 log.warning("turning the web config off needs a restart; keeping it")

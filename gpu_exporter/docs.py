@@ -1,9 +1,13 @@
-"""Generate the reference sections of the docs from the code.
+"""Generate the reference sections of the docs from the code, and the /runbooks page.
 
-`python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md`
-rewrites the text between the `<!-- BEGIN generated:NAME -->` and
-`<!-- END generated:NAME -->` markers of each file; a test fails when a file and the
-code disagree.
+`python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md
+gpu_exporter/serving/static/runbooks.html` (`make docs`) rewrites the text between the
+`<!-- BEGIN generated:NAME -->` and `<!-- END generated:NAME -->` markers of each file; a
+test fails when a file and the code disagree.
+
+The runbooks (docs/alerts.md) are rendered to HTML here, at build time, with markdown-it-py
+(CommonMark with GitHub's tables): a development dependency, imported only by this
+function. The exporter serves the checked-in result and never imports it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Iterable
+from itertools import pairwise
 
 from gpu_exporter.attribution.identity import CMDLINE_MAX_CHARS, MAX_READ_BYTES
 from gpu_exporter.config import OPTIONS
@@ -25,6 +30,7 @@ from gpu_exporter.metrics.text import (
     LABEL_VALUE_MAX_BYTES,
     LONG_LABEL_VALUE_MAX_BYTES,
 )
+from gpu_exporter.shipped import RUNBOOKS, shipped_path
 
 
 def metrics_reference() -> str:
@@ -110,12 +116,52 @@ def gpu_to_dcgm() -> str:
     return "\n".join(lines)
 
 
+def github_anchor(heading: str) -> str:
+    """GitHub's id of a heading (its text as shown): lower case, punctuation dropped,
+    spaces as hyphens. Each alert's runbook_url ends in `#` and its anchor."""
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def runbooks_html(markdown: str) -> str:
+    """`markdown` as HTML: CommonMark with tables; raw HTML in it escaped; each heading
+    with GitHub's anchor as its id; links kept to http(s) and to anchors (a link to a
+    file of the repository keeps its text only: it would not resolve under /runbooks)."""
+    from markdown_it import MarkdownIt  # a development dependency: `make docs` only
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(markdown)
+    for heading, inline in pairwise(tokens):
+        if heading.type == "heading_open":
+            shown = "".join(c.content for c in inline.children or () if c.content)
+            heading.attrSet("id", github_anchor(shown))
+    for inline in tokens:
+        kept, dropped = [], 0
+        for child in inline.children or ():
+            href = str(child.attrGet("href") or "")
+            if child.type == "link_open" and not href.startswith(("https://", "http://", "#")):
+                dropped += 1
+            elif child.type == "link_close" and dropped:
+                dropped -= 1
+            else:
+                kept.append(child)
+        if inline.children:
+            inline.children = kept
+    return str(md.renderer.render(tokens, md.options, {})).rstrip("\n")
+
+
+def runbooks_section() -> str:
+    """The body of /runbooks: the shipped docs/alerts.md as HTML."""
+    return runbooks_html(shipped_path(RUNBOOKS).read_text(encoding="utf-8"))
+
+
 SECTIONS = {
     "metrics": metrics_reference,
     "label-values": label_values_reference,
     "flags": flags_reference,
     "dcgm-to-gpu": dcgm_to_gpu,
     "gpu-to-dcgm": gpu_to_dcgm,
+    "runbooks": runbooks_section,
 }
 # The flag and metric tables of docs/reference.md, and its rule for label values.
 REFERENCE_SECTIONS = ("metrics", "label-values", "flags")

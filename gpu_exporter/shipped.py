@@ -3,7 +3,8 @@ Alertmanager examples, alert rules, Grafana dashboards and the alerts' runbooks.
 
 The repository keeps one copy of each at its place (deploy/, grafana/, docs/alerts.md);
 the build (setup.py) carries them into the package under `gpu_exporter/shipped/` at the
-same relative paths. Only `--print-config` and /runbooks read them.
+same relative paths. Only `--print-config` reads them (and `make docs`, which renders the
+runbooks into the page served at /runbooks).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 RUNBOOKS = "docs/alerts.md"
-"""The runbook of every alert (its repository path): served at /runbooks."""
+"""The runbook of every alert (its repository path): served at /runbooks as HTML."""
 
 
 def shipped_path(relative: str) -> Path:

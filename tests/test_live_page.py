@@ -107,6 +107,11 @@ def test_the_page_in_a_browser_shows_every_gpu_its_charts_and_verdicts(
 
         assert "num_workers" in verdict(0, "input-bound")
         assert "pin_memory=True" in verdict(0, "input-bound")
+        # the advice's commands and settings are set as code, never as `backticks`
+        code = page.locator("[data-verdict=input-bound] em code").all_inner_texts()
+        assert code == ["num_workers", "pin_memory=True"], code
+        advice = page.locator("ul.verdicts li em").all_inner_texts()
+        assert advice and not [a for a in advice if "`" in a], advice
         leaked = verdict(1, "memory-leaked")
         assert "GiB" in leaked and "fuser -v /dev/nvidia*" in leaked
         assert "%" in verdict(2, "near-oom")
@@ -139,7 +144,16 @@ LAYOUT = """() => {
   const broken = [...document.querySelectorAll("table th, table td")]
     .filter((c) => !/\\s/.test(c.textContent.trim()) && lines(c) > 1)
     .map((c) => c.textContent);
-  return { width, scroll: document.documentElement.scrollWidth, off, broken };
+  const scrolled = [...document.querySelectorAll("div.scroll")]
+    .filter((e) => e.scrollWidth > e.clientWidth + 1)
+    .map((e) => `${e.firstElementChild.className} ${e.scrollWidth} > ${e.clientWidth}`);
+  const cells = [...document.querySelectorAll("table td")].filter((c) => {
+    const box = c.getBoundingClientRect();
+    return box.left < 0 || box.right > width + 0.5;
+  }).map((c) => c.textContent);
+  const uuids = [...document.querySelectorAll("table.mig code")].map(lines);
+  return { width, scroll: document.documentElement.scrollWidth, off, broken, scrolled, cells,
+           uuids };
 }"""
 
 
@@ -152,12 +166,17 @@ def test_the_page_fits_a_phone_a_tablet_and_a_laptop(simulated: Exporter, width:
     # nothing scrolls sideways; every card, verdict, chart and table box is on screen
     assert layout["scroll"] <= width, layout
     assert layout["off"] == [], layout
-    # and no word or number in a table is broken over lines (a table that cannot fit
-    # scrolls in its own box instead)
+    # and no word or number in a table is broken over lines
     assert layout["broken"] == [], layout
+    # every column of every table on screen: none scrolls in its own box (the process
+    # table's eight columns fit a tablet; on a phone each row is a grid of labelled
+    # cells), and a MIG UUID takes at most two lines
+    assert layout["scrolled"] == [] and layout["cells"] == [], layout
+    assert layout["uuids"] and max(layout["uuids"]) <= 2, layout
 
 
 def test_the_busy_chart_has_a_legend_in_the_colours_of_its_lines(simulated: Exporter) -> None:
+    gpus = by_index(overview(simulated))
     with chromium() as browser:
         page = open_live_page(browser, simulated.url + "/")
         chart = page.locator("figure.chart:has(svg[data-chart=busy])").first
@@ -170,6 +189,15 @@ def test_the_busy_chart_has_a_legend_in_the_colours_of_its_lines(simulated: Expo
                 "ps => ps.map((p) => [p.classList[2], getComputedStyle(p).stroke])"
             )
         )
+        # a MIG GPU's busy ratio is GPM's graphics-engine activity: its legend says so
+        mig = page.locator(f'[data-gpu-uuid="{gpus[3]["uuid"]}"] svg[data-chart=busy]')
+        mig_keys = dict(
+            mig.locator("xpath=..")
+            .locator(".legend .key")
+            .evaluate_all("ks => ks.map((k) => [k.dataset.key, k.textContent])")
+        )
+    assert mig_keys["busy_ratio"] == "graphics-engine activity (GPM)", mig_keys
+    assert "not reported under MIG" in mig_keys["utilization_ratio"], mig_keys
     legend = {key: (text, colour) for key, text, colour in keys}
     assert "true busy ratio" in legend["busy_ratio"][0]
     assert "instantaneous utilization" in legend["utilization_ratio"][0]
@@ -249,12 +277,29 @@ def test_reference_lines_are_drawn_under_the_data_dashed_and_see_through(
               ]);
             }"""
         )
-    assert [tag for tag, *_ in found] == ["line", "text"], found
-    for tag, data_above, dashes, opacity in found:
+        key = tuple(
+            svg.locator("xpath=..")
+            .locator(".legend [data-key=ref]")
+            .evaluate("(k) => [k.textContent, getComputedStyle(k.firstChild).borderTopStyle]")
+        )
+        # no label in any plot but "history since" (drawn where there is no data yet)
+        inside = page.evaluate(
+            """() => [...document.querySelectorAll("svg[data-series]")].flatMap((svg) => {
+              const plot = svg.querySelector("rect.plot").getBoundingClientRect();
+              return [...svg.querySelectorAll("text:not(.since)")].filter((t) => {
+                const box = t.getBoundingClientRect();
+                return box.left < plot.right - 0.5 && box.right > plot.left + 0.5
+                  && box.top < plot.bottom - 0.5 && box.bottom > plot.top + 0.5;
+              }).map((t) => `${svg.dataset.chart}: ${t.textContent}`);
+            })"""
+        )
+    assert [tag for tag, *_ in found] == ["line"], found
+    for _, data_above, dashes, opacity in found:
         assert data_above, found  # painted later: the data is on top
-        assert opacity < 1, found
-        if tag == "line":
-            assert dashes not in ("", "none"), found
+        assert opacity < 1 and dashes not in ("", "none"), found
+    # its name is in the legend, with a dashed swatch, not in the plot on the data
+    assert key == ("limit: 700 W", "dashed"), key
+    assert inside == [], inside
 
 
 def test_mig_instances_are_a_table_with_their_own_verdicts(simulated: Exporter) -> None:
@@ -286,6 +331,7 @@ def test_overview_has_host_gpus_mig_verdicts_processes_and_history(simulated: Ex
     doc = overview(simulated)
     assert doc["backend"] == "simulated" and doc["windows"] == ["5m", "1h", "12h"]
     assert doc["window"] == {"name": "5m", "seconds": 300.0, "step_seconds": 1.0, "max_points": 301}
+    assert doc["interval_seconds"] == 0.2  # --collect.interval: the charts' gap rule
     host = doc["host"]
     assert host["cpus"] > 0 and 0 < host["memory_used_bytes"] < host["memory_total_bytes"]
     assert set(host["history"]) == {"times", "cpu_ratio", "memory_used_bytes", "memory_total_bytes"}
@@ -306,6 +352,7 @@ def test_overview_has_host_gpus_mig_verdicts_processes_and_history(simulated: Ex
     assert all(0.0 <= v <= 0.95 for v in gpus[0]["history"]["utilization_ratio"] if v is not None)
     # MIG: no utilization reported, the busy ratio from graphics-engine activity instead
     assert set(gpus[3]["history"]["utilization_ratio"]) == {None}
+    assert [gpu["busy_source"] for gpu in doc["gpus"]] == [*["busy_time"] * 3, "graphics_engine"]
     assert any(v is not None for v in gpus[3]["history"]["busy_ratio"])
     assert [m["profile"] for m in gpus[3]["mig"]] == ["3g.40gb", "2g.20gb", "1g.10gb"]
     # processes: who holds memory, in which job, with its CPU
@@ -526,8 +573,9 @@ def test_web_ui_false_serves_the_link_page_and_keeps_no_history(tmp_path: Path) 
         assert page.status == 200
         assert 'href="metrics"' in page.text and "data-gpu-uuid" not in page.text
         assert "Content-Security-Policy" not in page.headers
-        for path in UI_PATHS[1:]:
+        for path in ("/static/page.js", "/api/overview"):
             assert exporter.get(path).status == 404, path
+        assert exporter.get("/static/page.css").status == 200  # it styles /runbooks too
     finally:
         exporter.stop()
 
@@ -547,12 +595,13 @@ def test_web_ui_config_file_key(tmp_path: Path) -> None:
 
 
 def test_the_wheel_ships_the_page_script_and_style(tmp_path: Path) -> None:
-    """Package data (pyproject.toml): an installed exporter serves its page."""
+    """Package data (setup.py): an installed exporter serves its page and runbooks."""
     source = copy_source(tmp_path / "source")
     wheel_path, _ = build("wheel", source, tmp_path / "dist")
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
-    assert {"gpu_exporter/serving/static/page.js", "gpu_exporter/serving/static/page.css"} <= names
+    static = "gpu_exporter/serving/static/"
+    assert {static + "page.js", static + "page.css", static + "runbooks.html"} <= names
 
 
 def test_without_nvml_the_page_says_why_no_gpu_is_shown(tmp_path: Path) -> None:

@@ -62,3 +62,25 @@ def test_each_instance_shows_its_own_verdicts_under_its_row() -> None:
     assert order == [("1", ""), ("", "near-oom"), ("5", ""), ("", "idle-allocated")]
     assert "Memory 98% full (39.0 GiB of 40.0 GiB)" in table
     assert "1 process(es) hold this instance, but it is 0% active." in table
+
+
+def test_the_gpu_s_near_oom_verdict_names_every_instance_that_is_near_oom() -> None:
+    snap = mig_snapshot(
+        {
+            1: ("3g.40gb", 39 * GIB, 40 * GIB, 0.9),
+            2: ("2g.20gb", int(19.5 * GIB), 20 * GIB, 0.9),
+            5: ("1g.10gb", GIB, 10 * GIB, 0.9),
+        },
+        (),
+    )
+    history = History()
+    history.add(snap)
+    doc = json.loads(json.dumps(overview.build(snap, history, WINDOWS["5m"])))
+    [gpu] = doc["gpus"]
+    [near_oom] = [v["summary"] for v in gpu["verdicts"] if v["name"] == "near-oom"]
+    assert near_oom == (
+        "MIG instances 1 (98%, 39.0 GiB of 40.0 GiB), 2 (98%, 19.5 GiB of 20.0 GiB): "
+        "memory above 95% full."
+    )
+    html = page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
+    assert near_oom in html.decode()

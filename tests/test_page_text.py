@@ -144,7 +144,7 @@ def test_a_long_name_is_cut_with_an_ellipsis_and_whole_on_hover() -> None:
     assert cells and all(title == LONG for title, _ in cells)
     assert all(len(shown) == page.NAME_MAX_CHARS and shown.endswith("…") for _, shown in cells)
     assert len(cells) == 3  # user, process and job of the long one; python is not cut
-    assert '<td class="name">python</td>' in html
+    assert '<td class="name" data-label="process">python</td>' in html
 
 
 def test_a_cut_never_splits_a_marker() -> None:

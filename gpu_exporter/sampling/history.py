@@ -33,6 +33,7 @@ import threading
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from gpu_exporter.model import DeviceSample, HostSample, Snapshot
 from gpu_exporter.sampling.thresholds import (
@@ -252,6 +253,21 @@ class _Previous:
     sm_seconds: float | None
 
 
+BusySource = Literal["busy_time", "graphics_engine"]
+BUSY_COUNTERS: Mapping[BusySource, str] = {
+    "busy_time": "busy_seconds",
+    "graphics_engine": "graphics_engine_seconds",
+}
+"""The counter (`_Previous`'s field) the busy ratio is the rate of, by its source."""
+
+
+def busy_source(device: DeviceSample) -> BusySource:
+    """What a GPU's `busy_ratio` measures: the share of time a kernel ran (its busy
+    counter), or, where the driver reports no utilization (a MIG-enabled GPU), GPM's
+    graphics-engine activity."""
+    return "busy_time" if device.busy_seconds is not None else "graphics_engine"
+
+
 def gpu_key(device: DeviceSample) -> GpuKey:
     """The history's name of a GPU: its index with its UUID ("" before it is identified)."""
     return (device.index, device.uuid)
@@ -321,9 +337,7 @@ class History:
             return {}
         before = self._previous.get(key)
         self._previous[key] = now
-        busy = _rate(before, now, "busy_seconds")
-        if busy is None and device.busy_seconds is None:  # MIG: no utilization reported
-            busy = _rate(before, now, "graphics_engine_seconds")
+        busy = _rate(before, now, BUSY_COUNTERS[busy_source(device)])
         static = device.static
         reasons = reading.clocks.throttle_reasons if reading.clocks else None
         return {

@@ -55,8 +55,8 @@ ADVICE: dict[VerdictName, str] = {
     "power-capped": "Expected under full load. If the limit is below the board's default "
     "(`nvidia-smi -q -d POWER`), raise it with `nvidia-smi -pl`; if the host's power "
     "budget set it, the job runs at its speed for that budget.",
-    "input-bound": "The input pipeline cannot keep up: raise the DataLoader's num_workers, "
-    "set pin_memory=True, and check the data loader (decoding, augmentation, storage).",
+    "input-bound": "The input pipeline cannot keep up: raise the DataLoader's `num_workers`, "
+    "set `pin_memory=True`, and check the data loader (decoding, augmentation, storage).",
     "memory-leaked": "Find the holder with `fuser -v /dev/nvidia*` (a crashed job's "
     "leftover process, or a container still running) and end it.",
     "near-oom": "The next allocation may fail with CUDA out of memory: lower the batch "
@@ -101,19 +101,26 @@ def _verdict(name: VerdictName, summary: str) -> GpuVerdict:
 
 
 def _near_oom(device: DeviceSample) -> GpuVerdict | None:
-    """The GPU's memory, or else the first of its MIG instances, above the ratio."""
+    """The GPU's memory above the ratio, or else every MIG instance whose memory is."""
     memory = device.reading.memory if device.reading else None
     if memory is not None:
         found = _memory_near_oom(memory.used_bytes, memory.total_bytes)
         if found is not None:
             return found
     mig = device.reading.mig if device.reading else None
-    for gi, instance in sorted((mig.instances if mig else {}).items()):
-        found = _memory_near_oom(instance.memory_used_bytes, instance.memory_total_bytes)
-        if found is not None:
-            summary = found.summary[0].lower() + found.summary[1:]
-            return _verdict("near-oom", f"MIG instance {gi}: {summary}")
-    return None
+    full = [
+        f"{gi} ({instance.memory_used_bytes / instance.memory_total_bytes:.0%}, "
+        f"{gib(instance.memory_used_bytes)} of {gib(instance.memory_total_bytes)})"
+        for gi, instance in sorted((mig.instances if mig else {}).items())
+        if instance.memory_used_bytes is not None
+        and instance.memory_total_bytes
+        and _memory_near_oom(instance.memory_used_bytes, instance.memory_total_bytes)
+    ]
+    if not full:
+        return None
+    limit = thresholds.NEAR_OOM_MEMORY_RATIO
+    instances = "MIG instance " if len(full) == 1 else "MIG instances "
+    return _verdict("near-oom", f"{instances}{', '.join(full)}: memory above {limit:.0%} full.")
 
 
 def _memory_near_oom(used: int | None, total: int | None) -> GpuVerdict | None:

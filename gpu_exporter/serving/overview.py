@@ -27,6 +27,7 @@ from gpu_exporter.sampling.history import (
     History,
     Points,
     Window,
+    busy_source,
     gpu_key,
 )
 from gpu_exporter.sampling.verdicts import GpuVerdict, judge, judge_instances
@@ -76,14 +77,24 @@ def parse_window(query: str) -> Window:
     return WINDOWS[asked[0]]
 
 
-def build(snapshot: Snapshot, history: History, window: Window, *, series: bool = True) -> Document:
+def build(
+    snapshot: Snapshot,
+    history: History,
+    window: Window,
+    *,
+    interval_seconds: float | None = None,
+    series: bool = True,
+) -> Document:
     """The whole document for `window`; without the GPUs' history when not `series` (the
-    page's HTML needs only the latest values: its script fetches the series)."""
+    page's HTML needs only the latest values: its script fetches the series).
+    `interval_seconds` is the sampling interval (`--collect.interval`; None: not known),
+    from which the page tells samples really missing from samples merely far apart."""
     host = snapshot.host
     return {
         "version": __version__,
         "backend": snapshot.backend,
         "timestamp_seconds": snapshot.timestamp_seconds,
+        "interval_seconds": interval_seconds,
         "nvml_up": snapshot.nvml_up,
         "nvml_down_reason": _shown(snapshot.nvml_down_reason),  # why NVML is down; None while up
         "window": {
@@ -140,6 +151,8 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
         "up": device.up,
         "down_reason": _shown(device.down_reason),
         "gpm": device.activity is not None and device.activity.sm_seconds is not None,
+        # what the history's busy_ratio measures: "busy_time" or (MIG) "graphics_engine"
+        "busy_source": busy_source(device),
         "utilization_ratio": utilization.gpu_ratio if utilization else None,
         "memory_used_bytes": memory.used_bytes if memory else None,
         "memory_total_bytes": memory.total_bytes if memory else None,

@@ -3,13 +3,15 @@
 Everything but the chart lines is rendered here: the links, the host row, one card per GPU
 (identity, a table of MIG instances with their own verdicts, verdicts, processes) and each
 chart's frame (axes, labels with units, reference lines, a legend naming each series by
-its colour). `static/page.js` draws each series from `/api/overview` as a band (lowest to
-highest per column) under its mean line, above the reference lines, says "history since
-HH:MM" while the window is older than the history, and refreshes the page every few
-seconds; `static/page.css` styles it (dark unless the browser asks for light) and fits it
-to any width down to 360 px, a table too wide for a phone scrolling in its own box. No
-inline script or style, nothing from another host: the Content-Security-Policy allows
-only 'self'.
+its colour and each reference line with its value: a label in the plot would sit on the
+data at the limit). `static/page.js` draws each series from `/api/overview` as a band
+(lowest to highest per column) under its mean line, above the reference lines, broken
+only where samples are missing, says "history since HH:MM" while the window is older
+than the history, and refreshes the page every few seconds; `static/page.css` styles it
+(dark unless the browser asks for light) and fits it to any width down to 360 px with
+every table column on screen (on a phone each row is a grid of cells, each under its
+column's name, `data-label`). No inline script or style, nothing from another host: the
+Content-Security-Policy allows only 'self'.
 
 Stable hooks for tests and scripts: `data-gpu-index` and `data-gpu-uuid` on each GPU card
 (two boards may share a UUID: the index tells them apart), `data-verdict` on each verdict,
@@ -24,6 +26,7 @@ the other columns of its table off the screen.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -108,6 +111,12 @@ SERIES_LABELS = {
     "temperature_celsius": "GPU",
 }
 """What each series drawn is, in a chart's legend (next to a swatch of its colour)."""
+GRAPHICS_ENGINE_LABELS = {
+    "busy_ratio": "graphics-engine activity (GPM)",
+    "utilization_ratio": "utilization (not reported under MIG)",
+}
+"""The labels that differ on a GPU whose busy ratio is GPM's graphics-engine activity (a
+MIG-enabled GPU: NVML reports it no utilization and no busy time)."""
 BAND_NOTE = "line: mean; band: lowest to highest in each column of the chart"
 
 CHARTS: tuple[Chart, ...] = (
@@ -248,13 +257,16 @@ def _mig(instances: list[Document]) -> str:
     rows = "".join(
         f'<tr data-gpu-instance="{m["gpu_instance"]}" data-mig-uuid="{escape(m["uuid"])}">'
         f"<td>GI {m['gpu_instance']} CI {m['compute_instance']}</td>"
-        f'<td class="name">{_clip(m["profile"], NAME_MAX_CHARS)} '
+        f'<td class="name wide">{_clip(m["profile"], NAME_MAX_CHARS)} '
         f"<code>{escape(m['uuid'])}</code></td>"
-        f"<td>{_gib(m['memory_used_bytes'])} of {_gib(m['memory_total_bytes'])}</td>"
-        f'<td>{_pct(m["activity_ratio"])}</td><td class="name">{_names(m["processes"])}</td>'
+        f'<td data-label="memory used">'
+        f"{_gib(m['memory_used_bytes'])} of {_gib(m['memory_total_bytes'])}</td>"
+        f'<td data-label="activity">{_pct(m["activity_ratio"])}</td>'
+        f'<td class="name" data-label="processes">{_names(m["processes"])}</td>'
         "</tr>"
         + (
-            f'<tr class="instance-verdicts"><td colspan="5">{_verdicts(m["verdicts"])}</td></tr>'
+            '<tr class="instance-verdicts"><td class="wide" colspan="5">'
+            f"{_verdicts(m['verdicts'])}</td></tr>"
             if m["verdicts"]
             else ""
         )
@@ -279,7 +291,7 @@ def _verdicts(verdicts: list[Document]) -> str:
         return '<p class="verdicts none">No verdicts: nothing looks wrong.</p>'
     items = "".join(
         f'<li data-verdict="{escape(v["name"])}"><strong>{escape(v["name"])}</strong> '
-        f"{_clip(v['summary'], SUMMARY_MAX_CHARS)} <em>{escape(v['advice'])}</em></li>"
+        f"{_clip(v['summary'], SUMMARY_MAX_CHARS)} <em>{_code_spans(v['advice'])}</em></li>"
         for v in verdicts
     )
     return f'<ul class="verdicts">{items}</ul>'
@@ -299,16 +311,25 @@ def _chart(chart: Chart, gpu: Document, doc: Document) -> str:
         _text((LEFT + RIGHT) / 2, BOTTOM + 14, f"\N{MINUS SIGN}{_duration(seconds / 2)}", "middle"),
         _text(RIGHT, BOTTOM + 14, "now", "end"),
     ]
+    # reference lines: named in the legend, never in the plot, where the data may sit
+    lines = [(v, label) for v, label in chart.lines(gpu) if 0 < v <= top]
     refs = "".join(
         f'<line class="ref" x1="{LEFT}" x2="{RIGHT}" y1="{_y(v, top):.1f}" y2="{_y(v, top):.1f}"/>'
-        + _text(RIGHT - 3, _y(v, top) + 11, label, "end", "ref")
-        for v, label in chart.lines(gpu)
-        if 0 < v <= top
+        for v, _ in lines
+    )
+    labels_of = (
+        {**SERIES_LABELS, **GRAPHICS_ENGINE_LABELS}
+        if gpu["busy_source"] == "graphics_engine"
+        else SERIES_LABELS
     )
     legend = "".join(
         f'<span class="key" data-key="{name}"><i class="swatch {name}"></i>'
-        f"{escape(SERIES_LABELS[name])}</span>"
+        f"{escape(labels_of[name])}</span>"
         for name in reversed(chart.series)  # front first
+    ) + "".join(
+        f'<span class="key" data-key="ref"><i class="swatch ref"></i>'
+        f"{escape(label)}: {value / chart.scale:.0f} {chart.unit}</span>"
+        for value, label in lines
     )
     return (
         f'<figure class="chart"><figcaption>{escape(chart.title)}</figcaption>'
@@ -335,12 +356,15 @@ def _processes(gpu: Document) -> str:
         return f'<p class="processes none">No process on this GPU.{leak}</p>'
     rows = "".join(
         f'<tr data-pid="{"" if p["pid"] is None else p["pid"]}">'
-        f'<td>{_cell(p["pid"])}</td><td class="name">{_clip(p["user"], NAME_MAX_CHARS)}</td>'
-        f'<td class="name">{_clip(p["process"], NAME_MAX_CHARS)}</td>'
-        f'<td class="name">{_clip(p["job"], NAME_MAX_CHARS)}</td>'
-        f"<td>{_gib(p['memory_used_bytes'])}</td>"
-        f"<td>{_pct(p['sm_ratio'])}</td><td>{_number(p['cpu_cores'], 1)}</td>"
-        f"<td>{_cell(p['workers'])}</td></tr>"
+        f'<td data-label="pid">{_cell(p["pid"])}</td>'
+        f'<td class="name" data-label="user">{_clip(p["user"], NAME_MAX_CHARS)}</td>'
+        f'<td class="name" data-label="process">{_clip(p["process"], NAME_MAX_CHARS)}</td>'
+        f'<td class="name wide" data-label="container or job">'
+        f"{_clip(p['job'], NAME_MAX_CHARS)}</td>"
+        f'<td data-label="GPU memory">{_gib(p["memory_used_bytes"])}</td>'
+        f'<td data-label="SM share">{_pct(p["sm_ratio"])}</td>'
+        f'<td data-label="CPU cores">{_number(p["cpu_cores"], 1)}</td>'
+        f'<td data-label="workers">{_cell(p["workers"])}</td></tr>'
         for p in gpu["processes"]
     )
     return (
@@ -350,6 +374,14 @@ def _processes(gpu: Document) -> str:
         f"<th>CPU cores</th><th>workers</th></tr></thead><tbody>{rows}</tbody></table></div>"
         f"{leak}"
     )
+
+
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def _code_spans(text: str) -> str:
+    """The exporter's own text (a verdict's advice) as HTML, each `command` as code."""
+    return CODE_SPAN.sub(r"<code>\1</code>", escape(text))
 
 
 def _y(value: float, top: float) -> float:

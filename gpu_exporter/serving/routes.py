@@ -1,6 +1,7 @@
 """What each request gets: /metrics from the cached exposition, the probes, the live page
 (`/`, its assets under /static/ and `/api/overview`), or the bare link page with
-`--web.ui=false`, and the alerts' runbooks at /runbooks.
+`--web.ui=false`, and the alerts' runbooks at /runbooks (HTML rendered at build time,
+styled by the page's stylesheet, which is served with the page off too).
 
 Pure apart from reading the health verdicts and the history: no NVML, no I/O (the page's
 assets are read from the package once). The probes' decisions are made in
@@ -30,6 +31,9 @@ ASSETS = {
     "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
     "/static/page.css": ("page.css", "text/css; charset=utf-8"),
 }
+SHARED_ASSETS = frozenset({"/static/page.css"})  # styles /runbooks too: served with the page off
+RUNBOOKS_PAGE = "runbooks.html"
+"""/runbooks: docs/alerts.md rendered at build time (`make docs`, gpu_exporter/docs.py)."""
 BUILT_IN_PREFIXES = ("/api/", "/static/")  # the live page's API and assets
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -83,10 +87,18 @@ def plain() -> dict[str, str]:
 class Routes:
     """Maps a request to a response."""
 
-    def __init__(self, state: ServingState, health: HealthView, *, telemetry_path: str) -> None:
+    def __init__(
+        self,
+        state: ServingState,
+        health: HealthView,
+        *,
+        telemetry_path: str,
+        interval_seconds: float | None = None,
+    ) -> None:
         self.state = state
         self.health = health
         self.telemetry_path = telemetry_path
+        self.interval_seconds = interval_seconds  # --collect.interval: the page's gap rule
 
     def is_probe(self, path: str) -> bool:
         """Whether `path` is /livez or /healthz: cheap answers, served outside the request
@@ -103,9 +115,9 @@ class Routes:
         if path == "/livez":
             return _probe(self.health.live())
         if path == RUNBOOKS_PATH:
-            from gpu_exporter.serving import runbooks  # with `html`: only once someone looks
-
-            return Response(HTTPStatus.OK, runbooks.page(), ui_headers("text/html; charset=utf-8"))
+            return Response(
+                HTTPStatus.OK, _asset(RUNBOOKS_PAGE), ui_headers("text/html; charset=utf-8")
+            )
         history = self.state.history
         if path == "/" and history is None:
             return Response(
@@ -121,11 +133,15 @@ class Routes:
                 None
                 if exposition is None
                 else overview.build(
-                    exposition.snapshot, history, window, series=path == OVERVIEW_PATH
+                    exposition.snapshot,
+                    history,
+                    window,
+                    interval_seconds=self.interval_seconds,
+                    series=path == OVERVIEW_PATH,
                 )
             )
             return self._page(doc) if path == "/" else self._overview(doc)
-        if history is not None and path in ASSETS:
+        if path in ASSETS and (history is not None or path in SHARED_ASSETS):
             name, content_type = ASSETS[path]
             return Response(HTTPStatus.OK, _asset(name), ui_headers(content_type))
         return Response(HTTPStatus.NOT_FOUND, b"404 page not found\n", plain())

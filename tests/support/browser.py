@@ -16,7 +16,8 @@ from typing import Any
 
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.support.exporter import Exporter
+from gpu_exporter.serving import page as live_page
+from tests.support.exporter import REPO, Exporter
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen
@@ -89,6 +90,48 @@ def open_live_page(
     )
     page = context.new_page()
     page.goto(url)
+    return drawn(page)
+
+
+SYNTHETIC_ORIGIN = "http://exporter.test"  # never resolved: every request is answered below
+STATIC = REPO / "gpu_exporter" / "serving" / "static"
+
+
+def open_synthetic_page(browser: Browser, doc: Any, *, width: int = VIEWPORT["width"]) -> Page:
+    """The live page of an overview document built in the test (`overview.build` over a
+    `History` fed synthetic samples: minutes of history at any interval in no time), as
+    the program serves it: the HTML from `page.render`, the shipped page.js and page.css,
+    `doc` as /api/overview. Requests are answered by Playwright's routing, not a server.
+    Waits until the script has drawn every chart, as `open_live_page` does."""
+    html = live_page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
+    bodies = {
+        "/": ("text/html; charset=utf-8", html),
+        "/static/page.js": ("text/javascript", (STATIC / "page.js").read_bytes()),
+        "/static/page.css": ("text/css", (STATIC / "page.css").read_bytes()),
+        "/api/overview": ("application/json", json.dumps(doc).encode()),
+    }
+
+    def answer(route: Any) -> None:
+        path = route.request.url.removeprefix(SYNTHETIC_ORIGIN).partition("?")[0]
+        if path not in bodies:
+            route.fulfill(status=404, body="404 page not found\n")
+            return
+        content_type, body = bodies[path]
+        route.fulfill(status=200, content_type=content_type, body=body)
+
+    context = browser.new_context(
+        viewport={"width": width, "height": VIEWPORT["height"]},
+        timezone_id="UTC",
+        color_scheme="dark",
+    )
+    context.route(f"{SYNTHETIC_ORIGIN}/**", answer)
+    page = context.new_page()
+    page.goto(SYNTHETIC_ORIGIN + "/")
+    return drawn(page)
+
+
+def drawn(page: Page) -> Page:
+    """`page` once its script has drawn every chart."""
     page.wait_for_function(
         "() => { const charts = [...document.querySelectorAll('svg[data-series]')];"
         " return charts.length > 0 && charts.every((c) => Number(c.dataset.points) > 0); }",

@@ -1,6 +1,7 @@
 """`make screenshot`: docs/screenshot.png, the live page of `--simulate 4` with history.
 
-Starts the real program on loopback, lets its history build up, and photographs `/`
+Starts the real program on loopback at the default interval (what a user sees), lets
+5 minutes of history build up (the 5-minute charts full), and photographs `/`
 through the same browser helper the tests use (tests/support/browser.py).
 """
 
@@ -14,7 +15,8 @@ from pathlib import Path
 from tests.support.browser import chromium, open_live_page, wait_for_history
 from tests.support.exporter import REPO, start_exporter
 
-HISTORY_SECONDS_AT_200MS = 90  # points a GPU's 5-minute chart holds before the picture
+WINDOW_POINTS = 60  # a full 5-minute chart at the default 5 s interval: 5 minutes of history
+INTERVAL_SECONDS = 5.0  # --collect.interval's default, what a user sees
 
 
 def main() -> int:
@@ -22,13 +24,13 @@ def main() -> int:
     parser.add_argument("output", nargs="?", default=str(REPO / "docs" / "screenshot.png"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        exporter = start_exporter(["--simulate", "4", "--collect.interval", "200ms"], Path(tmp))
+        exporter = start_exporter(["--simulate", "4"], Path(tmp))
         try:
             wait_for_history(
                 exporter,
-                points=HISTORY_SECONDS_AT_200MS,
+                points=WINDOW_POINTS,
                 verdicts={"input-bound", "memory-leaked", "near-oom"},
-                timeout=HISTORY_SECONDS_AT_200MS * 3,
+                timeout=WINDOW_POINTS * INTERVAL_SECONDS * 1.5,
             )
             with chromium() as browser:
                 page = open_live_page(browser, exporter.url + "/")

@@ -171,11 +171,13 @@ def being_sent_to(port: int, count: int) -> Iterator[list[socket.socket]]:
 
 def was_reset(reader: socket.socket) -> bool:
     """Whether the server closed `reader`'s connection: reading opens its window, so a
-    live connection sends more, and a closed one answers with a reset."""
+    live connection delivers its whole BIG response, and a closed one ends (a reset, or
+    the end of what the kernel still held) before that. Reading to the end, not a fixed
+    amount, leaves no race with the server's thread that sends the reset."""
     taken = 0
     try:
-        while taken < 1 << 16:
-            chunk = reader.recv(1 << 16)
+        while taken < BIG:
+            chunk = reader.recv(1 << 20)
             if not chunk:
                 return True
             taken += len(chunk)

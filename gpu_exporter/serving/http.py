@@ -45,6 +45,7 @@ from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
+from gpu_exporter.serving.connection_threads import ConnectionThreads
 from gpu_exporter.serving.request_framing import has_body, origin_form
 from gpu_exporter.serving.request_head import (
     MAX_HEAD_BYTES,
@@ -435,12 +436,13 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.slots = threading.BoundedSemaphore(max_requests)
         self.connections = Connections(max_connections)
         self.web = LiveWebConfig(web_config)
+        self.connection_threads = ConnectionThreads(self.process_request_thread, "http-connection")
         super().__init__(address, _Handler, bind_and_activate=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection, when `connections` lets it in."""
         if self.connections.admit(request):
-            super().process_request(request, client_address)
+            self.connection_threads.run(request, client_address)
             return
         log.debug("http: connection refused: every open connection is busy")
         try:  # without blocking the accept loop
@@ -476,6 +478,7 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         except OSError:
             pass  # the loop is not running, or closed already
         stopper.join(timeout_seconds)
+        self.connection_threads.stop()
         self.server_close()
 
     def reload_web_config(self, path: str | None = None) -> bool:

@@ -1,9 +1,10 @@
 """The HTTP server: a threaded server that defends itself against hostile clients.
 
 Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request gets;
-`bind` binds the socket for a threaded server (one thread per connection, on
-`socketserver`; request heads are read by `serving.request_head` with h11, so a server
-without TLS never loads ssl). Everything below holds before basic auth:
+`bind` binds the socket for a threaded server (one thread per connection, kept for a
+later one by `serving.connection_threads`, on `socketserver`; request heads are read
+by `serving.request_head` with h11, so a server without TLS never loads ssl).
+Everything below holds before basic auth:
 
 - TLS and basic auth from the web config file (`serving.web_config`), re-read when it
   or its certificates change; the TLS handshake runs in the connection's thread under the

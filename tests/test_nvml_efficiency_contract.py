@@ -317,7 +317,8 @@ def test_the_struct_layouts_read_every_field_where_ctypes_put_it() -> None:
 def test_every_value_type_is_read_as_its_union_member(
     value_type: int, member: str, value: float
 ) -> None:
-    batch = fields.FieldBatch((fields.FieldRequest("a", 1), fields.FieldRequest("b", 2, 3)))
+    a, b = fields.FieldRequest("a", 1), fields.FieldRequest("b", 2, 3)
+    batch = fields.FieldBatch((a, b))
     assert [(e.fieldId, e.scopeId) for e in batch.array] == [(1, 0), (2, 3)]
     for entry in batch.array:
         entry.value.ullVal = 0xFFFF_FFFF_FFFF_FFFF  # the bytes beyond a short member
@@ -325,7 +326,10 @@ def test_every_value_type_is_read_as_its_union_member(
         entry.valueType = value_type
     batch.array[0].nvmlReturn = M.NVML_SUCCESS  # as the driver writes each entry's code
     batch.array[1].nvmlReturn = M.NVML_ERROR_NOT_SUPPORTED
-    assert batch.answers() == [(M.NVML_SUCCESS, float(value)), (M.NVML_ERROR_NOT_SUPPORTED, 0.0)]
+    assert list(batch.answers()) == [
+        (a, M.NVML_SUCCESS, float(value)),
+        (b, M.NVML_ERROR_NOT_SUPPORTED, 0.0),
+    ]
 
 
 def test_the_field_batch_is_one_array_kept_between_intervals(

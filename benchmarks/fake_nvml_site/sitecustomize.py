@@ -10,22 +10,29 @@ Python imports `sitecustomize` at start-up; this one does nothing unless asked:
 - FAKE_NVML_PIDS: comma-separated PIDs of the GPU processes, dealt over the GPUs in turn;
 - FAKE_NVML_CALLS: a file that SIGUSR1 makes the program write its NVML call counts to
   (JSON: `answered`, calls the fake answered; `on_gpus`, those of them made on a GPU's
-  handle (the rest are the library's: device count, event waits); `missing`, lookups of
-  functions the fake
+  handle or, for `nvmlGpmMetricsGet` (which takes none), for one GPU's samples (the rest
+  are the library's: device count, event waits); `missing`, lookups of functions the fake
   lacks, which a real driver would answer; `by_function`; `fake_cpu_seconds`, the CPU
   time the program's threads spent inside the fake's Python answering those calls, which
-  stands in for the driver's and is not the program's own).
+  stands in for the driver's and is not the program's own, measured on each calling
+  thread's CPU clock; `fake_cpu_seconds_by_thread`, the same per native thread id;
+  `thread_names`, each live thread's Python name by native id, so per-thread CPU from
+  /proc/PID/task/TID/schedstat can be named).
 """
 
 from __future__ import annotations
 
 import os
 
+# calls that take no device handle but are made once per GPU: counted with the GPUs'
+PER_GPU_WITHOUT_HANDLE = frozenset({"nvmlGpmMetricsGet"})
+
 
 def _install() -> None:
     import json
     import signal
     import sys
+    import threading
     import time
     from collections import Counter
     from typing import Any
@@ -38,7 +45,7 @@ def _install() -> None:
     gpus = int(os.environ["FAKE_NVML_GPUS"])
     pids = [int(p) for p in os.environ.get("FAKE_NVML_PIDS", "").split(",") if p]
     missing: Counter[str] = Counter()
-    fake_cpu = [0.0]  # seconds of thread CPU time inside the fake's answers
+    fake_cpu: dict[int, float] = {}  # thread CPU seconds inside the fake's answers, per thread id
 
     class CountingFake(LiveFakeNvml):
         def __getattr__(self, name: str) -> Any:
@@ -49,13 +56,15 @@ def _install() -> None:
                     missing[name] += 1
                 raise
             clock = time.thread_time
+            thread_id = threading.get_native_id
 
             def timed(*args: Any) -> int:
                 started = clock()
                 try:
                     return int(answer(*args))
                 finally:
-                    fake_cpu[0] += clock() - started
+                    tid = thread_id()  # each thread writes only its own entry
+                    fake_cpu[tid] = fake_cpu.get(tid, 0.0) + clock() - started
 
             return timed
 
@@ -69,12 +78,15 @@ def _install() -> None:
         on_gpus = 0
         for (function, gpu), n in list(lib.calls.items()):
             by_function[function] += n
-            on_gpus += n if gpu is not None else 0
+            # a GPM metrics call names no handle, but computes one GPU's samples
+            on_gpus += n if gpu is not None or function in PER_GPU_WITHOUT_HANDLE else 0
         counts = {
             "answered": sum(by_function.values()),
             "on_gpus": on_gpus,
             "missing": sum(missing.values()),
-            "fake_cpu_seconds": fake_cpu[0],
+            "fake_cpu_seconds": sum(fake_cpu.values()),
+            "fake_cpu_seconds_by_thread": {str(tid): s for tid, s in fake_cpu.items()},
+            "thread_names": {str(t.native_id): t.name for t in threading.enumerate()},
             "by_function": dict(by_function),
             "missing_by_function": dict(missing),
         }

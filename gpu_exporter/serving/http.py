@@ -1,9 +1,10 @@
 """The HTTP server: a threaded server that defends itself against hostile clients.
 
 Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request gets;
-`bind` binds the socket for a threaded server (one thread per connection, on
-`socketserver`; request heads are read by `serving.request_head` with h11, so a server
-without TLS never loads ssl). Everything below holds before basic auth:
+`bind` binds the socket for a threaded server (one thread per connection, kept for a
+later one by `serving.connection_threads`, on `socketserver`; request heads are read
+by `serving.request_head` with h11, so a server without TLS never loads ssl).
+Everything below holds before basic auth:
 
 - TLS and basic auth from the web config file (`serving.web_config`), re-read when it
   or its certificates change; the TLS handshake runs in the connection's thread under the
@@ -47,6 +48,7 @@ from typing import Any
 
 from gpu_exporter import __version__
 from gpu_exporter.serving.basic_auth import Login
+from gpu_exporter.serving.connection_threads import ConnectionThreads
 from gpu_exporter.serving.connections import MAX_CONNECTIONS, Connections, reset_on_close
 from gpu_exporter.serving.request_framing import has_body, origin_form
 from gpu_exporter.serving.request_head import (
@@ -390,12 +392,13 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.slots = threading.BoundedSemaphore(max_requests)
         self.connections = Connections(max_connections)
         self.web = LiveWebConfig(web_config)
+        self.connection_threads = ConnectionThreads(self.process_request_thread, "http-connection")
         super().__init__(address, _Handler, bind_and_activate=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection, when `connections` lets it in."""
         if self.connections.admit(request, str(client_address[0])):
-            super().process_request(request, client_address)
+            self.connection_threads.run(request, client_address)
             return
         log.debug("http: connection refused: no open connection may make room for it")
         try:  # without blocking the accept loop
@@ -431,6 +434,7 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         except OSError:
             pass  # the loop is not running, or closed already
         stopper.join(timeout_seconds)
+        self.connection_threads.stop()
         self.server_close()
 
     def reload_web_config(self, path: str | None = None) -> bool:

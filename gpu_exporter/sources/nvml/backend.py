@@ -876,12 +876,14 @@ class _NvmlReader:
             return None
         states: dict[int, NvLinkState] = {}
         counters = self._link_error_counters(links)
+        values = self._fields
         for link in range(links):
-            state = self._fields.get(fields.nvlink_key(link, "state"))
+            state_key, error_keys = fields.nvlink_link_keys(link, NVLINK_ERRORS)
+            state = values.get(state_key)
             errors = {
                 name: int(value)
-                for name in NVLINK_ERRORS
-                if (value := self._fields.get(fields.nvlink_key(link, name))) is not None
+                for name, key in error_keys
+                if (value := values.get(key)) is not None
                 or (value := counters.get((link, name))) is not None
             }
             states[link] = NvLinkState(

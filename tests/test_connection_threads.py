@@ -1,0 +1,37 @@
+"""Connections are served on threads kept between connections, never two at once on one:
+a stalled client holds only its own thread."""
+
+from __future__ import annotations
+
+import threading
+
+from gpu_exporter.serving.connection_threads import ConnectionThreads
+
+
+def test_a_stalled_connection_holds_no_other_and_threads_are_reused() -> None:
+    stall = threading.Event()
+    served: dict[str, int] = {}
+    done = threading.Semaphore(0)
+
+    def serve(request: str, _address: object) -> None:
+        served[request] = threading.get_ident()
+        if request == "stalled":
+            stall.wait(10)
+        done.release()
+
+    threads = ConnectionThreads(serve, "test-connection", keep_idle=2)
+    threads.run("stalled", None)
+    threads.run("first", None)
+    assert done.acquire(timeout=10), "a connection waited for a stalled one"
+    threads.run("second", None)
+    assert done.acquire(timeout=10)
+    assert served["second"] == served["first"], "the idle thread serves the next connection"
+    assert served["stalled"] != served["first"]
+
+    stall.set()
+    assert done.acquire(timeout=10)
+    threads.stop()
+    for thread in threading.enumerate():
+        if thread.name == "test-connection":
+            thread.join(10)
+            assert not thread.is_alive(), "stop() ends the idle threads"

@@ -277,7 +277,7 @@ class Exporter:
     def stop(self) -> None:
         """Stop everything without waiting on the driver: an idle exporter exits at once.
 
-        The Xid listener may be blocked in nvmlEventSetWait for up to half a second; it is
+        The Xid listener may be blocked in nvmlEventSetWait for up to a second; it is
         not waited for, and NVML is then not shut down under it (the process is ending).
         """
         self.notifier.send("STOPPING=1")
@@ -312,7 +312,7 @@ class Exporter:
         if "xid" in new.collectors:
             self.xid.start(armed=self.sampler.nvml_up)
         else:
-            self.xid.stop(timeout_seconds=0.6)
+            self.xid.stop(timeout_seconds=1.1)
         self.sampler.interval_seconds = new.interval_seconds
         self.sampler.timeout_seconds = new.timeout_seconds
         self.sampler.collectors = new.collectors

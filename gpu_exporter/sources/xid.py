@@ -58,7 +58,7 @@ class XidListener:
         backend: Backend,
         *,
         clock: Callable[[], float] = time.time,
-        wait_ms: int = 500,
+        wait_ms: int = 1000,  # each wait is an NVML call: 1 a second, 0.125 per GPU of 8
     ) -> None:
         self._backend = backend
         self._clock = clock

@@ -413,7 +413,7 @@ def test_every_busy_ratio_counts_mig_gpus_by_their_graphics_engine() -> None:
         assert uses == len(fallbacks), query.name
         assert all(a == b for a, b in fallbacks), query.name
         checked += uses
-    assert checked >= 12
+    assert checked >= 8
 
 
 def test_node_dashboard_selects_one_node() -> None:

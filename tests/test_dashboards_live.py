@@ -50,6 +50,7 @@ from tests.support.dashboards import (
     variable_queries,
 )
 from tests.support.exporter import Exporter, start_exporter
+from tests.support.fleet import every_evaluation_rules
 from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
 from tests.support.prometheus import Prometheus, prometheus_binary, start_prometheus
 
@@ -177,8 +178,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                         "scrape_timeout": "1s",
                         "evaluation_interval": "1s",
                     },
-                    # the fleet dashboard's long-range panels read recording rules
-                    "rule_files": [str(RECORDING_RULES)],
+                    # the fleet dashboard's long-range panels read recording rules,
+                    # evaluated here every second
+                    "rule_files": [str(every_evaluation_rules(RECORDING_RULES, tmp / "r.yml"))],
                     "scrape_configs": [
                         {
                             "job_name": "gpu",

@@ -202,7 +202,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         gpm = "count(count_over_time({}[1m]) >= 15) == {}"
         prometheus.wait_for(gpm.format("gpu_sm_active_seconds_total", 11), 40)
         prometheus.wait_for(gpm.format("gpu_mig_sm_active_seconds_total", 9), 40)
-        # and the recorded busy ratios, over the steady range (every GPU that answers)
+        # and the recorded 1-minute rates, over the steady range (every GPU that answers),
+        # once the GPM counters are a minute old: younger, a 1-minute rate reads low
+        minute_old = "count(count_over_time(gpu_sm_active_seconds_total[2m]) >= 62) == 11"
+        prometheus.wait_for(minute_old, 90)
         prometheus.wait_for("count(count_over_time(instance_gpu:gpu_busy:ratio_rate1m[5s])) == 11")
         yield Fleet(prometheus, exporters, [t.pid for t in trees])
     finally:

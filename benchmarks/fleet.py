@@ -293,7 +293,9 @@ class Prometheus:
             for r in self.api("query", query=expr)["result"]
         }
 
-    def timed(self, expr: str, instant: bool, repeats: int = 3) -> tuple[float, int]:
+    def timed(
+        self, expr: str, instant: bool, repeats: int = 3, step: int = STEP_SECONDS
+    ) -> tuple[float, int]:
         """Median seconds of `expr` (instant at now, or over the 6-hour range), and the
         number of series it returned."""
         times, count = [], 0
@@ -304,9 +306,7 @@ class Prometheus:
                 params["time"] = f"{now:.3f}"
                 path = "query"
             else:
-                params.update(
-                    start=f"{now - RANGE_SECONDS:.3f}", end=f"{now:.3f}", step=str(STEP_SECONDS)
-                )
+                params.update(start=f"{now - RANGE_SECONDS:.3f}", end=f"{now:.3f}", step=str(step))
                 path = "query_range"
             started = time.perf_counter()
             result = self.api(path, **params)["result"]
@@ -339,16 +339,34 @@ class Panel:
     ref: str
     expr: str
     instant: bool
+    step: int = STEP_SECONDS  # seconds between a range query's points ($__interval)
 
 
 def panels(path: Path = DASHBOARD) -> list[Panel]:
+    """Every query of the dashboard with Grafana's values; a panel's minimum interval
+    ("interval": "1m") raises $__interval, and so $__rate_interval and the step, as
+    Grafana does."""
     dashboard = json.loads(path.read_text())
     out = []
     for panel in dashboard["panels"]:
+        values = dict(GRAFANA)
+        step = STEP_SECONDS
+        if "interval" in panel:
+            step = max(STEP_SECONDS, int(_seconds(panel["interval"])))
+            values.update(
+                __interval=f"{step}s",
+                __interval_ms=str(step * 1000),
+                __rate_interval=f"{max(step + SCRAPE_SECONDS, 4 * SCRAPE_SECONDS)}s",
+            )
         for target in panel.get("targets", []):
-            expr = re.sub(r"\$(\w+)", lambda m: GRAFANA[m.group(1)], target["expr"])
-            out.append(Panel(panel["title"], target["refId"], expr, bool(target.get("instant"))))
+            expr = _substitute(target["expr"], values)
+            instant = bool(target.get("instant"))
+            out.append(Panel(panel["title"], target["refId"], expr, instant, step))
     return out
+
+
+def _substitute(expr: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
 
 
 def rules() -> list[tuple[str, str, str, float]]:
@@ -391,11 +409,12 @@ class Live:
 def refresh(
     prometheus: Prometheus, queries: list[Panel]
 ) -> tuple[list[tuple[Panel, float, int]], float, float]:
-    timed = [(p, *prometheus.timed(p.expr, p.instant)) for p in queries]
+    timed = [(p, *prometheus.timed(p.expr, p.instant, step=p.step)) for p in queries]
     # Grafana sends a dashboard's queries at once; Prometheus runs up to 20 together
     started = time.perf_counter()
     threads = [
-        threading.Thread(target=prometheus.timed, args=(p.expr, p.instant, 1)) for p in queries
+        threading.Thread(target=prometheus.timed, args=(p.expr, p.instant, 1, p.step))
+        for p in queries
     ]
     for thread in threads:
         thread.start()

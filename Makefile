@@ -12,7 +12,7 @@ PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install 
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo demo-alerts self-check-demo dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet soak docs screenshot clean
+.PHONY: demo demo-alerts self-check-demo dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet bench-fleet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,11 @@ bench-http: $(STAMP)
 
 bench-kubelet: $(STAMP)
 	$(BIN)/python benchmarks/kubelet_refresh.py --write benchmarks/README.md
+
+# the fleet's Prometheus with the shipped rules and the fleet dashboard at 1,000-4,000
+# simulated GPUs, and 24 h of backfilled history (benchmarks/fleet.py; about 25 minutes)
+bench-fleet: $(STAMP) system-deps
+	$(BIN)/python benchmarks/fleet.py --write benchmarks/README.md
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --write benchmarks/README.md

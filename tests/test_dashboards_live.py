@@ -8,7 +8,9 @@ A's GPUs 0 and 1 carry processes with real PIDs (a parent with two workers on GP
 instead of the built-in ones; B's and C's built-in inference server sits on instance 2.
 Grafana's variables are substituted as in `LIVE_VALUES`: the node dashboard is pointed at
 A, the fleet dashboard at everything; `$__range` is 1h, longer than this Prometheus has
-been alive, to show that range queries work on a young server too.
+been alive, to show that range queries work on a young server too. The Prometheus loads
+the shipped recording rules (evaluated every second), which the fleet dashboard's
+long-range panels read.
 A and B run on Kubernetes (a kubelet stand-in each): A's GPU 0 is allocated to ml/train,
 its idle GPU 1 to lab/notebook; B's built-in training job runs in pod ml/train-b, which
 was allocated no GPU (a stowaway), and B's GPU 1 is allocated to lab/scratch by a DRA
@@ -49,6 +51,7 @@ from tests.support.dashboards import (
     variable_queries,
 )
 from tests.support.exporter import Exporter, start_exporter
+from tests.support.fleet import every_evaluation_rules
 from tests.support.kubelet import Claim, ClaimDevice, Container, FakeKubelet, Pod, write_log_tree
 from tests.support.prometheus import Prometheus, prometheus_binary, start_prometheus
 
@@ -73,6 +76,7 @@ LIVE_VALUES = {
     "gpu": ".+",
 }
 STEADY_RANGE = {"__range": "4s"}
+RECORDING_RULES = Path(__file__).resolve().parents[1] / "deploy/prometheus/rules/gpu-recording.yml"
 
 
 def kubelets(tmp: Path) -> tuple[list[FakeKubelet], list[list[str]]]:
@@ -172,7 +176,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         config.write_text(
             yaml.safe_dump(
                 {
-                    "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                    "global": {
+                        "scrape_interval": "1s",
+                        "scrape_timeout": "1s",
+                        "evaluation_interval": "1s",
+                    },
+                    # the fleet dashboard's long-range panels read recording rules,
+                    # evaluated here every second
+                    "rule_files": [str(every_evaluation_rules(RECORDING_RULES, tmp / "r.yml"))],
                     "scrape_configs": [
                         {
                             "job_name": "gpu",
@@ -194,6 +205,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         gpm = "count(count_over_time({}[1m]) >= 15) == {}"
         prometheus.wait_for(gpm.format("gpu_sm_active_seconds_total", 11), 40)
         prometheus.wait_for(gpm.format("gpu_mig_sm_active_seconds_total", 9), 40)
+        # and the recorded 1-minute rates, over the steady range (every GPU that answers),
+        # once the GPM counters are a minute old: younger, a 1-minute rate reads low
+        minute_old = "count(count_over_time(gpu_sm_active_seconds_total[2m]) >= 62) == 11"
+        prometheus.wait_for(minute_old, 90)
+        prometheus.wait_for("count(count_over_time(instance_gpu:gpu_busy:ratio_rate1m[5s])) == 11")
         yield Fleet(prometheus, exporters, [t.pid for t in trees])
     finally:
         if prometheus is not None:

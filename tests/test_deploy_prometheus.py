@@ -72,7 +72,8 @@ def test_federation_pulls_only_recording_rules_with_their_labels() -> None:
     assert job["metrics_path"] == "/federate"
     assert job["honor_labels"] is True
     assert job["params"]["match[]"] == [
-        '{__name__=~"(instance_gpu|instance_gpu_instance|instance_gpu_pod|name|namespace):gpu_.+"}'
+        '{__name__=~"(instance_gpu|instance_gpu_instance|instance_gpu_pod|instance_gpu_owner'
+        '|name|namespace):gpu_.+"}'
     ]
 
 
@@ -140,10 +141,13 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     per_mig_instance = [n for n in names if n.startswith("instance_gpu_instance:")]
     per_pod = [n for n in names if n.startswith("instance_gpu_pod:")]
     per_namespace = [n for n in names if n.startswith("namespace:")]
-    assert len(per_gpu) + len(per_model) + len(per_mig_instance) + len(per_pod) + len(
-        per_namespace
-    ) == len(names)
-    assert len(per_pod) == doc_figure(text, "recording rules, per idle allocation (Kubernetes)")
+    per_owner = [n for n in names if n.startswith("instance_gpu_owner:")]
+    per_link = [n for n in names if n.startswith("instance_gpu_link:")]
+    levels = (per_gpu, per_model, per_mig_instance, per_pod, per_namespace, per_owner, per_link)
+    assert sum(len(level) for level in levels) == len(names)
+    assert len(per_pod) == doc_figure(text, "recording rules, per allocation (Kubernetes)")
+    assert len(per_owner) == doc_figure(text, "recording rules, per GPU and owner of its processes")
+    assert len(per_link) == doc_figure(text, "recording rules, per NVLink link")
     assert len(per_namespace) == doc_figure(text, "recording rules, per namespace (Kubernetes)")
     assert len(per_gpu) == doc_figure(text, "recording rules, per GPU")
     assert len(per_mig_instance) == doc_figure(text, "recording rules, per MIG GPU instance")

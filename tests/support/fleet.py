@@ -37,10 +37,20 @@ def _fast_globals(config: dict[str, Any]) -> None:
 
 def immediate_alert_rules(dest: Path) -> Path:
     """A copy of rules/gpu-alerts.yml at `dest` whose alerts fire without waiting: every
-    `for:` is 0s; the expressions, labels and annotations are the file's."""
-    text = (EXAMPLES / "rules" / "gpu-alerts.yml").read_text()
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    `for:` is 0s, every group at the test's evaluation interval; the expressions, labels
+    and annotations are the file's."""
+    every_evaluation_rules(EXAMPLES / "rules" / "gpu-alerts.yml", dest)
+    text = dest.read_text()
     dest.write_text(re.sub(r"^(\s+for: )\S+$", r"\g<1>0s", text, flags=re.M))
+    return dest
+
+
+def every_evaluation_rules(source: Path, dest: Path) -> Path:
+    """A copy at `dest` of the rule file `source` whose groups all run at the global
+    evaluation interval: the shipped groups that run once a minute (`interval: 1m`)
+    would make a test wait a minute for their first value."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(re.sub(r"^    interval: \S+\n", "", source.read_text(), flags=re.M))
     return dest
 
 
@@ -60,7 +70,11 @@ def cluster_config(
     config.pop("remote_write", None)
     rules = rules or {}
     config["rule_files"] = [
-        str(rules.get(Path(path).name, EXAMPLES / path)) for path in config["rule_files"]
+        str(
+            rules.get(Path(path).name)
+            or every_evaluation_rules(EXAMPLES / path, targets_dir.parent / path)
+        )
+        for path in config["rule_files"]
     ]
     for job in config["scrape_configs"]:
         for sd in job.get("file_sd_configs", []):

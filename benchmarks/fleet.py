@@ -1,0 +1,908 @@
+"""The fleet's Prometheus: the shipped rules and the fleet dashboard at 1,000-4,000 GPUs.
+
+`make bench-fleet` runs it and writes its tables to benchmarks/README.md. Two parts:
+
+- **Live** (the per-tick cost): one light loopback HTTP server serves N/8 simulated 8-GPU
+  nodes. Each node's exposition is the exporter's own (`gpu-exporter --simulate 8
+  --once`), with values varied per node and GPU: counters grow at a per-GPU rate (every
+  seventh GPU idles while it holds memory), gauges are scaled. Debian's Prometheus
+  scrapes them every 15 s with deploy/prometheus/rules/*.yml loaded, for `--minutes`.
+  Then: each rule group's evaluation time as Prometheus reports it
+  (`prometheus_rule_group_last_duration_seconds`, mean and max over the last minutes),
+  missed iterations, head series, Prometheus' RSS, and every fleet-dashboard query
+  (Grafana's defaults: the last 6 hours, 20 s interval, 1 m rate interval; median of 3).
+- **History** (the cost that grows with history): `--history-nodes` nodes (default 2,
+  16 GPUs) get 24 hours of 15-second samples, written as OpenMetrics and turned into
+  blocks by `promtool tsdb create-blocks-from openmetrics`, the series the dashboard's
+  recording rules write included (computed from the same synthetic values). A
+  Prometheus on those blocks scrapes the same nodes on, so every window (1 day
+  included) is full. Every rule's expression and every dashboard query is then timed
+  as an instant or range query, and the per-GPU cost scaled linearly to the live sizes
+  (fixed overheads scaled too: an upper bound).
+
+Everything runs under `nice -n 10` and listens on 127.0.0.1 only. The figures are this
+machine's, shared with other work: compare them with each other, not across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from gpu_exporter.docs import write_section  # noqa: E402
+
+RULE_FILES = sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.yml"))
+DASHBOARD = REPO / "grafana" / "dashboards" / "gpu-fleet.json"
+GPUS_PER_NODE = 8
+SCRAPE_SECONDS = 15
+HISTORY_HOURS = 24
+# Grafana's values for the fleet dashboard's default range (6 h) on a ~1,000-pixel panel
+GRAFANA = {
+    "__range": "6h",
+    "__range_s": "21600",
+    "__interval": "20s",
+    "__interval_ms": "20000",
+    "__rate_interval": "1m",
+    "job": ".+",
+    "instance": ".+",
+    "gpu": ".+",
+    "namespace": ".+",
+    "pod": ".+",
+}
+RANGE_SECONDS = 6 * 3600
+STEP_SECONDS = 20
+VARIED_GAUGE = re.compile(r"_(watts|celsius|hertz|ratio)$|_bytes$")
+ACTIVITY_COUNTER = re.compile(r"_seconds_total$")
+SAMPLE_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?P<value>\S+)$")
+
+
+# --- the synthetic nodes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Series:
+    """One sample line of the template: its text before the value, and how it moves."""
+
+    name: str
+    labels: str  # `{...}` or ""
+    base: float
+    slope: float  # per second; 0 for gauges and counters that do not move
+
+
+def _fraction(*key: object) -> float:
+    """A stable pseudo-random number in [0, 1) for `key`."""
+    return (zlib.crc32(repr(key).encode()) % 10_000) / 10_000
+
+
+def _gpu(labels: str) -> int | None:
+    found = re.search(r'\bgpu="(\d+)"', labels)
+    return int(found.group(1)) if found else None
+
+
+def activity(node: int, gpu: int) -> float:
+    """The busy share of `gpu` on `node`: every seventh GPU idles, the rest 0.3-0.95."""
+    if (node * GPUS_PER_NODE + gpu) % 7 == 0:
+        return 0.0
+    return 0.3 + 0.65 * _fraction("busy", node, gpu)
+
+
+def template() -> list[tuple[str, str, float]]:
+    """(name, labels, value) of every sample of the exporter's 8-GPU simulated host."""
+    text = subprocess.run(
+        [sys.executable, "-m", "gpu_exporter", "--simulate", str(GPUS_PER_NODE), "--once"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout
+    samples = []
+    for line in text.splitlines():
+        match = SAMPLE_LINE.match(line)
+        if line.startswith("#") or match is None:
+            continue
+        samples.append((match["name"], match["labels"] or "", float(match["value"])))
+    return samples
+
+
+def node_series(node: int, samples: list[tuple[str, str, float]]) -> list[Series]:
+    out = []
+    for name, labels, value in samples:
+        gpu = _gpu(labels)
+        slope = 0.0
+        if gpu is not None and ACTIVITY_COUNTER.search(name) and name.startswith("gpu_"):
+            slope = activity(node, gpu) * (1.0 if "busy" in name else 0.8)
+        elif name.endswith("_bytes_total"):
+            slope = 1e8 * _fraction("bytes", node, name, labels)
+        elif name.endswith("_joules_total"):
+            slope = 200 + 400 * _fraction("power", node, gpu)
+        elif VARIED_GAUGE.search(name) and value > 1 and name.startswith("gpu_"):
+            value *= 0.8 + 0.4 * _fraction("gauge", node, name, labels)
+        out.append(Series(name, labels, value, slope))
+    return out
+
+
+class Node:
+    """The exposition of one node at any time: static text and moving counters."""
+
+    def __init__(self, series: list[Series], origin: float) -> None:
+        self.origin = origin
+        self.parts: list[bytes | tuple[float, float]] = []
+        static: list[str] = []
+        for s in series:
+            if s.slope:
+                static.append(f"{s.name}{s.labels} ")
+                self.parts.append("".join(static).encode())
+                self.parts.append((s.base, s.slope))
+                static = ["\n"]
+            else:
+                static.append(f"{s.name}{s.labels} {s.base!r}\n")
+        self.parts.append("".join(static).encode())
+
+    def render(self, now: float) -> bytes:
+        elapsed = now - self.origin
+        return b"".join(
+            p if isinstance(p, bytes) else repr(p[0] + p[1] * elapsed).encode() for p in self.parts
+        )
+
+
+class NodeServer:
+    """One loopback HTTP server for every node: GET /node/<i> is node i's exposition."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(handler) -> None:  # noqa: N805
+                try:
+                    body = nodes[int(handler.path.rsplit("/", 1)[1])].render(time.time())
+                except (ValueError, IndexError):
+                    handler.send_error(404)
+                    return
+                handler.send_response(200)
+                handler.send_header("Content-Type", "text/plain; version=0.0.4")
+                handler.send_header("Content-Length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def log_message(handler, *args: object) -> None:  # noqa: N805
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# --- Prometheus ----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Prometheus:
+    def __init__(
+        self, workdir: Path, nodes: int, server_port: int, data: Path, remote_write: str = ""
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        targets = [
+            {
+                "targets": [f"127.0.0.1:{server_port}"],
+                "labels": {"__metrics_path__": f"/node/{i}", "instance": f"node-{i:04d}:9872"},
+            }
+            for i in range(nodes)
+        ]
+        (workdir / "targets.json").write_text(json.dumps(targets))
+        config = {
+            "global": {
+                "scrape_interval": f"{SCRAPE_SECONDS}s",
+                "scrape_timeout": "10s",
+                "evaluation_interval": f"{SCRAPE_SECONDS}s",
+            },
+            "rule_files": [str(p) for p in RULE_FILES],
+            "scrape_configs": [
+                {
+                    "job_name": "gpu-exporter",
+                    "file_sd_configs": [{"files": [str(workdir / "targets.json")]}],
+                },
+                {
+                    "job_name": "prometheus",
+                    "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}],
+                },
+            ],
+        }
+        if remote_write:
+            config["remote_write"] = [{"url": remote_write}]
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.log = (workdir / "prometheus.log").open("w")
+        self.process = subprocess.Popen(
+            [
+                "nice",
+                "-n",
+                "10",
+                "prometheus",
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={data}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=2d",
+                "--query.max-samples=200000000",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if self.get("/-/ready"):
+                    return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise RuntimeError("prometheus did not become ready")
+
+    def get(self, path: str, **params: str) -> bytes:
+        url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        with urllib.request.urlopen(url, timeout=120) as response:
+            return bytes(response.read())
+
+    def api(self, path: str, **params: str) -> Any:
+        payload = json.loads(self.get(f"/api/v1/{path}", **params))
+        if payload.get("status") != "success":
+            raise RuntimeError(f"{path}: {payload}")
+        return payload["data"]
+
+    def value(self, expr: str) -> float:
+        result = self.api("query", query=expr)["result"]
+        return float(result[0]["value"][1]) if result else math.nan
+
+    def by(self, expr: str, label: str) -> dict[str, float]:
+        return {
+            r["metric"][label]: float(r["value"][1])
+            for r in self.api("query", query=expr)["result"]
+        }
+
+    def timed(
+        self, expr: str, instant: bool, repeats: int = 3, step: int = STEP_SECONDS
+    ) -> tuple[float, int]:
+        """Median seconds of `expr` (instant at now, or over the 6-hour range), and the
+        number of series it returned."""
+        times, count = [], 0
+        for _ in range(repeats):
+            now = time.time()
+            params = {"query": expr}
+            if instant:
+                params["time"] = f"{now:.3f}"
+                path = "query"
+            else:
+                params.update(start=f"{now - RANGE_SECONDS:.3f}", end=f"{now:.3f}", step=str(step))
+                path = "query_range"
+            started = time.perf_counter()
+            result = self.api(path, **params)["result"]
+            times.append(time.perf_counter() - started)
+            count = len(result)
+        return statistics.median(times), count
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+# --- the queries -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    ref: str
+    expr: str
+    instant: bool
+    step: int = STEP_SECONDS  # seconds between a range query's points ($__interval)
+
+
+def panels(path: Path = DASHBOARD) -> list[Panel]:
+    """Every query of the dashboard with Grafana's values; a panel's minimum interval
+    ("interval": "1m") raises $__interval, and so $__rate_interval and the step, as
+    Grafana does."""
+    dashboard = json.loads(path.read_text())
+    out = []
+    for panel in dashboard["panels"]:
+        values = dict(GRAFANA)
+        step = STEP_SECONDS
+        if "interval" in panel:
+            step = max(STEP_SECONDS, int(_seconds(panel["interval"])))
+            values.update(
+                __interval=f"{step}s",
+                __interval_ms=str(step * 1000),
+                __rate_interval=f"{max(step + SCRAPE_SECONDS, 4 * SCRAPE_SECONDS)}s",
+            )
+        for target in panel.get("targets", []):
+            expr = _substitute(target["expr"], values)
+            instant = bool(target.get("instant"))
+            out.append(Panel(panel["title"], target["refId"], expr, instant, step))
+    return out
+
+
+def _substitute(expr: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
+
+
+def rules() -> list[tuple[str, str, str, float]]:
+    """(group, rule name, expression, group interval in seconds) of the shipped rules."""
+    out = []
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            interval = _seconds(group.get("interval", f"{SCRAPE_SECONDS}s"))
+            for rule in group["rules"]:
+                name = rule.get("record") or rule.get("alert")
+                out.append((group["name"], name, rule["expr"], interval))
+    return out
+
+
+def _seconds(duration: str) -> float:
+    unit = {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+    return float(duration[:-1]) * unit
+
+
+# --- live ----------------------------------------------------------------------------
+
+
+@dataclass
+class Live:
+    gpus: int
+    head_series: float
+    rss_gib: float
+    groups: dict[str, tuple[float, float, float]]  # mean s, max s, interval s
+    missed: float
+    panels: list[tuple[Panel, float, int]]
+    refresh_sum: float
+    refresh_parallel: float
+
+    @property
+    def rule_share(self) -> float:
+        """Rule evaluation time per second of wall time, all groups together."""
+        return sum(mean / interval for mean, _max, interval in self.groups.values())
+
+
+def refresh(
+    prometheus: Prometheus, queries: list[Panel]
+) -> tuple[list[tuple[Panel, float, int]], float, float]:
+    timed = [(p, *prometheus.timed(p.expr, p.instant, step=p.step)) for p in queries]
+    # Grafana sends a dashboard's queries at once; Prometheus runs up to 20 together
+    started = time.perf_counter()
+    threads = [
+        threading.Thread(target=prometheus.timed, args=(p.expr, p.instant, 1, p.step))
+        for p in queries
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    parallel = time.perf_counter() - started
+    return timed, sum(t for _p, t, _n in timed), parallel
+
+
+def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path) -> Live:
+    nodes = gpus // GPUS_PER_NODE
+    origin = time.time() - 3600
+    server = NodeServer([Node(node_series(i, samples), origin) for i in range(nodes)])
+    prometheus = Prometheus(workdir, nodes, server.port, workdir / "data")
+    rss_peak = 0
+    try:
+        deadline = time.monotonic() + minutes * 60
+        while time.monotonic() < deadline:
+            time.sleep(10)
+            rss_peak = max(rss_peak, prometheus.rss_bytes())
+            print(
+                f"  {gpus} GPUs: {prometheus.value('prometheus_tsdb_head_series'):.0f} head series,"
+                f" RSS {prometheus.rss_bytes() / 2**30:.2f} GiB",
+                file=sys.stderr,
+            )
+        window = f"{int(min(minutes, 3) * 60)}s"
+        mean = prometheus.by(
+            f"avg_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
+        )
+        peak = prometheus.by(
+            f"max_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
+        )
+        interval = prometheus.by("prometheus_rule_group_interval_seconds", "rule_group")
+        missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
+        groups = {g.split(";")[-1]: (mean[g], peak[g], interval[g]) for g in sorted(mean)}
+        timed, total, parallel = refresh(prometheus, panels())
+        head = prometheus.value("prometheus_tsdb_head_series")
+        rss_peak = max(rss_peak, prometheus.rss_bytes())
+    finally:
+        prometheus.stop()
+        server.stop()
+    return Live(gpus, head, rss_peak / 2**30, groups, missed, timed, total, parallel)
+
+
+# --- history -------------------------------------------------------------------------
+
+
+def recorded(node: int, samples: list[tuple[str, str, float]]) -> Iterator[tuple[str, float]]:
+    """The dashboard rules' series for `node`, as the rules compute them from its values
+    (constant over time here: the synthetic GPUs keep their activity)."""
+    instance = f'instance="node-{node:04d}:9872",job="gpu-exporter"'
+    memory: dict[int | None, dict[str, float]] = {}
+    for name, labels, value in samples:
+        if name in ("gpu_memory_used_bytes", "gpu_memory_total_bytes"):
+            memory.setdefault(_gpu(labels), {})[name] = value
+    for name, labels, value in samples:
+        gpu = _gpu(labels)
+        inner = labels[1:-1]
+        if name == "gpu_busy_seconds_total" or name == "gpu_graphics_engine_active_seconds_total":
+            busy = activity(node, gpu or 0)
+            yield f"instance_gpu:gpu_busy:ratio_rate1m{{{instance},{inner}}}", busy
+            held = memory.get(gpu, {})
+            ratio = held.get("gpu_memory_used_bytes", 0) / held.get("gpu_memory_total_bytes", 1)
+            idle = float(busy < 0.05) * float(ratio > 0.01)
+            yield f"instance_gpu:gpu_idle_holding_memory:bool_rate1m{{{instance},{inner}}}", idle
+        elif name == "gpu_throttle_active" and value == 1:
+            yield f"instance_gpu:gpu_throttle_active:active{{{instance},{inner}}}", 1.0
+        elif name == "gpu_process_memory_used_bytes":
+            owner = {
+                k: v
+                for k, v in re.findall(r'(\w+)="([^"]*)"', inner)
+                if k in ("gpu", "user", "container_id", "pod_uid", "slurm_job_id") and v
+            }
+            busy = activity(node, gpu or 0)
+            labels_text = ",".join(f'{k}="{v}"' for k, v in owner.items())
+            yield (
+                f"instance_gpu_owner:gpu_idle_holding_memory:bool_rate1m{{{instance},{labels_text}}}",
+                float(busy < 0.05),
+            )
+
+
+def history_families(
+    nodes: int, samples: list[tuple[str, str, float]]
+) -> dict[str, list[tuple[str, float, float]]]:
+    """{family: [(name and labels, value at the origin, slope per second)]} of `nodes`
+    nodes: the exposition's series and the dashboard rules' series."""
+    families: dict[str, dict[str, tuple[float, float]]] = {}
+    for node in range(nodes):
+        instance = f'instance="node-{node:04d}:9872",job="gpu-exporter"'
+        for s in node_series(node, samples):
+            inner = s.labels[1:-1]
+            text = f"{s.name}{{{instance}{',' + inner if inner else ''}}}"
+            families.setdefault(s.name, {})[text] = (s.base, s.slope)
+        for text, value in recorded(node, samples):  # one series per label set
+            families.setdefault(text.split("{", 1)[0], {})[text] = (value, 0.0)
+    return {name: [(t, b, sl) for t, (b, sl) in m.items()] for name, m in families.items()}
+
+
+def write_history(
+    path: Path,
+    families: dict[str, list[tuple[str, float, float]]],
+    start: int,
+    end: int,
+    origin: float,
+) -> int:
+    """OpenMetrics text of every series from `start` to `end` (seconds); returns samples."""
+    steps = range(start, end, SCRAPE_SECONDS)
+    count = 0
+    with path.open("w") as out:
+        for name, members in families.items():
+            if name.endswith("_total"):  # OpenMetrics names a counter without _total
+                out.write(f"# TYPE {name.removesuffix('_total')} counter\n")
+            else:
+                out.write(f"# TYPE {name} gauge\n")
+            for text, base, slope in members:
+                out.writelines(f"{text} {base + slope * (t - origin)!r} {t}\n" for t in steps)
+                count += len(steps)
+        out.write("# EOF\n")
+    return count
+
+
+@dataclass
+class History:
+    gpus: int
+    samples: int
+    rule_seconds: dict[str, float]  # group -> seconds per evaluation (sum of its rules)
+    rule_costs: list[tuple[str, str, float]]  # group, rule, seconds
+    panels: list[tuple[Panel, float, int]]
+    groups_reported: dict[str, tuple[float, float, float]]
+    fixed: float  # seconds of a query that reads nothing (vector(1)): HTTP, parsing
+
+    def scaled(self, seconds: float, gpus: int) -> float:
+        """`seconds` measured here, at `gpus`: what reads series grows with the GPUs."""
+        return self.fixed + max(seconds - self.fixed, 0.0) * gpus / self.gpus
+
+
+def history(nodes: int, samples: list[tuple[str, str, float]], workdir: Path) -> History:
+    end = int(time.time()) // SCRAPE_SECONDS * SCRAPE_SECONDS
+    origin = end - HISTORY_HOURS * 3600 - 3600
+    families = history_families(nodes, samples)
+    openmetrics = workdir / "history.om"
+    data = workdir / "data"
+    command = ["nice", "-n", "10", "promtool", "tsdb", "create-blocks-from", "openmetrics"]
+    count = 0
+    # one file per 2-hour block: promtool reads its whole input once per block it writes
+    block = 2 * 3600
+    first = (end - HISTORY_HOURS * 3600) // block * block
+    for start in range(first, end, block):
+        count += write_history(
+            openmetrics,
+            families,
+            max(start, end - HISTORY_HOURS * 3600),
+            min(start + block, end),
+            origin,
+        )
+        created = subprocess.run(
+            [*command, "--quiet", str(openmetrics), str(data)], capture_output=True, text=True
+        )
+        if created.returncode != 0:
+            raise RuntimeError(f"promtool tsdb create-blocks-from: {created.stderr[-2000:]}")
+    openmetrics.unlink()
+    print(f"  history: {count / 1e6:.1f} M samples backfilled", file=sys.stderr)
+    server = NodeServer([Node(node_series(i, samples), origin) for i in range(nodes)])
+    prometheus = Prometheus(workdir, nodes, server.port, data)
+    try:
+        time.sleep(150)  # every group evaluated a few times (the 1-minute ones twice)
+        costs = []
+        for group, name, expr, _interval in rules():
+            seconds, _n = prometheus.timed(expr, instant=True)
+            costs.append((group, name, seconds))
+        per_group: dict[str, float] = {}
+        for group, _name, seconds in costs:
+            per_group[group] = per_group.get(group, 0.0) + seconds
+        mean = prometheus.by(
+            "avg_over_time(prometheus_rule_group_last_duration_seconds[2m])", "rule_group"
+        )
+        peak = prometheus.by(
+            "max_over_time(prometheus_rule_group_last_duration_seconds[2m])", "rule_group"
+        )
+        interval = prometheus.by("prometheus_rule_group_interval_seconds", "rule_group")
+        reported = {g.split(";")[-1]: (mean[g], peak[g], interval[g]) for g in mean}
+        timed, _total, _parallel = refresh(prometheus, panels())
+        fixed = min(
+            prometheus.timed("vector(1)", instant=True, repeats=9)[0],
+            prometheus.timed("vector(1)", instant=False, repeats=9)[0],
+        )
+    finally:
+        prometheus.stop()
+        server.stop()
+    return History(nodes * GPUS_PER_NODE, count, per_group, costs, timed, reported, fixed)
+
+
+# --- VictoriaMetrics -----------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    what: str  # a recording rule's name, or a panel's title and query letter
+    prometheus: int  # series
+    victoria: int
+    worst: float  # the largest relative difference of a value, over series in both
+    error: str  # VictoriaMetrics' error, or ""
+    unmatched: int = 0  # series (label sets) in one answer and not in the other
+
+
+def _results(api: Any, expr: str, at: float, instant: bool) -> dict[str, float]:
+    """{label set: value (the last point of a range)} of `expr` at `at`."""
+    if instant:
+        data = api("query", query=expr, time=f"{at:.3f}")
+        return {
+            json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in data["result"]
+        }
+    data = api(
+        "query_range",
+        query=expr,
+        start=f"{at - RANGE_SECONDS:.3f}",
+        end=f"{at:.3f}",
+        step=str(STEP_SECONDS),
+    )
+    return {
+        json.dumps(r["metric"], sort_keys=True): float(r["values"][-1][1])
+        for r in data["result"]
+        if r["values"]
+    }
+
+
+def _compare(what: str, ours: dict[str, float], theirs: dict[str, float], error: str) -> Comparison:
+    worst = 0.0
+    for key in ours.keys() & theirs.keys():
+        a, b = ours[key], theirs[key]
+        if math.isnan(a) and math.isnan(b):
+            continue
+        worst = max(worst, abs(a - b) / max(abs(a), abs(b), 1e-9))
+    unmatched = len(ours.keys() ^ theirs.keys())
+    return Comparison(what, len(ours), len(theirs), worst, error, unmatched)
+
+
+def victoria(
+    nodes: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path
+) -> list[Comparison]:
+    """The recording rules' outputs and the fleet dashboard's queries on VictoriaMetrics
+    (fed by remote_write from a Prometheus scraping `nodes` nodes) against Prometheus."""
+    port = free_port()
+    log = (workdir / "victoria.log").open("w")
+    vm = subprocess.Popen(
+        [
+            "nice",
+            "-n",
+            "10",
+            "victoria-metrics",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            f"-storageDataPath={workdir / 'victoria'}",
+            "-retentionPeriod=2d",
+            "-search.disableCache",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    origin = time.time() - 3600
+    server = NodeServer([Node(node_series(i, samples), origin) for i in range(nodes)])
+    prometheus = Prometheus(
+        workdir, nodes, server.port, workdir / "data", f"http://127.0.0.1:{port}/api/v1/write"
+    )
+
+    def vm_api(path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{port}/api/v1/{path}?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=120) as response:
+            payload = json.loads(response.read())
+        if payload.get("status") != "success":
+            raise RuntimeError(str(payload))
+        return payload["data"]
+
+    out = []
+    try:
+        time.sleep(minutes * 60)
+        at = time.time() - 60  # past VictoriaMetrics' 30 s latency offset
+        checks = [(name, name, True) for _g, name, _e, _i in rules() if ":" in name]
+        checks += [(f"{p.title} ({p.ref})", p.expr, p.instant) for p in panels()]
+        for what, expr, instant in checks:
+            ours = _results(prometheus.api, expr, at, instant)
+            try:
+                theirs, error = _results(vm_api, expr, at, instant), ""
+            except (OSError, RuntimeError, ValueError) as problem:
+                theirs, error = {}, str(problem)[:200]
+            out.append(_compare(what, ours, theirs, error))
+    finally:
+        prometheus.stop()
+        server.stop()
+        vm.terminate()
+        vm.wait(60)
+        log.close()
+    return out
+
+
+def victoria_report(comparisons: list[Comparison], nodes: int) -> str:
+    differing = [c for c in comparisons if c.error or c.unmatched or c.worst > 0.01]
+    empty = [c for c in comparisons if not c.error and c.prometheus == c.victoria == 0]
+    series = sum(c.prometheus for c in comparisons)
+    lines = [
+        f"**VictoriaMetrics** {_victoria_version()} (Debian's package), fed by remote_write from"
+        f" the bench's Prometheus scraping {nodes * GPUS_PER_NODE} GPUs for 4 minutes:"
+        f" {len(comparisons)} checks (every recording rule's series, every fleet-dashboard"
+        " query; instant queries a minute back, range queries over the 6 hours before it,"
+        f" compared by their last point), {series} series in Prometheus' answers."
+        f" {len(comparisons) - len(differing) - len(empty)} answer the same (the same"
+        f" series, values within 1%), {len(empty)} are empty in both (no MIG instance or"
+        " Kubernetes allocation in this fleet, nothing lost or throttled),"
+        f" {len(differing)} differ or fail:",
+    ]
+    if differing:
+        lines += [
+            "",
+            "| what | series in Prometheus | in VictoriaMetrics | in one only"
+            " | largest relative difference | error |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in differing:
+            lines.append(
+                f"| {c.what} | {c.prometheus} | {c.victoria} | {c.unmatched} | {c.worst:.1%}"
+                f" | {c.error or ''} |"
+            )
+    return "\n".join(lines)
+
+
+def _victoria_version() -> str:
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "victoria-metrics"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or "(version unknown)"
+
+
+# --- report --------------------------------------------------------------------------
+
+
+def report(lives: list[Live], hist: History | None, minutes: float) -> str:
+    lines = [
+        f"`make bench-fleet` on {date.today().isoformat()}: Debian's Prometheus "
+        f"{_prometheus_version()}, {os.cpu_count()} cores shared with other work, "
+        f"15 s scrape and evaluation interval, {minutes:g} minutes of live scraping per size.",
+        "",
+        "**Live, per tick** (rule groups as Prometheus reports them; the windows of 30 minutes"
+        " and more only partly filled: see the history table for full windows):",
+        "",
+        "| GPUs | head series | Prometheus RSS | all rule groups, per second of wall time |"
+        " slowest group (mean / max) | missed iterations | fleet dashboard refresh:"
+        " queries one by one / all at once | slowest panel |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in lives:
+        slow_group, (mean, peak, _i) = max(run.groups.items(), key=lambda kv: kv[1][0])
+        slow_panel, slow_time, _n = max(run.panels, key=lambda pt: pt[1])
+        lines.append(
+            f"| {run.gpus:,} | {run.head_series / 1e3:,.0f} k | {run.rss_gib:.2f} GiB |"
+            f" {run.rule_share:.1%} | `{slow_group.removeprefix('gpu-exporter.')}`"
+            f" {mean:.2f} / {peak:.2f} s | {run.missed:.0f} |"
+            f" {run.refresh_sum:.2f} s / {run.refresh_parallel:.2f} s |"
+            f" {slow_panel.title} ({slow_panel.ref}) {slow_time:.2f} s |"
+        )
+    if lives:
+        biggest = lives[-1]
+        lines += [
+            "",
+            f"Rule groups at {biggest.gpus:,} GPUs (mean / max seconds per evaluation, interval):",
+            "",
+            "| group | mean | max | interval |",
+            "|---|---|---|---|",
+        ]
+        for group, (mean, peak, interval) in biggest.groups.items():
+            lines.append(f"| `{group}` | {mean:.3f} s | {peak:.3f} s | {interval:.0f} s |")
+        lines += [
+            "",
+            f"Fleet dashboard panels at {biggest.gpus:,} GPUs (6 h range, median of 3):",
+            "",
+            "| panel | query | kind | seconds | series |",
+            "|---|---|---|---|---|",
+        ]
+        for panel, seconds, count in biggest.panels:
+            kind = "instant" if panel.instant else "range"
+            lines.append(f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | {count} |")
+    if hist is not None:
+        sizes = [run.gpus for run in lives] or [1000, 2000, 4000]
+        lines += [
+            "",
+            f"**History** ({hist.gpus} GPUs with {HISTORY_HOURS} h of 15 s samples backfilled,"
+            f" {hist.samples / 1e6:.0f} M samples, then scraped on: every window full). Each"
+            " rule's expression timed as an instant query (median of 3), less the cost of a"
+            f" query that reads nothing ({hist.fixed * 1000:.1f} ms: HTTP and parsing, which"
+            " a rule evaluated inside Prometheus does not pay), summed per group and scaled"
+            " linearly per GPU:",
+            "",
+            f"| group | interval | measured at {hist.gpus} GPUs | "
+            + " | ".join(f"scaled to {g:,} GPUs" for g in sizes)
+            + " |",
+            "|---|---|---|" + "---|" * len(sizes),
+        ]
+        intervals = {group: interval for group, _n, _e, interval in rules()}
+        share = dict.fromkeys(sizes, 0.0)
+        for group, seconds in hist.rule_seconds.items():
+            reads = sum(max(t - hist.fixed, 0.0) for g, _n, t in hist.rule_costs if g == group)
+            cells = []
+            for gpus in sizes:
+                cells.append(f"{reads * gpus / hist.gpus:.3f} s")
+                share[gpus] += reads * gpus / hist.gpus / intervals[group]
+            lines.append(
+                f"| `{group}` | {intervals[group]:.0f} s | {seconds * 1000:.1f} ms | "
+                + " | ".join(cells)
+                + " |"
+            )
+        lines.append(
+            "| all groups, per second of wall time | | | "
+            + " | ".join(f"{share[g]:.1%}" for g in sizes)
+            + " |"
+        )
+        slowest = sorted(hist.rule_costs, key=lambda c: -c[2])[:6]
+        lines += [
+            "",
+            "Slowest rules with full history: "
+            + ", ".join(f"`{name}` {seconds * 1000:.1f} ms" for _g, name, seconds in slowest)
+            + f" (at {hist.gpus} GPUs, fixed cost included).",
+            "",
+            f"Fleet dashboard with full history at {hist.gpus} GPUs (6 h range), and scaled"
+            " (the fixed cost once, the rest per GPU):",
+            "",
+            "| panel | query | kind | seconds | " + " | ".join(f"{g:,} GPUs" for g in sizes) + " |",
+            "|---|---|---|---|" + "---|" * len(sizes),
+        ]
+        for panel, seconds, _count in hist.panels:
+            kind = "instant" if panel.instant else "range"
+            lines.append(
+                f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | "
+                + " | ".join(f"{hist.scaled(seconds, g):.2f} s" for g in sizes)
+                + " |"
+            )
+        total = sum(t for _p, t, _n in hist.panels)
+        lines.append(
+            f"| whole refresh, one by one | | | {total:.3f} | "
+            + " | ".join(
+                f"{sum(hist.scaled(t, g) for _p, t, _n in hist.panels):.2f} s" for g in sizes
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def _prometheus_version() -> str:
+    out = subprocess.run(["prometheus", "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"version (\S+)", out)
+    return found.group(1) if found else "?"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,2000,4000", help="GPU counts, comma-separated")
+    parser.add_argument("--minutes", type=float, default=3.0, help="live scraping per size")
+    parser.add_argument("--history-nodes", type=int, default=2, help="0 skips the history part")
+    parser.add_argument(
+        "--victoria-nodes", type=int, default=10, help="0 skips the VictoriaMetrics comparison"
+    )
+    parser.add_argument("--write", metavar="README", help="write the tables between markers")
+    args = parser.parse_args()
+    for tool in ("prometheus", "promtool"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is not installed: run `make system-deps`", file=sys.stderr)
+            return 2
+    samples = template()
+    lives = []
+    for gpus in (int(s) for s in args.sizes.split(",") if s):
+        print(f"live: {gpus} GPUs for {args.minutes:g} minutes", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+            lives.append(live(gpus, args.minutes, samples, Path(tmp)))
+    hist = None
+    if args.history_nodes:
+        print(f"history: {args.history_nodes} nodes, {HISTORY_HOURS} h", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-history-") as tmp:
+            hist = history(args.history_nodes, samples, Path(tmp))
+    text = report(lives, hist, args.minutes)
+    if args.victoria_nodes and shutil.which("victoria-metrics") is None:
+        text += "\n\nVictoriaMetrics: not installed (`apt-get install victoria-metrics`), skipped."
+    elif args.victoria_nodes:
+        print(f"victoria-metrics: {args.victoria_nodes} nodes", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-victoria-") as tmp:
+            found = victoria(args.victoria_nodes, max(args.minutes, 4.0), samples, Path(tmp))
+        text += "\n\n" + victoria_report(found, args.victoria_nodes)
+    print(text)
+    if args.write:
+        write_section(args.write, "fleet", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

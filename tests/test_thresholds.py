@@ -50,7 +50,14 @@ def test_near_oom_is_the_memory_near_full_ratio() -> None:
 
 def test_idle_allocated_is_the_idle_while_allocated_ratio() -> None:
     assert "instance_gpu:gpu_idle_while_allocated:ratio_rate30m" in expr("GPUIdleWhileAllocated")
-    found = numbers_after(expr("instance_gpu:gpu_idle_while_allocated:ratio_rate30m"), "<")
+    # the idle test itself is one recording rule, shared with the Kubernetes idle rule
+    assert "instance_gpu:gpu_idle:ratio_rate30m" in expr(
+        "instance_gpu:gpu_idle_while_allocated:ratio_rate30m"
+    )
+    assert "instance_gpu:gpu_idle:ratio_rate30m" in expr(
+        "instance_gpu_pod:gpu_allocated_idle:ratio_rate30m"
+    )
+    found = numbers_after(expr("instance_gpu:gpu_idle:ratio_rate30m"), "<")
     assert found == [thresholds.IDLE_BUSY_RATIO, thresholds.IDLE_BUSY_RATIO]
     mig = numbers_after(
         expr("instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m"), "<"

@@ -46,6 +46,7 @@ class Settings:
     collectors: frozenset[str] = frozenset(c.name for c in COLLECTORS if c.default_enabled)
     process_limit: int = 32
     process_cmdline: bool = False
+    nvlink_per_link: bool = False  # NVLink error counters per link, not per GPU
     compat_dcgm: bool = False
     kubernetes_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     kubernetes_log_root: str = "/var/log"
@@ -286,6 +287,13 @@ OPTIONS: tuple[Option, ...] = (
         "may hold secrets)",
     ),
     Option(
+        "collector.nvlink.per-link",
+        "nvlink_per_link",
+        _bool,
+        "export NVLink error counters per link (a `link` label: 72 series per H100 instead "
+        "of 4) rather than summed per GPU",
+    ),
+    Option(
         "compat.dcgm",
         "compat_dcgm",
         _bool,
@@ -430,7 +438,9 @@ OPTIONS: tuple[Option, ...] = (
         flag_only=True,
     ),
 )
-_BOOL_FIELDS = frozenset({"process_cmdline", "compat_dcgm", "web_ui", "once", "self_check"})
+_BOOL_FIELDS = frozenset(
+    {"process_cmdline", "nvlink_per_link", "compat_dcgm", "web_ui", "once", "self_check"}
+)
 _BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 _COLLECTOR_KEYS: dict[str, str] = {f"collector.{c.name}": c.name for c in COLLECTORS}
 # the keys a config file may hold: every flag's but those that only mean something on the

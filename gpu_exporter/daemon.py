@@ -161,6 +161,7 @@ def render_options(settings: Settings) -> RenderOptions:
         dcgm=settings.compat_dcgm,
         hostname=node_name() if settings.compat_dcgm else "",
         kubernetes="kubernetes" in settings.collectors,
+        nvlink_per_link=settings.nvlink_per_link,
     )
 
 

@@ -220,6 +220,9 @@ class NvLinkReading:
 
     links: Mapping[int, NvLinkState] = field(default_factory=dict)  # link number -> state
     data_bytes: Mapping[str, float] = field(default_factory=dict)  # DIRECTIONS, since load
+    # NVLINK_ERRORS -> errors summed over the links; a type is absent while a link that
+    # counted it before does not answer (`sources.nvml.nvlink_totals`)
+    error_totals: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

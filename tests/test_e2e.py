@@ -63,6 +63,11 @@ def test_values_match_the_simulated_host(exporter: Exporter) -> None:
     # the flickering GPU reads either ~0 or ~95% at any instant
     assert values(s, "gpu_utilization_ratio", gpu="0")[0] in (0.0, 0.95)
     assert "gpu_pcie_throughput_bytes_per_second" not in {name for name, _ in s}  # off by default
+    # NVLink: link state per link; error counters per GPU and type, summed over 18 links
+    assert len(values(s, "gpu_nvlink_link_up", gpu="0")) == 18
+    errors = [dict(labels) for name, labels in s if name == "gpu_nvlink_errors_total"]
+    assert len(errors) == 4 * 4 and not any("link" in labels for labels in errors)
+    assert values(s, "gpu_nvlink_errors_total", gpu="3", error_type="crc_flit") == [0.0]
 
 
 def test_busy_counter_rate_is_the_true_average_of_a_flickering_gpu(exporter: Exporter) -> None:
@@ -171,6 +176,7 @@ def test_custom_telemetry_path_and_config_file_with_flag_override(tmp_path: Path
     config.write_text(
         "web:\n  telemetry-path: /gpu-metrics\ncollect.interval: 0.2s\n"
         "collector.pcie-throughput: true\ncollector.power: true\n"
+        "collector.nvlink.per-link: true\n"
     )
     exporter = start_exporter(
         ["--simulate", "1", "--config.file", str(config), "--no-collector.power"],
@@ -189,6 +195,10 @@ def test_custom_telemetry_path_and_config_file_with_flag_override(tmp_path: Path
         s = parse_samples(exporter.get("/gpu-metrics").text)
         assert values(s, "gpu_pcie_throughput_bytes_per_second", direction="rx")
         assert not values(s, "gpu_power_watts")  # the flag beat the file
+        # NVLink error counters per link and type: 18 links x 4 types
+        links = {dict(labels)["link"] for name, labels in s if name == "gpu_nvlink_errors_total"}
+        assert links == {str(link) for link in range(18)}
+        assert values(s, "gpu_nvlink_errors_total", link="17", error_type="crc_data") == [0.0]
         assert exporter.get("/metrics").status == 404
     finally:
         exporter.stop()

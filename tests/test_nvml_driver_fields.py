@@ -333,9 +333,9 @@ def test_a_partially_bridged_board_exports_its_nvlink_bytes(install: Install) ->
 def test_once_against_the_fake_library_reports_the_drivers_counters(tmp_path: Path) -> None:
     """`--once` samples twice into the same field array: the ECC total stays the
     driver's (the fake adds into a reused value), and every NVLink link has a data-CRC
-    counter from the error-counter call."""
+    counter from the error-counter call (per link: `--collector.nvlink.per-link`)."""
     ran = subprocess.run(
-        [sys.executable, "-m", "gpu_exporter", "--once"],
+        [sys.executable, "-m", "gpu_exporter", "--once", "--collector.nvlink.per-link"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -345,6 +345,10 @@ def test_nvlink_links_state_and_errors_in_one_field_values_call(install: Install
     assert (M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 0) in scopes
     # without GPM the bytes come from the driver's data counters, summed over the links
     assert reading.nvlink.data_bytes == {"tx": 18 * 1000 * 1024.0, "rx": 18 * 3000 * 1024.0}
+    # the error counters summed over the 18 links, the down one included
+    replay = sum(range(18))
+    totals = {"replay": replay, "recovery": 0, "crc_flit": 2 * replay, "crc_data": 18 * 7}
+    assert reading.nvlink.error_totals == totals
     assert backend.errors.snapshot() == {}
 
 
@@ -383,6 +387,47 @@ def test_a_failing_link_field_is_left_out_and_counted(install: Install) -> None:
     last = set(lib.field_scopes[-1])
     assert (M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, 0) not in last  # NOT_SUPPORTED: not asked again
     assert (M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, 1) in last
+
+
+def test_an_error_total_is_left_out_while_a_link_that_counted_it_does_not_answer(
+    install: Install,
+) -> None:
+    """A sum over the links that answered would step back (a counter reset to Prometheus,
+    whose increase() would count the next value whole): the type is left out instead,
+    and comes back at the driver's value. Ports that never answer (no bridge) are not
+    waited for."""
+    gpu = nvlinked(6)
+    for port in (4, 5):  # bridged on links 0-3 only: no error counters on 4 and 5
+        gpu.fields[(M.NVML_FI_DEV_NVLINK_GET_STATE, port)] = 0
+        for field_id in (
+            M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+            M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+            M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
+        ):
+            gpu.field_errors[(field_id, port)] = NOT_SUPPORTED
+        del gpu.nvlink_error_counters[(port, M.NVML_NVLINK_ERROR_DL_CRC_DATA)]
+    _lib, backend, clock = started(install, gpu)
+    backend.device_static(0)
+    every = {"replay": 6, "recovery": 0, "crc_flit": 12, "crc_data": 28}  # links 0-3
+    (first,) = readings(backend, clock, 1, NVLINK)
+    assert first.nvlink is not None and first.nvlink.error_totals == every
+    # link 2's recovery counter fails to read; link 3 goes down and its flit-CRC field
+    # answers NOT_SUPPORTED from then on (its data-CRC counter is re-read once a minute)
+    gpu.field_errors[(M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, 2)] = M.NVML_ERROR_UNKNOWN
+    gpu.fields[(M.NVML_FI_DEV_NVLINK_GET_STATE, 3)] = 0
+    gpu.field_errors[(M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, 3)] = NOT_SUPPORTED
+    gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 0)] = 4  # link 0 counts 4 replays
+    (failed,) = readings(backend, clock, 1, NVLINK)
+    assert failed.nvlink is not None
+    assert failed.nvlink.error_totals == {"replay": 10, "crc_data": 28}
+    # link 2 answers again and link 3 comes back: the totals return, none smaller
+    del gpu.field_errors[(M.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, 2)]
+    del gpu.field_errors[(M.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, 3)]
+    gpu.fields[(M.NVML_FI_DEV_NVLINK_GET_STATE, 3)] = 1
+    clock.now += 120.0  # NOT_SUPPORTED answers are asked again after a slow period
+    *_, back = readings(backend, clock, 2, NVLINK)
+    assert back.nvlink is not None
+    assert back.nvlink.error_totals == {**every, "replay": 10}
 
 
 def test_an_empty_mig_slot_answers_not_found(install: Install) -> None:

@@ -37,7 +37,7 @@ SEVERITIES = frozenset({"critical", "warning", "info"})
 
 # the labels a series can carry with any option on (a rule may name the pod of a process:
 # present with --collector.kubernetes, absent, and so empty, without)
-EVERY_LABEL = RenderOptions(cmdline=True, kubernetes=True)
+EVERY_LABEL = RenderOptions(cmdline=True, kubernetes=True, nvlink_per_link=True)
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -287,6 +287,8 @@ def test_nvlink_alerts_leave_out_replays_and_links_never_up() -> None:
     assert "over_time" not in down
     assert "(gpu_nvlink_link_up == 1)" in recordings()[state]["expr"]
     errors = alerts()["GPUNVLinkErrors"]["expr"]
+    # one alert per GPU and type from the default per-GPU totals and from per-link series
+    assert errors.startswith("sum without (link) (increase(gpu_nvlink_errors_total{")
     (types,) = re.findall(r'error_type=~"([^"]+)"', errors)
     assert set(types.split("|")) == {"recovery", "crc_flit", "crc_data"}
 

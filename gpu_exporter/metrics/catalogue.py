@@ -23,6 +23,7 @@ from gpu_exporter.metrics.specs import (
     ExporterMetric,
     HostMetric,
     LabelValues,
+    LinkMetric,
     MetricSpec,
     MetricType,
     Number,
@@ -76,7 +77,12 @@ COLLECTORS: tuple[Collector, ...] = (
         "GPM activity on Hopper and newer: SM, occupancy, tensor and other pipes, DRAM, "
         "PCIe and NVLink bytes",
     ),
-    Collector("nvlink", True, "NVLink link state, errors and (without GPM) bytes"),
+    Collector(
+        "nvlink",
+        True,
+        "NVLink link state per link, errors per GPU (per link with "
+        "--collector.nvlink.per-link) and (without GPM) bytes",
+    ),
     Collector("mig", True, "MIG devices and GPU instances: memory and GPM activity"),
     Collector("process", True, "per-process GPU memory, utilization and CPU"),
     Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
@@ -255,7 +261,14 @@ def _nvlink_up(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     return [((str(link),), state.up) for link, state in sorted(nvlink.links.items())]
 
 
-def _nvlink_errors(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+def _nvlink_error_totals(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    nvlink = d.reading.nvlink if d.reading is not None else None
+    if nvlink is None:
+        return ()
+    return [((error,), total) for error, total in nvlink.error_totals.items()]
+
+
+def _nvlink_errors_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     nvlink = d.reading.nvlink if d.reading is not None else None
     if nvlink is None:
         return ()
@@ -719,16 +732,19 @@ METRICS: tuple[MetricSpec, ...] = (
         _nvlink_up,
         "link",
     ),
-    _d(
-        "gpu_nvlink_errors_total",
-        "counter",
-        "NVLink errors of the link since driver load or the last GPU reset: replay, "
+    LinkMetric(
+        name="gpu_nvlink_errors_total",
+        type="counter",
+        help="NVLink errors since driver load or the last GPU reset, summed over the GPU's "
+        "links (per link, with a `link` label, with --collector.nvlink.per-link): replay, "
         "recovery, crc_flit (flow control CRC) and crc_data (data CRC, re-read every "
-        "minute); an error type the driver does not count for the link is absent, never 0.",
-        "nvlink",
-        _nvlink_errors,
-        "link",
-        "error_type",
+        "minute). A type is absent, never 0, where the driver counts it on no link; its "
+        "sum is left out, never made smaller, while a link that counted it before does "
+        "not answer (a failed read, a link down)." + SAMPLED,
+        labels=("error_type",),
+        collector="nvlink",
+        extract=_nvlink_error_totals,
+        per_link=_nvlink_errors_per_link,
     ),
     # ECC and memory health.
     _d(

@@ -8,6 +8,7 @@ labels every series carries and which records of the Snapshot are visited:
 |---|---|---|
 | `ExporterMetric` | the Snapshot once | none |
 | `DeviceMetric` | every GPU that is up (every GPU with `when_down=True`) | `gpu`, `uuid` |
+| `LinkMetric` | every GPU that is up | `gpu`, `uuid` (and `link` with `nvlink_per_link`) |
 | `ProcessMetric` | every process series of every GPU that is up | `PROCESS_LABELS` |
 | `HostMetric` | the host sample | none |
 
@@ -57,6 +58,7 @@ KUBERNETES_LABELS: LabelValues = ("namespace", "pod", "container")
 """With the kubernetes collector: on process series, and on the DCGM series (dcgm-exporter's
 own names for them)."""
 CMDLINE_LABEL = "cmdline"
+LINK_LABEL = "link"
 NO_LABELS: LabelValues = ()
 
 P = TypeVar("P")
@@ -70,6 +72,7 @@ class RenderOptions:
     dcgm: bool = False  # --compat.dcgm: also dcgm-exporter's names (`metrics.dcgm`)
     hostname: str = ""  # the `Hostname` label of the DCGM series
     kubernetes: bool = False  # --collector.kubernetes: KUBERNETES_LABELS on processes, DCGM
+    nvlink_per_link: bool = False  # --collector.nvlink.per-link: LinkMetric per link
 
 
 DEFAULT_OPTIONS = RenderOptions()
@@ -143,13 +146,34 @@ class DeviceMetric(MetricSpec):
     def rows(
         self, snapshot: Snapshot, options: RenderOptions
     ) -> Iterator[tuple[LabelValues, Number]]:
+        extract = self.extractor(options)
         for device in snapshot.devices:
             if not self.when_down and (not device.up or device.reading is None):
                 continue
             gpu = (str(device.index), device.uuid)
-            for labels, value in self.extract(snapshot, device):
+            for labels, value in extract(snapshot, device):
                 if value is not None:
                     yield gpu + labels, value
+
+    def extractor(self, options: RenderOptions) -> Callable[[Snapshot, DeviceSample], Rows]:
+        """The extractor the options call for."""
+        return self.extract
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkMetric(DeviceMetric):
+    """Per GPU, summed over its NVLink links (`extract`); with `--collector.nvlink.per-link`
+    per GPU and link instead (`per_link`, whose rows lead with the `link` label value)."""
+
+    per_link: Callable[[Snapshot, DeviceSample], Rows]
+
+    def label_names(self, options: RenderOptions) -> LabelValues:
+        if options.nvlink_per_link:
+            return DEVICE_LABELS + (LINK_LABEL,) + self.labels
+        return DEVICE_LABELS + self.labels
+
+    def extractor(self, options: RenderOptions) -> Callable[[Snapshot, DeviceSample], Rows]:
+        return self.per_link if options.nvlink_per_link else self.extract
 
 
 @dataclass(frozen=True, kw_only=True)

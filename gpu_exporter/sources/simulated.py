@@ -691,7 +691,8 @@ class _SimulatedReader:
             if "gpm" in self._collectors
             else self._backend.nvlink_data_bytes(self._index, self._t)
         )
-        return NvLinkReading(links=links, data_bytes=data)
+        totals = dict.fromkeys(NVLINK_ERRORS, 0)  # every link answers every type
+        return NvLinkReading(links=links, data_bytes=data, error_totals=totals)
 
     def mig(self) -> MigReading | None:
         devices = self._backend.mig_devices(self._index)

@@ -93,6 +93,7 @@ from gpu_exporter.sources.nvml.calls import (
     text,
 )
 from gpu_exporter.sources.nvml.mig_lists import MigProcessLists, ReadList
+from gpu_exporter.sources.nvml.nvlink_totals import LinkErrorTotals
 
 T = TypeVar("T")
 KIB = 1024
@@ -121,6 +122,7 @@ class _DeviceState:
     identity: dict[str, Any] | None = None  # key -> answer, read once
     pcie_max: tuple[int | None, int | None] = (None, None)  # (generation, width)
     nvlink_links: int = 0  # from the static read
+    nvlink_totals: LinkErrorTotals = field(default_factory=LinkErrorTotals)  # error sums
     slow: dict[str, tuple[float, Any]] = field(default_factory=dict)  # key -> (read at, value)
     buffers: dict[str, buffers.Buffer] = field(default_factory=dict)  # key -> C array
     newest_samples: dict[str, float] = field(default_factory=dict)  # domain -> ratio, this interval
@@ -869,8 +871,9 @@ class _NvmlReader:
         return stream.read() if stream is not None else None
 
     def nvlink(self) -> NvLinkReading | None:
-        """Each link's state and error counters, and the bytes moved (where GPM does not
-        count them): the driver's data counters summed over the links."""
+        """Each link's state and error counters, their sums per type (`nvlink_totals`),
+        and the bytes moved (where GPM does not count them): the driver's data counters
+        summed over the links."""
         links = self._state.nvlink_links
         if not links:
             return None
@@ -895,7 +898,9 @@ class _NvmlReader:
             for direction in sorted(_DIRECTIONS - self._gpm_nvlink)
             if (kib := self._nvlink_data_kib(direction, states)) is not None
         }
-        return NvLinkReading(links=states, data_bytes=data_bytes)
+        return NvLinkReading(
+            links=states, data_bytes=data_bytes, error_totals=self._state.nvlink_totals(states)
+        )
 
     def _nvlink_data_kib(self, direction: str, states: dict[int, NvLinkState]) -> float | None:
         """KiB moved in `direction` since driver load: the aggregate field, else the sum

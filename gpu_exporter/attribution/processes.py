@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from gpu_exporter.attribution.identity import (
     FileReader,
@@ -307,21 +308,33 @@ def _sample(
 def _containers(samples: Sequence[ProcessSample]) -> dict[tuple[str, str, str], int]:
     """Processes per (gpu_instance, container_id, pod_uid) of every container, the ones
     beyond the cap included (Kubernetes attribution finds GPUs used without allocation)."""
-    pids: dict[tuple[str, str, str], set[str]] = {}
-    for s in samples:
-        if s.container_id or s.pod_uid:
-            pids.setdefault((s.gpu_instance, s.container_id, s.pod_uid), set()).add(s.pid)
-    return {key: len(members) for key, members in pids.items()}
+    return _distinct_pids(
+        ((s.gpu_instance, s.container_id, s.pod_uid), s.pid)
+        for s in samples
+        if s.container_id or s.pod_uid
+    )
 
 
 def _host_processes(samples: Sequence[ProcessSample]) -> dict[tuple[str, str], int]:
     """Processes per (gpu_instance, process name) of those in no container and no pod,
     the ones beyond the cap included; a process the host's /proc does not show (no name)
     is not known to be the host's, and is left out."""
-    pids: dict[tuple[str, str], set[str]] = {}
-    for s in samples:
-        if s.process and not (s.container_id or s.pod_uid):
-            pids.setdefault((s.gpu_instance, s.process), set()).add(s.pid)
+    return _distinct_pids(
+        ((s.gpu_instance, s.process), s.pid)
+        for s in samples
+        if s.process and not (s.container_id or s.pod_uid)
+    )
+
+
+K = TypeVar("K")
+
+
+def _distinct_pids(placed: Iterable[tuple[K, str]]) -> dict[K, int]:
+    """How many distinct PIDs each key has (a process in several MIG or context entries
+    counts once)."""
+    pids: dict[K, set[str]] = {}
+    for key, pid in placed:
+        pids.setdefault(key, set()).add(pid)
     return {key: len(members) for key, members in pids.items()}
 
 

@@ -4,6 +4,7 @@ a stalled client holds only its own thread."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 from gpu_exporter.serving.connection_threads import ConnectionThreads
 
@@ -13,17 +14,17 @@ def test_a_stalled_connection_holds_no_other_and_threads_are_reused() -> None:
     served: dict[str, int] = {}
     done = threading.Semaphore(0)
 
-    def serve(request: str, _address: object) -> None:
+    def serve(request: str) -> None:
         served[request] = threading.get_ident()
         if request == "stalled":
             stall.wait(10)
         done.release()
 
-    threads = ConnectionThreads(serve, "test-connection", keep_idle=2)
-    threads.run("stalled", None)
-    threads.run("first", None)
+    threads = ConnectionThreads("test-connection", keep_idle=2)
+    threads.run(partial(serve, "stalled"))
+    threads.run(partial(serve, "first"))
     assert done.acquire(timeout=10), "a connection waited for a stalled one"
-    threads.run("second", None)
+    threads.run(partial(serve, "second"))
     assert done.acquire(timeout=10)
     assert served["second"] == served["first"], "the idle thread serves the next connection"
     assert served["stalled"] != served["first"]

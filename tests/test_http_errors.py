@@ -14,7 +14,10 @@ from gpu_exporter.serving.routes import Response, Routes
 
 
 class BrokenRoutes(Routes):
-    """Routes whose /metrics raises, as a bug in a renderer would."""
+    """Routes whose /metrics raises, as a bug in a renderer would (a new connection's
+    first /metrics is answered in the accept loop: the 500 comes from there)."""
+
+    telemetry_path = "/metrics"
 
     def __init__(self) -> None:  # no state: nothing but the failure is needed
         pass

@@ -81,7 +81,7 @@ def test_header_names_match_case_insensitively_and_repeats_are_kept_in_order() -
     h = request.headers
     assert h.get("accept") == "text/plain"
     assert h.get("X-A") == "1"
-    assert h.get_all("X-a") == ["1", "2"]
+    assert h.get_all("X-a") == ("1", "2")
     assert h.get("x-b") == "spaced"
     assert h.get_all("Missing") is None
     assert h.get("Missing", "") == ""
@@ -259,6 +259,23 @@ def test_keep_alive_follows_the_version_and_the_connection_header(
 def test_parse_head_takes_one_complete_head() -> None:
     request = parse_head(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
     assert (request.method, request.target, request.name) == ("GET", "/x", "HTTP/1.1")
+
+
+def test_a_head_sent_again_is_parsed_once_and_a_refused_one_every_time() -> None:
+    head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\n\r\n"
+    first = parse_head(head)
+    assert parse_head(bytes(head)) is first  # a scraper's next head: no parse
+    other = parse_head(head.replace(b"text/plain", b"text/html"))
+    assert other is not first and other.headers.get("Accept") == "text/html"
+    assert first.headers.get("Accept") == "text/plain"
+    assert first.headers.get_all("accept") == ("text/plain",)  # shared, so read-only
+    folded = b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n"
+    for _ in range(2):  # refused each time it comes
+        with pytest.raises(BadRequest, match="folding"):
+            parse_head(folded)
+    long = b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 4000 + b"\r\n\r\n"
+    assert parse_head(long) is not parse_head(long)  # not kept: the cache stays small
+    assert parse_head(long).headers.get("X-Long") == "a" * 4000
 
 
 @pytest.mark.parametrize("seconds", [0.0, 784111777.0, 1795000000.5, 4102444799.0])

@@ -37,6 +37,9 @@ class GatedRoutes(Routes):
     def is_probe(self, path: str) -> bool:
         return path == "/livez"
 
+    def at_once_paths(self) -> tuple[str, ...]:
+        return ("/livez",)
+
     def get(self, path: str, headers: Any, client: str = "") -> Response:
         if path == "/slow":
             self.entered.release()

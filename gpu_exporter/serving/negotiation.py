@@ -16,6 +16,7 @@ names match case-insensitively. The choice follows Prometheus' own Go libraries:
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -64,6 +65,34 @@ def _specificity(media_range: _Element) -> int:
 
 def wants_openmetrics(accept: str | None) -> bool:
     """Whether the `Accept` header makes OpenMetrics the format to answer with."""
+    if accept is not None and len(accept) <= _CACHED_HEADER_CHARS:
+        return _wants_openmetrics_cached(accept)
+    return _wants_openmetrics(accept)
+
+
+def wants_gzip(accept_encoding: str | None) -> bool:
+    """Whether the `Accept-Encoding` header makes gzip the encoding to answer with."""
+    if accept_encoding is not None and len(accept_encoding) <= _CACHED_HEADER_CHARS:
+        return _wants_gzip_cached(accept_encoding)
+    return _wants_gzip(accept_encoding)
+
+
+# A scraper sends the same two headers every time: the answers for the last few are
+# kept (pure functions of the header's text), headers up to this long
+_CACHED_HEADER_CHARS = 512
+
+
+@functools.lru_cache(maxsize=32)
+def _wants_openmetrics_cached(accept: str) -> bool:
+    return _wants_openmetrics(accept)
+
+
+@functools.lru_cache(maxsize=32)
+def _wants_gzip_cached(accept_encoding: str) -> bool:
+    return _wants_gzip(accept_encoding)
+
+
+def _wants_openmetrics(accept: str | None) -> bool:
     ranges = sorted(
         enumerate(_elements(accept)), key=lambda ie: (-ie[1].q, -_specificity(ie[1]), ie[0])
     )
@@ -79,8 +108,7 @@ def wants_openmetrics(accept: str | None) -> bool:
     return False
 
 
-def wants_gzip(accept_encoding: str | None) -> bool:
-    """Whether the `Accept-Encoding` header makes gzip the encoding to answer with."""
+def _wants_gzip(accept_encoding: str | None) -> bool:
     weights: dict[str, float] = {}
     for coding in _elements(accept_encoding):
         name = "gzip" if coding.value == "x-gzip" else coding.value

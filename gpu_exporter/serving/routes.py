@@ -105,6 +105,11 @@ class Routes:
         cap and the rate limit (the telemetry path can never be one: `built_in_route`)."""
         return path.split("?", 1)[0] in PROBE_PATHS
 
+    def at_once_paths(self) -> tuple[str, ...]:
+        """The paths answered from what the last sample left, in about 0.1 ms and without
+        waiting on anything: the server may answer them in its accept loop."""
+        return (self.telemetry_path, *PROBE_PATHS)
+
     def get(self, path: str, headers: Any, client: str = "") -> Response:
         """The response to a GET of `path` from `client` (its address)."""
         path, _, query = path.partition("?")

@@ -1,0 +1,110 @@
+"""A new connection's first scrape or probe is answered in the accept loop (issue 31: the
+hand-off to a thread was most of what a fresh connection's scrape cost more), and nothing
+there waits on the client: a client that never reads, sends its head in pieces, or
+keeps the connection for more requests is left to a thread of its own."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from gpu_exporter.serving.http import HttpServer, bind
+from gpu_exporter.serving.routes import Response, Routes, plain
+from tests.support.web import call, slow_readers
+
+BIG = 16 * 1024 * 1024  # more than the socket buffers of both ends hold
+
+
+class BigMetrics(Routes):
+    """/metrics is BIG bytes, /livez a probe, the rest a line."""
+
+    telemetry_path = "/metrics"
+
+    def __init__(self) -> None:  # no state: the bodies are all that is needed
+        self.big = b"x" * BIG
+        self.threads: dict[str, set[str]] = {}  # path: the threads that answered it
+
+    def get(self, path: str, headers: Any, client: str = "") -> Response:
+        self.threads.setdefault(path, set()).add(threading.current_thread().name)
+        if path == "/metrics":
+            return Response(200, self.big, plain())
+        return Response(200, b"ok\n", plain())
+
+
+@contextmanager
+def serving(server: HttpServer) -> Iterator[int]:
+    thread = threading.Thread(target=server.serve, name="accept-loop", daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.stop()
+        thread.join(5)
+
+
+def _sent(port: int, data: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(data)
+    return sock
+
+
+def _response(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    sock.close()
+    return received
+
+
+def test_first_requests_are_answered_in_the_accept_loop_without_waiting_on_the_client() -> None:
+    routes = BigMetrics()
+    server = bind("127.0.0.1", 0, routes, max_requests=4)
+    port = server.server_address[1]
+    # connections whose heads are in before the accept loop runs (a head that is not in
+    # yet when its connection is accepted goes to a thread, as before)
+    close = "Host: x\r\nConnection: close\r\n\r\n"
+    probes = [_sent(port, f"GET {path} HTTP/1.1\r\n{close}".encode()) for path in PATHS]
+    other = _sent(port, f"GET /other HTTP/1.1\r\n{close}".encode())
+    # clients that ask for 16 MiB and never read
+    stuck = slow_readers(port, 3, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    halting = _sent(port, b"GET /livez HTTP/1.1\r\nHo")  # a head in pieces
+    pipelined = _sent(
+        port,
+        b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /other HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    with serving(server):
+        try:
+            # scrapes and probes answered in the accept loop; another path on a thread
+            *small, big = (_response(sock) for sock in probes)
+            for answer in small:
+                assert answer.endswith(b"Connection: close\r\nContent-Length: 3\r\n\r\nok\n")
+            assert big.endswith(b"\r\n\r\n" + routes.big)  # what did not fit, on a thread
+            assert _response(other).endswith(b"\r\n\r\nok\n")
+            assert routes.threads["/other"] == {"http-connection"}
+            assert routes.threads["/livez"] == routes.threads["/healthz"] == {"accept-loop"}
+            assert routes.threads["/metrics"] == {"accept-loop"}
+            # the stuck clients got what their buffers take, the rest waits on threads
+            # of their own: the accept loop answers on, a whole 16 MiB scrape included
+            for _ in range(3):
+                result = call(port, "/livez", timeout=5)
+                assert (result.status, result.body) == (200, b"ok\n")
+            assert len(call(port, "/metrics", timeout=30).body) == BIG
+            # the rest of a head in pieces is read on the connection's thread
+            halting.sendall(b"st: x\r\nConnection: close\r\n\r\n")
+            assert _response(halting).startswith(b"HTTP/1.1 200 OK\r\n")
+            # the pipelined requests after the first: on the connection's thread, in order
+            answers = _response(pipelined)
+            assert answers.count(b"HTTP/1.1 200 OK\r\n") == 3, answers
+            assert answers.endswith(b"\r\n\r\nok\n")
+        finally:
+            for sock in stuck:
+                sock.close()
+    assert routes.threads["/livez"] == {"accept-loop", "http-connection"}
+
+
+PATHS = ("/livez", "/healthz", "/livez", "/metrics")

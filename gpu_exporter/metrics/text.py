@@ -11,11 +11,11 @@ dependency only).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpu_exporter.digest import sha256_hex
 from gpu_exporter.metrics.specs import LabelValues, MetricType
 
 Row = tuple[LabelValues, float]
@@ -101,7 +101,7 @@ def _cut(data: bytes, limit: int) -> str:
     """The UTF-8 `data` cut to `limit` bytes: its start up to a character boundary,
     CUT_MARKER and the digest of all of it."""
     kept = data[: limit - _CUT_TAIL_BYTES].decode("utf-8", "ignore")  # a whole character
-    return kept + CUT_MARKER + hashlib.sha256(data).hexdigest()[:CUT_DIGEST_HEX_DIGITS]
+    return kept + CUT_MARKER + sha256_hex(data)[:CUT_DIGEST_HEX_DIGITS]
 
 
 def escape_label_value(value: str) -> str:

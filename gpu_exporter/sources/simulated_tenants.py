@@ -17,10 +17,10 @@ process, and their host side (name, user, cgroup, CPU) comes from here, not from
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from dataclasses import dataclass
 
+from gpu_exporter.digest import sha256_hex
 from gpu_exporter.model import CgroupLabels, ProcessContext
 
 BUILTIN_PID_BASE = 5_000_000  # > PID_MAX_LIMIT (2**22): never a real PID
@@ -121,7 +121,7 @@ def split_pid(pid: int) -> tuple[int, int] | None:
 
 def labels(gpu: int, process: BuiltinProcess) -> CgroupLabels:
     """Stable, made-up attribution labels of one built-in process."""
-    digest = hashlib.sha256(f"{gpu}/{process.offset}/{process.cmdline}".encode()).hexdigest()
+    digest = sha256_hex(f"{gpu}/{process.offset}/{process.cmdline}".encode())
     if process.runtime == "kubernetes":
         return CgroupLabels(container_id=digest, pod_uid=str(uuid.UUID(digest[:32])))
     if process.runtime == "docker":

@@ -12,6 +12,7 @@ alone for /runbooks, rendered at build time: the Markdown library never, the shi
 files' locator and the printing code only for --print-config), psutil never (the
 host and process collectors read /proc themselves), tempfile only to write `--output`,
 OpenSSL's hashlib not for a cut label value's digest (`digest`: 3.4 MiB resident),
+decimal never (`statistics` brings it),
 and the scenario parser and dcgm-exporter's name table only when they are asked for.
 """
 
@@ -44,7 +45,8 @@ def dump() -> None:
     names = {"yaml", "bcrypt", "prometheus_client", "pynvml", "ssl", "http.client", "email",
              "html", "importlib.resources", "psutil", "tempfile", "gpu_exporter.metrics.dcgm",
              "h11", "gpu_exporter.print_config", "gpu_exporter.shipped",
-             "grpc", "google.protobuf", "gpu_exporter.sources.kubelet.client", "markdown_it"}
+             "grpc", "google.protobuf", "gpu_exporter.sources.kubelet.client", "markdown_it",
+             "decimal"}
     with open(report, "w") as out:
         json.dump(sorted(n for n in names if n in sys.modules), out)
     with open(report + ".switch", "w") as out:

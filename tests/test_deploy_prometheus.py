@@ -143,8 +143,19 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     per_namespace = [n for n in names if n.startswith("namespace:")]
     per_owner = [n for n in names if n.startswith("instance_gpu_owner:")]
     per_link = [n for n in names if n.startswith("instance_gpu_link:")]
-    levels = (per_gpu, per_model, per_mig_instance, per_pod, per_namespace, per_owner, per_link)
+    per_node = [n for n in names if n.startswith("instance:")]
+    levels = (
+        per_gpu,
+        per_model,
+        per_mig_instance,
+        per_pod,
+        per_namespace,
+        per_owner,
+        per_link,
+        per_node,
+    )
     assert sum(len(level) for level in levels) == len(names)
+    assert len(per_node) == doc_figure(text, "recording rules, per node")
     assert len(per_pod) == doc_figure(text, "recording rules, per allocation (Kubernetes)")
     assert len(per_owner) == doc_figure(text, "recording rules, per GPU and owner of its processes")
     assert len(per_link) == doc_figure(text, "recording rules, per NVLink link")

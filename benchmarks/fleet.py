@@ -1,6 +1,6 @@
 """The fleet's Prometheus: the shipped rules and the fleet dashboard at 1,000-4,000 GPUs.
 
-`make bench-fleet` runs it and writes its tables to benchmarks/README.md. Two parts:
+`make bench-fleet` runs it and writes its tables to benchmarks/README.md. Three parts:
 
 - **Live** (the per-tick cost): one light loopback HTTP server serves N/8 simulated 8-GPU
   nodes. Each node's exposition is the exporter's own (`gpu-exporter --simulate 8
@@ -19,6 +19,10 @@
   included) is full. Every rule's expression and every dashboard query is then timed
   as an instant or range query, and the per-GPU cost scaled linearly to the live sizes
   (fixed overheads scaled too: an upper bound).
+- **The dashboard with history, measured** (`--dashboard-history-nodes`, default 500
+  nodes, 4,000 GPUs): the families the fleet dashboard's queries read, each over what they
+  read of it (7 h behind the 6-hour range), backfilled the same way; a Prometheus on those
+  blocks alone (no scraping, no rules) answers every query at the last minute of data.
 
 Everything runs under `nice -n 10` and listens on 127.0.0.1 only. The figures are this
 machine's, shared with other work: compare them with each other, not across machines.

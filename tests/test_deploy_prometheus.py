@@ -72,7 +72,7 @@ def test_federation_pulls_only_recording_rules_with_their_labels() -> None:
     assert job["metrics_path"] == "/federate"
     assert job["honor_labels"] is True
     assert job["params"]["match[]"] == [
-        '{__name__=~"(instance_gpu|instance_gpu_instance|instance_gpu_pod|instance_gpu_owner'
+        '{__name__=~"(instance|instance_gpu|instance_gpu_instance|instance_gpu_pod|instance_gpu_owner'
         '|name|namespace):gpu_.+"}'
     ]
 

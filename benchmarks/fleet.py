@@ -1,6 +1,6 @@
 """The fleet's Prometheus: the shipped rules and the fleet dashboard at 1,000-4,000 GPUs.
 
-`make bench-fleet` runs it and writes its tables to benchmarks/README.md. Two parts:
+`make bench-fleet` runs it and writes its tables to benchmarks/README.md. Three parts:
 
 - **Live** (the per-tick cost): one light loopback HTTP server serves N/8 simulated 8-GPU
   nodes. Each node's exposition is the exporter's own (`gpu-exporter --simulate 8
@@ -19,6 +19,10 @@
   included) is full. Every rule's expression and every dashboard query is then timed
   as an instant or range query, and the per-GPU cost scaled linearly to the live sizes
   (fixed overheads scaled too: an upper bound).
+- **The dashboard with history, measured** (`--dashboard-history-nodes`, default 500
+  nodes, 4,000 GPUs): the families the fleet dashboard's queries read, each over what they
+  read of it (7 h behind the 6-hour range), backfilled the same way; a Prometheus on those
+  blocks alone (no scraping, no rules) answers every query at the last minute of data.
 
 Everything runs under `nice -n 10` and listens on 127.0.0.1 only. The figures are this
 machine's, shared with other work: compare them with each other, not across machines.
@@ -59,6 +63,7 @@ RULE_FILES = sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.yml"))
 DASHBOARD = REPO / "grafana" / "dashboards" / "gpu-fleet.json"
 GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
+RULE_SECONDS = 60  # the recording groups' interval
 HISTORY_HOURS = 24
 # Grafana's values for the fleet dashboard's default range (6 h) on a ~1,000-pixel panel
 GRAFANA = {
@@ -213,7 +218,13 @@ def free_port() -> int:
 
 class Prometheus:
     def __init__(
-        self, workdir: Path, nodes: int, server_port: int, data: Path, remote_write: str = ""
+        self,
+        workdir: Path,
+        nodes: int,
+        server_port: int,
+        data: Path,
+        remote_write: str = "",
+        rule_files: list[Path] = RULE_FILES,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -231,7 +242,7 @@ class Prometheus:
                 "scrape_timeout": "10s",
                 "evaluation_interval": f"{SCRAPE_SECONDS}s",
             },
-            "rule_files": [str(p) for p in RULE_FILES],
+            "rule_files": [str(p) for p in rule_files],
             "scrape_configs": [
                 {
                     "job_name": "gpu-exporter",
@@ -294,13 +305,18 @@ class Prometheus:
         }
 
     def timed(
-        self, expr: str, instant: bool, repeats: int = 3, step: int = STEP_SECONDS
+        self,
+        expr: str,
+        instant: bool,
+        repeats: int = 3,
+        step: int = STEP_SECONDS,
+        at: float | None = None,
     ) -> tuple[float, int]:
-        """Median seconds of `expr` (instant at now, or over the 6-hour range), and the
-        number of series it returned."""
+        """Median seconds of `expr` (instant at `at`, or over the 6-hour range that ends
+        there; `at` is now unless given), and the number of series it returned."""
         times, count = [], 0
         for _ in range(repeats):
-            now = time.time()
+            now = time.time() if at is None else at
             params = {"query": expr}
             if instant:
                 params["time"] = f"{now:.3f}"
@@ -407,21 +423,27 @@ class Live:
 
 
 def refresh(
-    prometheus: Prometheus, queries: list[Panel]
+    prometheus: Prometheus, queries: list[Panel], at: float | None = None
 ) -> tuple[list[tuple[Panel, float, int]], float, float]:
-    timed = [(p, *prometheus.timed(p.expr, p.instant, step=p.step)) for p in queries]
-    # Grafana sends a dashboard's queries at once; Prometheus runs up to 20 together
+    """Every query timed alone (median of 3), their sum, and the seconds of one refresh
+    that sends them all at once; at `at` (now unless given)."""
+    timed = [(p, *prometheus.timed(p.expr, p.instant, step=p.step, at=at)) for p in queries]
+    return timed, sum(t for _p, t, _n in timed), at_once(prometheus, queries, at)
+
+
+def at_once(prometheus: Prometheus, queries: list[Panel], at: float | None = None) -> float:
+    """Seconds until every query, sent at once as Grafana does, is answered (Prometheus
+    runs up to 20 together)."""
     started = time.perf_counter()
     threads = [
-        threading.Thread(target=prometheus.timed, args=(p.expr, p.instant, 1, p.step))
+        threading.Thread(target=prometheus.timed, args=(p.expr, p.instant, 1, p.step, at))
         for p in queries
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    parallel = time.perf_counter() - started
-    return timed, sum(t for _p, t, _n in timed), parallel
+    return time.perf_counter() - started
 
 
 def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path) -> Live:
@@ -464,7 +486,59 @@ def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workd
 
 def recorded(node: int, samples: list[tuple[str, str, float]]) -> Iterator[tuple[str, float]]:
     """The dashboard rules' series for `node`, as the rules compute them from its values
-    (constant over time here: the synthetic GPUs keep their activity)."""
+    (constant over time here: the synthetic GPUs keep their activity): per GPU, then the
+    per-node sums and counts of them."""
+    per_gpu = dict(_recorded_per_gpu(node, samples))  # one value per series
+    yield from per_gpu.items()
+    by_family: dict[str, dict[int | None, float]] = {}
+    for text, value in per_gpu.items():
+        by_family.setdefault(text.split("{", 1)[0], {})[_gpu(text)] = value
+    busy = by_family.get("instance_gpu:gpu_busy:ratio_rate1m", {})
+    idle = by_family.get("instance_gpu:gpu_idle_holding_memory:bool_rate1m", {})
+    sm = by_family.get("instance_gpu:gpu_sm_active:ratio_rate1m", {})
+    tensor = by_family.get("instance_gpu:gpu_tensor_active:ratio_rate1m", {})
+    series = node_series(node, samples)
+    counts = {
+        'instance:gpu_by_state:count_rate1m{%s,state="busy"}': sum(
+            v >= 0.05 for v in busy.values()
+        ),
+        'instance:gpu_by_state:count_rate1m{%s,state="idle_allocated"}': sum(
+            v == 1 for v in idle.values()
+        ),
+        'instance:gpu_by_state:count_rate1m{%s,state="free"}': sum(
+            v < 0.05 and idle.get(g) != 1 for g, v in busy.items()
+        ),
+        "instance:gpu_lost:count{%s}": sum(s.base == 0 for s in series if s.name == "gpu_up"),
+        "instance:gpu_busy:count_rate1m{%s}": len(busy),
+        "instance:gpu_sm_active:count_rate1m{%s}": len(sm),
+        "instance:gpu_busy_with_sm_active:count_rate1m{%s}": len(busy.keys() & sm.keys()),
+        "instance:gpu_tensor_active:count_rate1m{%s}": len(tensor),
+    }
+    sums = {
+        "instance:gpu_busy:sum_ratio_rate1m{%s}": sum(busy.values()),
+        "instance:gpu_sm_active:sum_ratio_rate1m{%s}": sum(sm.values()),
+        "instance:gpu_busy_with_sm_active:sum_ratio_rate1m{%s}": sum(
+            busy[g] for g in sm if g in busy
+        ),
+        "instance:gpu_tensor_active:sum_ratio_rate1m{%s}": sum(tensor.values()),
+        "instance:gpu_memory_used_bytes:sum{%s}": sum(
+            s.base for s in series if s.name == "gpu_memory_used_bytes"
+        ),
+        "instance:gpu_memory_total_bytes:sum{%s}": sum(
+            s.base for s in series if s.name == "gpu_memory_total_bytes"
+        ),
+    }
+    node_labels = f'instance="node-{node:04d}:9872",job="gpu-exporter",gpu="all"'
+    for text, count in counts.items():
+        if count:  # `count by` has no series for none
+            yield text % node_labels, float(count)
+    for text, total in sums.items():
+        yield text % node_labels, total
+
+
+def _recorded_per_gpu(
+    node: int, samples: list[tuple[str, str, float]]
+) -> Iterator[tuple[str, float]]:
     instance = f'instance="node-{node:04d}:9872",job="gpu-exporter"'
     memory: dict[int | None, dict[str, float]] = {}
     for name, labels, value in samples:
@@ -494,6 +568,12 @@ def recorded(node: int, samples: list[tuple[str, str, float]]) -> Iterator[tuple
                 f"instance_gpu_owner:gpu_idle_holding_memory:bool_rate1m{{{instance},{labels_text}}}",
                 float(busy < 0.05),
             )
+    for s in node_series(node, samples):  # GPM's activity: the counters' rates
+        if s.name == "gpu_sm_active_seconds_total":
+            yield f"instance_gpu:gpu_sm_active:ratio_rate1m{{{instance},{s.labels[1:-1]}}}", s.slope
+        elif s.name == "gpu_pipe_active_seconds_total" and 'pipe="tensor"' in s.labels:
+            inner = re.sub(r',?pipe="tensor"', "", s.labels[1:-1]).strip(",")
+            yield f"instance_gpu:gpu_tensor_active:ratio_rate1m{{{instance},{inner}}}", s.slope
 
 
 def history_families(
@@ -513,18 +593,30 @@ def history_families(
     return {name: [(t, b, sl) for t, (b, sl) in m.items()] for name, m in families.items()}
 
 
+def resolution(family: str) -> int:
+    """Seconds between two samples of `family`: the scrape interval for the exposition's,
+    a minute for a recording rule's (the groups run once a minute)."""
+    return RULE_SECONDS if ":" in family else SCRAPE_SECONDS
+
+
 def write_history(
     path: Path,
     families: dict[str, list[tuple[str, float, float]]],
     start: int,
     end: int,
     origin: float,
+    since: dict[str, int] | None = None,
 ) -> int:
-    """OpenMetrics text of every series from `start` to `end` (seconds); returns samples."""
-    steps = range(start, end, SCRAPE_SECONDS)
+    """OpenMetrics text of every series from `start` to `end` (seconds; a family in
+    `since` from that time on), at its resolution; returns samples."""
     count = 0
     with path.open("w") as out:
         for name, members in families.items():
+            step = resolution(name)
+            first = max(start, (since or {}).get(name, start))
+            steps = range(-(-first // step) * step, end, step)
+            if not steps:
+                continue
             if name.endswith("_total"):  # OpenMetrics names a counter without _total
                 out.write(f"# TYPE {name.removesuffix('_total')} counter\n")
             else:
@@ -533,6 +625,38 @@ def write_history(
                 out.writelines(f"{text} {base + slope * (t - origin)!r} {t}\n" for t in steps)
                 count += len(steps)
         out.write("# EOF\n")
+    return count
+
+
+def backfill(
+    data: Path,
+    workdir: Path,
+    families: dict[str, list[tuple[str, float, float]]],
+    start: int,
+    end: int,
+    origin: float,
+    since: dict[str, int] | None = None,
+) -> int:
+    """Blocks in `data` of `families` from `start` to `end` (see write_history), with
+    promtool; returns samples. One file per 2-hour block: promtool reads its whole input
+    once per block it writes."""
+    openmetrics = workdir / "history.om"
+    command = ["nice", "-n", "10", "promtool", "tsdb", "create-blocks-from", "openmetrics"]
+    count = 0
+    block = 2 * 3600
+    for first in range(start // block * block, end, block):
+        written = write_history(
+            openmetrics, families, max(first, start), min(first + block, end), origin, since
+        )
+        if not written:
+            continue
+        count += written
+        created = subprocess.run(
+            [*command, "--quiet", str(openmetrics), str(data)], capture_output=True, text=True
+        )
+        if created.returncode != 0:
+            raise RuntimeError(f"promtool tsdb create-blocks-from: {created.stderr[-2000:]}")
+    openmetrics.unlink(missing_ok=True)
     return count
 
 
@@ -555,27 +679,8 @@ def history(nodes: int, samples: list[tuple[str, str, float]], workdir: Path) ->
     end = int(time.time()) // SCRAPE_SECONDS * SCRAPE_SECONDS
     origin = end - HISTORY_HOURS * 3600 - 3600
     families = history_families(nodes, samples)
-    openmetrics = workdir / "history.om"
     data = workdir / "data"
-    command = ["nice", "-n", "10", "promtool", "tsdb", "create-blocks-from", "openmetrics"]
-    count = 0
-    # one file per 2-hour block: promtool reads its whole input once per block it writes
-    block = 2 * 3600
-    first = (end - HISTORY_HOURS * 3600) // block * block
-    for start in range(first, end, block):
-        count += write_history(
-            openmetrics,
-            families,
-            max(start, end - HISTORY_HOURS * 3600),
-            min(start + block, end),
-            origin,
-        )
-        created = subprocess.run(
-            [*command, "--quiet", str(openmetrics), str(data)], capture_output=True, text=True
-        )
-        if created.returncode != 0:
-            raise RuntimeError(f"promtool tsdb create-blocks-from: {created.stderr[-2000:]}")
-    openmetrics.unlink()
+    count = backfill(data, workdir, families, end - HISTORY_HOURS * 3600, end, origin)
     print(f"  history: {count / 1e6:.1f} M samples backfilled", file=sys.stderr)
     server = NodeServer([Node(node_series(i, samples), origin) for i in range(nodes)])
     prometheus = Prometheus(workdir, nodes, server.port, data)
@@ -605,6 +710,77 @@ def history(nodes: int, samples: list[tuple[str, str, float]], workdir: Path) ->
         prometheus.stop()
         server.stop()
     return History(nodes * GPUS_PER_NODE, count, per_group, costs, timed, reported, fixed)
+
+
+# --- the fleet dashboard with its range of history ----------------------------------
+
+LOOKBACK_SECONDS = 300  # Prometheus' lookback: an instant selector reads 5 minutes back
+SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+WINDOW = re.compile(r"\[(\d+[smh])[:\]]")
+
+
+def dashboard_reads(queries: list[Panel]) -> tuple[dict[str, int], int]:
+    """{family: seconds before "now" that the dashboard reads of it} and the longest of
+    them: the range and its windows for a family a range query or a `$__range` window
+    reads; the lookback and its window for one only read at the instant."""
+    reads: dict[str, int] = {}
+    for query in queries:
+        window = max((int(_seconds(w)) for w in WINDOW.findall(query.expr)), default=0)
+        span = window + LOOKBACK_SECONDS + (0 if query.instant else RANGE_SECONDS)
+        for family in SELECTOR.findall(query.expr):
+            reads[family] = max(reads.get(family, 0), span)
+    return reads, max(reads.values())
+
+
+@dataclass
+class DashboardHistory:
+    gpus: int
+    hours: float  # history behind "now"
+    samples: int
+    backfill_seconds: float
+    panels: list[tuple[Panel, float, int]]
+    refresh_sum: float  # seconds, every query one by one (each the median of 3)
+    refresh_parallel: float  # seconds, all at once, median of 3
+    rss_gib: float
+
+
+def dashboard_history(
+    nodes: int, samples: list[tuple[str, str, float]], workdir: Path
+) -> DashboardHistory:
+    """The fleet dashboard at its default range with the history it reads behind it:
+    `nodes` nodes' series of the families its queries read (the exposition's every 15 s,
+    the recording rules' every minute), each over what the dashboard reads of it, rounded
+    up to the hour; then every query at the last sample's time, on a Prometheus that
+    neither scrapes nor evaluates rules."""
+    queries = panels()
+    reads, longest = dashboard_reads(queries)
+    hours = math.ceil(longest / 3600)
+    end = int(time.time()) // RULE_SECONDS * RULE_SECONDS
+    start = end - hours * 3600
+    since = {family: end - math.ceil(span / 3600) * 3600 for family, span in reads.items()}
+    families = {
+        name: members for name, members in history_families(nodes, samples).items() if name in reads
+    }
+    data = workdir / "data"
+    started = time.monotonic()
+    count = backfill(data, workdir, families, start, end, start - 3600, since)
+    took = time.monotonic() - started
+    print(
+        f"  dashboard history: {count / 1e6:.1f} M samples of {len(families)} families"
+        f" backfilled in {took:.0f} s",
+        file=sys.stderr,
+    )
+    prometheus = Prometheus(workdir, 0, 0, data, rule_files=[])
+    try:
+        at = float(end - RULE_SECONDS)  # the last minute every family has a sample in
+        timed, total, _parallel = refresh(prometheus, queries, at)
+        parallel = statistics.median(at_once(prometheus, queries, at) for _ in range(3))
+        rss = prometheus.rss_bytes()
+    finally:
+        prometheus.stop()
+    return DashboardHistory(
+        nodes * GPUS_PER_NODE, hours, count, took, timed, total, parallel, rss / 2**30
+    )
 
 
 # --- VictoriaMetrics -----------------------------------------------------------------
@@ -691,7 +867,8 @@ def victoria(
     try:
         time.sleep(minutes * 60)
         at = time.time() - 60  # past VictoriaMetrics' 30 s latency offset
-        checks = [(name, name, True) for _g, name, _e, _i in rules() if ":" in name]
+        recorded_names = dict.fromkeys(name for _g, name, _e, _i in rules() if ":" in name)
+        checks = [(name, name, True) for name in recorded_names]
         checks += [(f"{p.title} ({p.ref})", p.expr, p.instant) for p in panels()]
         for what, expr, instant in checks:
             ours = _results(prometheus.api, expr, at, instant)
@@ -859,6 +1036,34 @@ def report(lives: list[Live], hist: History | None, minutes: float) -> str:
     return "\n".join(lines)
 
 
+def dashboard_report(found: DashboardHistory) -> str:
+    """The fleet dashboard's queries with its default range of history, measured."""
+    slowest, slowest_seconds, _n = max(found.panels, key=lambda pt: pt[1])
+    per_panel: dict[str, float] = {}
+    for panel, seconds, _count in found.panels:
+        per_panel[panel.title] = per_panel.get(panel.title, 0.0) + seconds
+    slowest_panel = max(per_panel, key=lambda title: per_panel[title])
+    lines = [
+        f"**The fleet dashboard with its default range of history, measured** ({found.gpus:,}"
+        f" GPUs: {found.hours:g} h of the series its queries read, the exposition's every"
+        " 15 s and the recorded ones every minute, each over the range and windows the"
+        f" dashboard reads of it; {found.samples / 1e6:.0f} M samples backfilled in"
+        f" {found.backfill_seconds / 60:.0f} minutes; a Prometheus without scraping or"
+        " rules, queried at the last minute of data, 6 h range, Grafana's step; median of"
+        f" 3; Prometheus RSS {found.rss_gib:.2f} GiB after the queries): **whole refresh"
+        f" {found.refresh_sum:.2f} s one by one, {found.refresh_parallel:.2f} s all at once;"
+        f" slowest query {slowest.title} ({slowest.ref}) {slowest_seconds:.2f} s; slowest"
+        f" panel, its queries one by one, {slowest_panel} {per_panel[slowest_panel]:.2f} s.**",
+        "",
+        "| panel | query | kind | seconds | series |",
+        "|---|---|---|---|---|",
+    ]
+    for panel, seconds, count in found.panels:
+        kind = "instant" if panel.instant else f"range, {panel.step} s step"
+        lines.append(f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | {count} |")
+    return "\n".join(lines)
+
+
 def _prometheus_version() -> str:
     out = subprocess.run(["prometheus", "--version"], capture_output=True, text=True).stdout
     found = re.search(r"version (\S+)", out)
@@ -870,6 +1075,12 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,2000,4000", help="GPU counts, comma-separated")
     parser.add_argument("--minutes", type=float, default=3.0, help="live scraping per size")
     parser.add_argument("--history-nodes", type=int, default=2, help="0 skips the history part")
+    parser.add_argument(
+        "--dashboard-history-nodes",
+        type=int,
+        default=500,
+        help="nodes for the fleet dashboard with its range of history; 0 skips it",
+    )
     parser.add_argument(
         "--victoria-nodes", type=int, default=10, help="0 skips the VictoriaMetrics comparison"
     )
@@ -891,6 +1102,11 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-fleet-history-") as tmp:
             hist = history(args.history_nodes, samples, Path(tmp))
     text = report(lives, hist, args.minutes)
+    if args.dashboard_history_nodes:
+        print(f"dashboard history: {args.dashboard_history_nodes} nodes", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-dashboard-") as tmp:
+            found = dashboard_history(args.dashboard_history_nodes, samples, Path(tmp))
+        text += "\n\n" + dashboard_report(found)
     if args.victoria_nodes and shutil.which("victoria-metrics") is None:
         text += "\n\nVictoriaMetrics: not installed (`apt-get install victoria-metrics`), skipped."
     elif args.victoria_nodes:

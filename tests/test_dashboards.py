@@ -154,12 +154,16 @@ def test_variables_are_datasource_job_instance_gpu_namespace_pod_in_that_order(
 
 
 def test_variables_are_used_only_as_regex_matchers() -> None:
-    """`=~"$var"` is what makes All (.+) and multi-value selections work."""
+    """`=~"$var"` is what makes All (.+) and multi-value selections work; `uuid!~"$gpu"`
+    (no GPU under All: every UUID matches .+) is the per-GPU side of a fleet time series
+    that reads per-node series under All."""
     filters = {"job", "instance", "gpu", "namespace", "pod"}
     for query in all_queries():
         for variable in filters:
             uses = len(re.findall(rf"\${variable}\b", query.expr))
             matchers = len(re.findall(rf'\b{variable}=~"\${variable}"', query.expr))
+            if variable == "gpu":
+                matchers += len(re.findall(r'\buuid!~"\$gpu"', query.expr))
             assert uses == matchers, (query.name, variable)
         assert variables_used(query.expr) <= GRAFANA_GLOBALS | filters, query.name
 
@@ -187,6 +191,46 @@ def test_every_device_query_filters_by_job_instance_and_gpu() -> None:
                 for label in wanted:
                     assert f'{label}=~"${label}"' in selector, (query.name, name, label)
             assert re.search(rf"\b{name}\{{", query.expr), (query.name, f"{name} without filter")
+
+
+PER_NODE_WHILE_ALL = re.compile(r'\binstance:[\w:]+\{[^}]*gpu=~"\$gpu"')
+EVERY_GPU_BUT_ALL = 'uuid!~"$gpu"'
+
+
+def test_fleet_time_series_read_one_series_per_node_while_every_gpu_is_selected() -> None:
+    """A range query of the fleet dashboard reads every selected series at each of its
+    steps: per GPU, 4,000 series at 4,000 GPUs and over a second per panel with 6 hours
+    of history (benchmarks/README.md). While the GPU variable is All it reads the
+    per-node recorded series (gpu="all", what .+ selects and a choice of GPUs does not);
+    its per-GPU selectors, for a choice of GPUs, select nothing under All."""
+    checked = 0
+    for query in queries("gpu-fleet.json"):
+        if query.instant:
+            continue
+        assert PER_NODE_WHILE_ALL.search(query.expr), query.name
+        for name in metric_names(substitute(query.expr, PARSE_VALUES)):
+            if name.startswith("instance:"):
+                assert name in RECORDED, (query.name, name)
+                continue
+            for selector in re.findall(rf"\b{re.escape(name)}\{{([^}}]*)\}}", query.expr):
+                assert EVERY_GPU_BUT_ALL in selector, (query.name, name)
+        checked += 1
+    assert checked >= 10
+
+
+def test_per_node_series_carry_the_label_the_gpu_variable_selects_under_all() -> None:
+    rules = [
+        rule
+        for group in yaml.safe_load(
+            (REPO / "deploy" / "prometheus" / "rules" / "gpu-recording.yml").read_text()
+        )["groups"]
+        for rule in group["rules"]
+        if rule.get("record", "").startswith("instance:")
+    ]
+    assert len(rules) >= 10
+    for rule in rules:
+        assert rule["labels"]["gpu"] == "all", rule["record"]
+        assert re.search(r"\bby \(instance, job\)", rule["expr"]), rule["record"]
 
 
 def test_every_rate_uses_the_rate_interval() -> None:

@@ -441,6 +441,52 @@ def test_fleet_sm_activity_sits_below_the_busy_ratio(fleet: Fleet) -> None:
     assert 0 < tensor < sm
 
 
+FLEET_TIME_SERIES = (
+    "GPUs by state over time",
+    "Fleet busy ratio",
+    "Fleet memory used",
+    "Fleet SM activity vs busy ratio",
+)
+
+
+def test_fleet_time_series_read_per_node_under_all_and_per_gpu_for_a_choice(
+    fleet: Fleet,
+) -> None:
+    """Under All the fleet's time series read the per-node recorded series, for a choice
+    of GPUs the per-GPU ones: every GPU chosen answers as All does, and GPU 1 alone is
+    A's and B's idle-allocated GPU 1 and C's lost one."""
+    per_gpu_under_all = substitute(
+        'instance_gpu:gpu_busy:ratio_rate1m{gpu=~"$gpu", uuid!~"$gpu"}', LIVE_VALUES
+    )
+    assert fleet.prometheus.query(per_gpu_under_all) == []
+    a, b, c = fleet.instances
+    states = _by(fleet.prometheus.query("instance:gpu_by_state:count_rate1m"), "instance", "state")
+    assert states == {
+        (a, "busy"): 3,
+        (a, "idle_allocated"): 1,
+        (b, "busy"): 3,
+        (b, "idle_allocated"): 1,
+        (c, "busy"): 3,
+    }
+    assert _by(fleet.prometheus.query("instance:gpu_lost:count"), "instance") == {(c,): 1}
+    checked = 0
+    for query in queries("gpu-fleet.json"):
+        if query.panel_title not in FLEET_TIME_SERIES:
+            continue
+        under_all = _by(fleet.run(query), "instance")
+        every_gpu = _by(fleet.run(query, gpu="0|1|2|3"), "instance")
+        assert under_all and under_all.keys() == every_gpu.keys(), query.name
+        for key, value in under_all.items():
+            assert value == pytest.approx(every_gpu[key], rel=0.05, abs=1e-3), (query.name, key)
+        checked += 1
+    assert checked == 10
+    title = "GPUs by state over time"
+    gpu_1 = {
+        ref: _value(fleet.run(_panel("gpu-fleet.json", title, ref), gpu="1")[0]) for ref in "ABCD"
+    }
+    assert gpu_1 == {"A": 0, "B": 2, "C": 0, "D": 1}
+
+
 def test_mig_instances_by_state(fleet: Fleet) -> None:
     counts = {
         ref: _value(fleet.run(_panel("gpu-fleet.json", "MIG instances by state", ref))[0])

@@ -72,7 +72,7 @@ def test_federation_pulls_only_recording_rules_with_their_labels() -> None:
     assert job["metrics_path"] == "/federate"
     assert job["honor_labels"] is True
     assert job["params"]["match[]"] == [
-        '{__name__=~"(instance_gpu|instance_gpu_instance|instance_gpu_pod|instance_gpu_owner'
+        '{__name__=~"(instance|instance_gpu|instance_gpu_instance|instance_gpu_pod|instance_gpu_owner'
         '|name|namespace):gpu_.+"}'
     ]
 
@@ -143,8 +143,19 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     per_namespace = [n for n in names if n.startswith("namespace:")]
     per_owner = [n for n in names if n.startswith("instance_gpu_owner:")]
     per_link = [n for n in names if n.startswith("instance_gpu_link:")]
-    levels = (per_gpu, per_model, per_mig_instance, per_pod, per_namespace, per_owner, per_link)
+    per_node = [n for n in names if n.startswith("instance:")]
+    levels = (
+        per_gpu,
+        per_model,
+        per_mig_instance,
+        per_pod,
+        per_namespace,
+        per_owner,
+        per_link,
+        per_node,
+    )
     assert sum(len(level) for level in levels) == len(names)
+    assert len(per_node) == doc_figure(text, "recording rules, per node")
     assert len(per_pod) == doc_figure(text, "recording rules, per allocation (Kubernetes)")
     assert len(per_owner) == doc_figure(text, "recording rules, per GPU and owner of its processes")
     assert len(per_link) == doc_figure(text, "recording rules, per NVLink link")

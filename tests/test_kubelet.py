@@ -187,10 +187,13 @@ def test_gpus_by_index_under_the_device_plugins_index_strategy(
 def test_gkes_device_ids_name_gpus_mig_instances_and_shared_replicas(
     host: Host, kubelet: FakeKubelet
 ) -> None:
+    """GKE's plugin names the /dev/nvidiaN files it finds (GoogleCloudPlatform/container-
+    engine-accelerators: pkg/gpu/nvidia/manager.go, mig/mig.go): the minor number. The
+    simulated host's minors count down from its indices: GPU 0 is /dev/nvidia3."""
     kubelet.pods = [
-        Pod("ml", "a", [Container("c", {GPU: ["nvidia0"]})]),
-        Pod("ml", "b", [Container("c", {GPU: ["nvidia1/vgpu0", "nvidia1/vgpu1"]})]),
-        Pod("ml", "c", [Container("c", {GPU: ["nvidia3/gi9"]})]),
+        Pod("ml", "a", [Container("c", {GPU: ["nvidia3"]})]),
+        Pod("ml", "b", [Container("c", {GPU: ["nvidia2/vgpu0", "nvidia2/vgpu1"]})]),
+        Pod("ml", "c", [Container("c", {GPU: ["nvidia0/gi9"]})]),
     ]
     snapshot, exposition = host.sample()
     assert allocations(exposition) == {

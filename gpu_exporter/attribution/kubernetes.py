@@ -8,8 +8,8 @@ the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does thre
 - maps the kubelet's device IDs to this node's GPUs: `nvidia.com/gpu` gives GPU UUIDs,
   or indices under the device plugin's index strategy; `nvidia.com/mig-*` gives MIG
   device UUIDs; a time-sliced replica is `<UUID>::<N>`, one GPU however many replicas;
-  GKE's device plugin names `nvidia<index>`, `nvidia<index>/gi<GPU instance>` and
-  shared replicas `.../vgpu<N>` (the forms dcgm-exporter's pod mapper matches); the
+  GKE's device plugin names `nvidia<minor>` (the /dev/nvidiaN file it found, not the
+  NVML index), `nvidia<minor>/gi<GPU instance>` and shared replicas `.../vgpu<N>`; the
   devices of DRA claims of NVIDIA's GPU driver are read by their names (`dra.py`);
 - finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
   kubelet did not allocate to it, and processes outside every pod (the host's own, or a
@@ -105,8 +105,10 @@ def _lookup(reading: KubeletReading, container_id: str, pod_uid: str) -> Contain
 
 
 def targets(devices: Devices) -> dict[str, Target]:
-    """Every device ID the NVIDIA device plugin may name, to the GPU (and MIG instance) it
-    names: GPU UUIDs, NVML indices, MIG device UUIDs."""
+    """Every device ID a device plugin may name, to the GPU (and MIG instance) it names:
+    GPU UUIDs, NVML indices, MIG device UUIDs (NVIDIA's), and `nvidia<minor>` (GKE's:
+    its IDs are the names of the /dev/nvidiaN files, the minor number, which need not
+    follow the NVML index; a GPU whose minor number is unknown gets none)."""
     out: dict[str, Target] = {}
     for d in devices:
         if d.static is None:
@@ -114,12 +116,15 @@ def targets(devices: Devices) -> dict[str, Target]:
         whole = (d.index, d.static.uuid, "")
         out[d.static.uuid] = whole
         out[str(d.index)] = whole
-        out[f"nvidia{d.index}"] = whole  # GKE
+        gke = f"nvidia{d.static.minor_number}" if d.static.minor_number is not None else None
+        if gke is not None:
+            out[gke] = whole
         mig = d.reading.mig if d.reading is not None else None
         for m in mig.devices if mig is not None else ():
             instance = (d.index, d.static.uuid, str(m.gpu_instance))
             out[m.uuid] = instance
-            out[f"nvidia{d.index}/gi{m.gpu_instance}"] = instance  # GKE
+            if gke is not None:
+                out[f"{gke}/gi{m.gpu_instance}"] = instance
     return out
 
 

@@ -1100,8 +1100,9 @@ METRICS: tuple[MetricSpec, ...] = (
         name="gpu_exporter_kubernetes_up",
         type="gauge",
         help="1 when the kubelet's pod-resources socket answered and its NVIDIA device IDs "
-        "match this node's GPUs; 0 when not, with the cause in the log and on the live page "
-        "(socket not mounted, permission denied, API version unsupported, IDs matching no GPU).",
+        "(DRA device names included) match this node's GPUs; 0 when not, with the cause in the log "
+        "and on the live page (socket not mounted, permission denied, API version unsupported, "
+        "IDs matching no GPU).",
         collector="kubernetes",
         extract=lambda s: one(s.kubernetes.up if s.kubernetes is not None else None),
     ),

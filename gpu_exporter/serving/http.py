@@ -270,7 +270,8 @@ class _Handler(socketserver.BaseRequestHandler):
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("request not received in time")
-        self.connection.settimeout(remaining)
+        # answered at once: never wait (the whole head was in; a timeout would poll first)
+        self.connection.settimeout(0.0 if self._unsent is not None else remaining)
         return self.connection.recv(size)
 
     def handle(self) -> None:
@@ -402,8 +403,9 @@ class _Handler(socketserver.BaseRequestHandler):
         view = memoryview(data)
         if self._unsent is not None:  # answered at once: what fits now, the rest later
             if not self._unsent:
+                self.connection.settimeout(0.0)  # with a timeout, send polls before it tries
                 try:
-                    view = view[self.connection.send(view, socket.MSG_DONTWAIT) :]
+                    view = view[self.connection.send(view) :]
                 except BlockingIOError:
                     pass
             if view:

@@ -321,6 +321,29 @@ def test_a_gpu_instance_made_again_with_the_same_profile_is_seen_within_one_inte
     assert snapshot.nvml_errors == {}  # a destroyed instance's handle is no error
 
 
+def test_instances_made_again_many_times_leave_no_process_list_arrays_behind(
+    install: Install,
+) -> None:
+    """Each MIG device's process list is read into a C array of its own; those of MIG
+    devices destroyed are freed at the enumeration that sees them gone."""
+    gpu = mig_hopper()
+    for pid, mig in enumerate(gpu.mig_devices, start=4000):
+        mig.processes = [(pid, GIB)]
+    _lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, MIG_GPM | {"process"})
+    clock.now += 1.0
+    sampler.sample_once()
+    held = len(backend._devices[0].buffers)
+    for swap in range(20):
+        new = [(5000 + swap, GIB)]  # a process cannot outlive its instance
+        make_gpu_instance_9_again(gpu, reuse_handle=bool(swap % 2), processes=new)
+        gpu.mig_devices[2].uuid = f"MIG-c{swap}"
+        clock.now += 1.0
+        assert f'mig_uuid="MIG-c{swap}"' in text(sampler.sample_once())
+    assert len(backend._devices[0].buffers) == held
+    sampler.stop(0)
+
+
 def test_an_unprivileged_exporter_sees_a_swap_at_once_and_a_new_instance_within_a_minute(
     install: Install,
 ) -> None:

@@ -399,6 +399,11 @@ class PynvmlBackend:
         live = {_mig_stream_key(slot) for slot in state.mig_slots}
         for key in [k for k in state.gpm_streams if k.startswith(_MIG_STREAM) and k not in live]:
             state.gpm_streams.pop(key).close()
+        # and the process-list arrays of MIG devices now gone (one per UUID ever seen)
+        uuids = {slot.info.uuid for slot in state.mig_slots}
+        for key in [k for k in state.buffers if k.startswith(_MIG_BUFFER)]:
+            if key[len(_MIG_BUFFER) :].split("/", 1)[0] not in uuids:
+                del state.buffers[key]
 
     def gpm_supported(self, state: _DeviceState) -> bool:
         """Does the device support GPM? Asked once a slow period (`forget_unsupported`)."""
@@ -549,7 +554,7 @@ class PynvmlBackend:
         """The `_v3` process list (R510+), else `_v2` (R470 and older LTS branches), in
         one call into a buffer of `state` (`d` is the device, or its MIG device `mig_uuid`)."""
         buffer = self.buffer(
-            state, f"{key}/{mig_uuid}" if mig_uuid else key, buffers.process_buffer
+            state, f"{_MIG_BUFFER}{mig_uuid}/{key}" if mig_uuid else key, buffers.process_buffer
         )
         for version, symbol in zip(("", "_v2"), symbols, strict=True):
             procs = self.calls.call(
@@ -993,6 +998,7 @@ def _throttle_reasons(mask: int) -> dict[str, bool]:
 
 
 _MIG_STREAM = "gpm/mig/"
+_MIG_BUFFER = "mig/"  # buffers of a MIG device: "mig/<MIG UUID>/<list>"
 # nvml.h 13: nvmlDeviceGetTemperature is deprecated for nvmlDeviceGetTemperatureV, which
 # nvidia-ml-py wraps from 12.570.86 (the declared floor, 12.560.30, does not)
 _TEMPERATURE_V: Callable[..., Any] | None = getattr(pynvml, "nvmlDeviceGetTemperatureV", None)

@@ -212,26 +212,25 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         self.request, self.client_address, self.server = request, client_address, server
         self.setup()
-        unsent: list[tuple[memoryview, float]] = []
-        self._unsent = unsent
+        self._unsent = []
+        self._at_once = True
         try:
             self.keep_open = self._handle_one()
         finally:
-            self._unsent = None
-        self._rest = unsent
+            self._at_once = False
 
-    _unsent: list[tuple[memoryview, float]] | None = None  # at once: what waits for room
-    _rest: list[tuple[memoryview, float]] = []
+    _at_once = False  # answering the first request in the accept loop: never wait
+    _unsent: list[tuple[memoryview, float]] = []  # (an instance's own when at once)
     keep_open = False
 
     @property
     def has_rest(self) -> bool:
         """Whether a response answered at once is not all written yet."""
-        return bool(self._rest)
+        return bool(self._unsent)
 
     def send_rest(self) -> None:
         """Write what the first request's answer left unsent (its deadline still holds)."""
-        rest, self._rest = self._rest, []
+        rest, self._unsent = self._unsent, []
         for view, deadline in rest:
             self._write(view, deadline)
 
@@ -271,7 +270,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if remaining <= 0:
             raise TimeoutError("request not received in time")
         # answered at once: never wait (the whole head was in; a timeout would poll first)
-        self.connection.settimeout(0.0 if self._unsent is not None else remaining)
+        self.connection.settimeout(0.0 if self._at_once else remaining)
         return self.connection.recv(size)
 
     def handle(self) -> None:
@@ -401,7 +400,7 @@ class _Handler(socketserver.BaseRequestHandler):
         """All of `data` by `deadline`: a client that does not read is dropped then (over
         TLS, `sendall` would wait that long for each record)."""
         view = memoryview(data)
-        if self._unsent is not None:  # answered at once: what fits now, the rest later
+        if self._at_once:  # what fits now, the rest later on the connection's thread
             if not self._unsent:
                 self.connection.settimeout(0.0)  # with a timeout, send polls before it tries
                 try:

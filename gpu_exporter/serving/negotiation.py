@@ -16,9 +16,10 @@ names match case-insensitively. The choice follows Prometheus' own Go libraries:
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import NamedTuple
+
+from gpu_exporter.serving.request_head import remembered
 
 _QVALUE = re.compile(r"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
 _OPENMETRICS_VERSIONS = ("", "0.0.1", "1.0.0")
@@ -63,36 +64,9 @@ def _specificity(media_range: _Element) -> int:
     return 3 if media_range.params else 2
 
 
+@remembered(longest=512, kept=32)  # a scraper sends the same Accept every time
 def wants_openmetrics(accept: str | None) -> bool:
     """Whether the `Accept` header makes OpenMetrics the format to answer with."""
-    if accept is not None and len(accept) <= _CACHED_HEADER_CHARS:
-        return _wants_openmetrics_cached(accept)
-    return _wants_openmetrics(accept)
-
-
-def wants_gzip(accept_encoding: str | None) -> bool:
-    """Whether the `Accept-Encoding` header makes gzip the encoding to answer with."""
-    if accept_encoding is not None and len(accept_encoding) <= _CACHED_HEADER_CHARS:
-        return _wants_gzip_cached(accept_encoding)
-    return _wants_gzip(accept_encoding)
-
-
-# A scraper sends the same two headers every time: the answers for the last few are
-# kept (pure functions of the header's text), headers up to this long
-_CACHED_HEADER_CHARS = 512
-
-
-@functools.lru_cache(maxsize=32)
-def _wants_openmetrics_cached(accept: str) -> bool:
-    return _wants_openmetrics(accept)
-
-
-@functools.lru_cache(maxsize=32)
-def _wants_gzip_cached(accept_encoding: str) -> bool:
-    return _wants_gzip(accept_encoding)
-
-
-def _wants_openmetrics(accept: str | None) -> bool:
     ranges = sorted(
         enumerate(_elements(accept)), key=lambda ie: (-ie[1].q, -_specificity(ie[1]), ie[0])
     )
@@ -108,7 +82,9 @@ def _wants_openmetrics(accept: str | None) -> bool:
     return False
 
 
-def _wants_gzip(accept_encoding: str | None) -> bool:
+@remembered(longest=512, kept=32)
+def wants_gzip(accept_encoding: str | None) -> bool:
+    """Whether the `Accept-Encoding` header makes gzip the encoding to answer with."""
     weights: dict[str, float] = {}
     for coding in _elements(accept_encoding):
         name = "gzip" if coding.value == "x-gzip" else coding.value

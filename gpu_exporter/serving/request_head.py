@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import TypeVar
 
 MAX_HEAD_BYTES = 16 * 1024  # request line and header fields of one request, together
 MAX_FIELDS = 100  # header fields in one request
@@ -43,6 +44,10 @@ _FOLDED = re.compile(rb"\n[ \t]")  # a line that starts with whitespace
 _REQUEST_LINE = re.compile(rb"[^ ]+ [^ ]+ HTTP/[0-9]\.[0-9]\r?")
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+_Text = TypeVar("_Text", bytes, str, str | None)
+_Answer = TypeVar("_Answer")
 
 
 class BadRequest(Exception):
@@ -164,29 +169,33 @@ def _too_long(buffer: bytearray) -> BadRequest:
     )
 
 
+def remembered(
+    longest: int, kept: int
+) -> Callable[[Callable[[_Text], _Answer]], Callable[[_Text], _Answer]]:
+    """For a pure function of what a client sent: its answers for the last `kept` inputs
+    of at most `longest` characters (or bytes) are kept, so that a scraper, which sends
+    the same head every time, is answered without parsing it again. What raises is never
+    kept (it raises each time); None and longer inputs are not kept."""
+
+    def decorate(answer: Callable[[_Text], _Answer]) -> Callable[[_Text], _Answer]:
+        cached = functools.lru_cache(maxsize=kept)(answer)
+
+        @functools.wraps(answer)
+        def answer_remembered(sent: _Text) -> _Answer:
+            if sent is not None and len(sent) <= longest:
+                return cached(sent)
+            return answer(sent)
+
+        return answer_remembered
+
+    return decorate
+
+
+@remembered(longest=2048, kept=64)  # at most 128 KiB of heads held
 def parse_head(head: bytes) -> Request:
     """The request whose head (up to and with the empty line) is `head`; BadRequest
-    when h11 or the rules above refuse it.
-
-    A scraper sends the same head every time (Prometheus: the same Accept,
-    Accept-Encoding, User-Agent and timeout header), so a head parsed before is answered
-    from a small cache of the last ones, keyed by its bytes: the same bytes parse the
-    same, and h11's parse was a fifth of the server's CPU per scrape. A refused head is
-    never cached (it raises), and only short heads are kept (`_CACHED_HEAD_BYTES`)."""
-    if len(head) <= _CACHED_HEAD_BYTES:
-        return _parse_head_cached(head)
-    return _parse_head(head)
-
-
-_CACHED_HEAD_BYTES = 2048  # heads up to this size are cached: at most 128 KiB held
-
-
-@functools.lru_cache(maxsize=64)
-def _parse_head_cached(head: bytes) -> Request:
-    return _parse_head(head)
-
-
-def _parse_head(head: bytes) -> Request:
+    when h11 or the rules above refuse it. A head parsed before is not parsed again
+    (`remembered`): h11's parse was a fifth of the server's CPU per scrape."""
     import h11  # with the first request: `--once` serves none
 
     if _FOLDED.search(head):

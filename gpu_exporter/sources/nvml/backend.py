@@ -184,6 +184,7 @@ class PynvmlBackend:
         self._monotonic = monotonic  # GPM elapsed time and MIG refreshes
         self._lock = threading.Lock()
         self._devices: dict[int, _DeviceState] = {}
+        self._event_indexes: dict[int, int] = {}  # registered device handle -> its index
         self._initialised = False
 
     # Library lifecycle -------------------------------------------------------------
@@ -610,7 +611,8 @@ class PynvmlBackend:
     # Events ------------------------------------------------------------------------
 
     def open_events(self) -> PynvmlEventSet | None:
-        """Create an event set and register every device that supports Xid/ECC events."""
+        """Create an event set and register every device that supports Xid/ECC events
+        (and MIG configuration changes, which the backend acts on itself)."""
         event_set = self.calls.call(
             "nvmlEventSetCreate", pynvml.nvmlEventSetCreate, on_error=NvmlUnavailable
         )
@@ -649,6 +651,7 @@ class PynvmlBackend:
                 )
                 if registered:
                     uuids[_handle_key(handle)] = text(uuid)
+                    self._event_indexes[_handle_key(handle)] = index
             except DeviceLost:
                 continue  # the sampler reports it down; register the others
         return uuids
@@ -674,6 +677,9 @@ class PynvmlBackend:
         if data is None:
             return None
         event_type = int(data.eventType)
+        if event_type == pynvml.nvmlEventMigConfigChange:
+            self._mig_config_changed(data.device)
+            return None  # the backend's own business: no event for the listener
         kind = _EVENT_KINDS.get(event_type, "other")
         return DeviceEvent(
             uuid=uuids.get(_handle_key(data.device), ""),
@@ -681,6 +687,19 @@ class PynvmlBackend:
             xid=int(data.eventData) if kind == "xid" else None,
             event_type=event_type,
         )
+
+    def _mig_config_changed(self, handle: Any) -> None:
+        """nvmlEventMigConfigChange on `handle`'s GPU: enumerate its MIG devices at its next
+        reading. An addition only (issue 38): no MIG GPU has shown that the driver raises
+        it for every change, so the check each interval (`mig.unchanged`) stays; this
+        spares an unprivileged exporter the wait for the next refresh to see an instance
+        made in free space. Set from the listener's thread, read by the device's reader:
+        one attribute store."""
+        index = self._event_indexes.get(_handle_key(handle))
+        with self._lock:
+            state = self._devices.get(index) if index is not None else None
+        if state is not None:
+            state.mig_read_at = None
 
     def free_event_set(self, event_set: Any) -> None:
         try:
@@ -1055,6 +1074,7 @@ _WANTED_EVENTS = (
     pynvml.nvmlEventTypeXidCriticalError
     | pynvml.nvmlEventTypeSingleBitEccError
     | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventMigConfigChange  # nvml.h:3440; handled by the backend itself
 )
 
 

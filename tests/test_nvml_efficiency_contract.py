@@ -368,7 +368,7 @@ def test_the_field_batch_is_one_array_kept_between_intervals(
     assert second.power is not None and second.power.watts == pytest.approx(512.345)
 
 
-def test_a_run_of_fields_answering_as_before_is_not_decoded_again(
+def test_fields_and_links_answering_as_before_are_not_decoded_or_rebuilt_again(
     install: Install, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stamps = itertools.count(1)
@@ -397,8 +397,11 @@ def test_a_run_of_fields_answering_as_before_is_not_decoded_again(
     first = backend.device_reading(0, collectors)
     every = len(decoded)
     decoded.clear()
-    assert backend.device_reading(0, collectors) == first
+    again = backend.device_reading(0, collectors)
+    assert again == first
     assert decoded == []  # new timestamps, the same answers: nothing decoded again
+    assert again.nvlink is not None and first.nvlink is not None
+    assert again.nvlink.links is first.nvlink.links  # the same links: not built again
     gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 17)] = 5
     gpu.fields[M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION] += 1000
     changed = backend.device_reading(0, collectors)

@@ -123,6 +123,9 @@ class _DeviceState:
     pcie_max: tuple[int | None, int | None] = (None, None)  # (generation, width)
     nvlink_links: int = 0  # from the static read
     nvlink_totals: LinkErrorTotals = field(default_factory=LinkErrorTotals)  # error sums
+    # the last NVLink reading's inputs (per-link field values, error counters) and what
+    # they made (link states, error totals): the same inputs make the same again
+    nvlink_last: tuple[Any, ...] | None = None
     slow: dict[str, tuple[float, Any]] = field(default_factory=dict)  # key -> (read at, value)
     buffers: dict[str, buffers.Buffer] = field(default_factory=dict)  # key -> C array
     newest_samples: dict[str, float] = field(default_factory=dict)  # domain -> ratio, this interval
@@ -901,9 +904,29 @@ class _NvmlReader:
         links = self._state.nvlink_links
         if not links:
             return None
-        states: dict[int, NvLinkState] = {}
         counters = self._link_error_counters(links)
         values = self._fields
+        answers = tuple(map(values.get, fields.nvlink_all_link_keys(links, NVLINK_ERRORS)))
+        last = self._state.nvlink_last
+        if last is not None and last[0] == answers and last[1] == counters:
+            states, totals = last[2], last[3]  # links unchanged: the same states and sums
+        else:
+            states = self._nvlink_states(links, values, counters)
+            totals = self._state.nvlink_totals(states)
+            self._state.nvlink_last = (answers, counters, states, totals)
+        data_bytes = {
+            direction: kib * KIB
+            for direction in sorted(_DIRECTIONS - self._gpm_nvlink)
+            if (kib := self._nvlink_data_kib(direction, states)) is not None
+        }
+        return NvLinkReading(links=states, data_bytes=data_bytes, error_totals=totals)
+
+    @staticmethod
+    def _nvlink_states(
+        links: int, values: dict[str, float], counters: dict[tuple[int, str], int]
+    ) -> dict[int, NvLinkState]:
+        """Each link's state and error counts, from its fields and the error counters."""
+        states: dict[int, NvLinkState] = {}
         for link in range(links):
             state_key, error_keys = fields.nvlink_link_keys(link, NVLINK_ERRORS)
             state = values.get(state_key)
@@ -917,14 +940,7 @@ class _NvmlReader:
                 up=state == pynvml.NVML_FEATURE_ENABLED if state is not None else None,
                 errors=errors,
             )
-        data_bytes = {
-            direction: kib * KIB
-            for direction in sorted(_DIRECTIONS - self._gpm_nvlink)
-            if (kib := self._nvlink_data_kib(direction, states)) is not None
-        }
-        return NvLinkReading(
-            links=states, data_bytes=data_bytes, error_totals=self._state.nvlink_totals(states)
-        )
+        return states
 
     def _nvlink_data_kib(self, direction: str, states: dict[int, NvLinkState]) -> float | None:
         """KiB moved in `direction` since driver load: the aggregate field, else the sum

@@ -144,6 +144,16 @@ def nvlink_link_keys(link: int, names: tuple[str, ...]) -> tuple[str, tuple[tupl
     return nvlink_key(link, "state"), tuple((name, nvlink_key(link, name)) for name in names)
 
 
+@functools.lru_cache(maxsize=16)
+def nvlink_all_link_keys(links: int, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys of every link's state and error fields in `names`, links in order."""
+    out: list[str] = []
+    for link in range(links):
+        state, errors = nvlink_link_keys(link, names)
+        out += [state, *(key for _, key in errors)]
+    return tuple(out)
+
+
 def nvlink_data_key(direction: str, link: int | str = "all") -> str:
     """The key of a data counter (KiB) in `direction`, "tx" or "rx"."""
     return nvlink_key(link, f"data_{direction}_kib")

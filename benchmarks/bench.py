@@ -1,7 +1,7 @@
 """Measure the exporter's cost, side by side with nvitop-exporter, and record it in
 benchmarks/README.md.
 
-Two parts, in one run:
+Three parts, in one run:
 
 1. Side by side (issues 14 and 24), a scale matrix: gpu-exporter (its real NVML
    backend) and nvitop-exporter 1.7.2 (pip-installed into benchmarks/.venv-nvitop on
@@ -21,7 +21,10 @@ Two parts, in one run:
    NVML calls per GPU per second, every call and by function (counted by the stand-in in
    a file it maps), and the time from SIGTERM to exit. Ratios are the median of the
    pairs' ratios; the tables give the min and median of each figure.
-2. The simulated host (`--simulate 8`, issues 2 and 12) with 64 real processes (8 per
+2. MIG hosts (issue 38): ours alone on GPUS stand-in H100s with 1, 3 or 7 MIG devices
+   each (MIG_LAYOUTS), busy and idle: NVML calls per GPU per interval against the budget
+   of CALLS_PER_GPU plus CALLS_PER_MIG_DEVICE per MIG device.
+3. The simulated host (`--simulate 8`, issues 2 and 12) with 64 real processes (8 per
    GPU, each a parent with 4 children) placed on the GPUs through a scenario file:
    scrape latency (p50, p99, max) over 1000 scrapes on loopback, one keep-alive client;
    sampler CPU; resident memory; series; with `--compat.dcgm` the scrape p99 and the
@@ -30,8 +33,9 @@ Two parts, in one run:
 Targets (issue 2): p99 <= 2 ms, sampler CPU <= 1% of a core, RSS <= 40 MiB; issue 12:
 scrape p99 <= 2 ms in compat mode; issue 31 (side by side): own CPU <= 0.9x
 nvitop-exporter's on an idle host (8 x 0), <= 0.3x at 8 x 8, <= 0.2x at 8 x 40; RSS <=
-0.85x; <= 16 NVML calls per GPU per interval; scrape p99 on a fresh connection <= 1 ms
-at 8 x 0 and 8 x 8; idle SIGTERM to exit <= 0.3 s.
+0.85x; <= 16 NVML calls per GPU per interval, plus <= 4 per MIG device (issue 38);
+scrape p99 on a fresh connection <= 1 ms at 8 x 0 and 8 x 8; idle SIGTERM to exit
+<= 0.3 s.
 `make bench` prints the figures and writes them between the markers of README.md.
 Figures are measured, never asserted in tests.
 """

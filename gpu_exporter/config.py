@@ -66,7 +66,8 @@ class Settings:
     runbook_url: str | None = None
 
 
-_DURATION = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+MAX_DURATION_CHARS = 32  # of a duration as written: "1.5m" needs 4
+_DURATION = re.compile(r"([-+]?[0-9]+(?:\.[0-9]+)?) *(ms|s|m|h)?")  # fullmatch, stripped
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -77,7 +78,8 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        match = _DURATION.match(str(value))
+        text = str(value).strip()
+        match = _DURATION.fullmatch(text) if len(text) <= MAX_DURATION_CHARS else None
         if not match:
             raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 5s, 1m)")
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
@@ -329,7 +331,8 @@ OPTIONS: tuple[Option, ...] = (
         "kubernetes_expected_host_processes",
         _regex,
         "with --collector.kubernetes: processes outside every pod that are expected on a GPU, "
-        "a regular expression matching the whole process name; the others are counted in "
+        "a regular expression matching the whole process name and the whole file name of its "
+        "executable (/proc/PID/exe, where the exporter may read it); the others are counted in "
         "gpu_unallocated_processes with no pod labels; '' expects none (default "
         f"{EXPECTED_HOST_PROCESSES}: display servers)",
         "REGEX",
@@ -568,7 +571,7 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
 
 
 _VALUE_FLAGS = frozenset(f"--{o.key}" for o in OPTIONS if o.field not in _BOOL_FIELDS)
-_NEGATIVE = re.compile(r"^-[\d.]")
+_NEGATIVE = re.compile(r"^-[0-9.]")
 
 
 def _join_negative_values(argv: Sequence[str]) -> list[str]:

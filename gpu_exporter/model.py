@@ -362,6 +362,7 @@ class HostProcess:
     user: str = ""  # user name, or the numeric uid when it has none
     cmdline: str | None = None  # only read with --collector.process.cmdline
     labels: CgroupLabels = field(default_factory=CgroupLabels)
+    executable: str = ""  # file name of /proc/PID/exe, outside containers; "" unknown
     cpu_seconds: float | None = None  # process and all descendants, user + system
     workers: int | None = None  # number of descendant processes
     resident_memory_bytes: int | None = None
@@ -386,6 +387,7 @@ class ProcessSample:
     pod: str = ""
     container: str = ""
     cmdline: str | None = None  # only with --collector.process.cmdline
+    executable: str = ""  # file name of /proc/PID/exe, outside containers; "" unknown
     memory_used_bytes: int | None = None
     sm_ratio: float | None = None  # 0..1
     memory_controller_ratio: float | None = None  # 0..1
@@ -404,9 +406,10 @@ class Attribution:
     process_count: int  # distinct PIDs holding a context, before the cap
     # processes per (gpu_instance, container_id, pod_uid) of containers, before the cap
     containers: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
-    # processes per (gpu_instance, process name) of the host's: in no container and no
-    # pod by their cgroup, and seen in the host's /proc (a PID it cannot see is left out)
-    host_processes: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # processes per (gpu_instance, process name, executable's file name or "") of the
+    # host's: in no container and no pod by their cgroup, and seen in the host's /proc (a
+    # PID it cannot see is left out)
+    host_processes: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 # Kubernetes --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install 
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo demo-alerts self-check-demo dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-kubelet bench-fleet soak docs screenshot clean
+.PHONY: demo demo-alerts self-check-demo dist test lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-parsers bench-kubelet bench-fleet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,10 @@ bench-rss: $(STAMP)
 
 bench-history: $(STAMP)
 	$(BIN)/python benchmarks/history_memory.py --write benchmarks/README.md
+
+# every parser of outside input on a 100,000-character hostile input (issue 35: < 10 ms)
+bench-parsers: $(STAMP)
+	$(BIN)/python benchmarks/parsers.py --write benchmarks/README.md
 
 bench-http: $(STAMP)
 	$(BIN)/python benchmarks/http_serving.py

@@ -130,10 +130,14 @@ class _Demo:
         assert not alive, alive
         assert list(self.tmp.iterdir()) == [], self.text()
 
-    def kill(self) -> None:
+    def hang_up(self) -> None:
+        """Close its terminal: the kernel sends it SIGHUP, and its writes there fail (EIO)."""
         if self.terminal is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.terminal)
+            os.close(self.terminal)
+            self.terminal = None
+
+    def kill(self) -> None:
+        self.hang_up()
         self.process.kill()
         for child in self.children:  # in sessions of their own: a killed demo leaves them
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -281,9 +285,7 @@ def test_a_closed_terminal_ctrl_backslash_sigterm_and_ctrl_c_after_a_failed_star
             demos[name].wait_for(BANNER)
             demos[name].note_children()
             assert len(demos[name].children) == 3, demos[name].children
-        terminal = demos["hangup"].terminal
-        assert terminal is not None
-        os.close(terminal)  # the kernel sends SIGHUP; the demo's writes to it now fail (EIO)
+        demos["hangup"].hang_up()
         demos["quit"].process.send_signal(signal.SIGQUIT)
         demos["term"].process.send_signal(signal.SIGTERM)
 

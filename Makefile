@@ -48,7 +48,8 @@ demo: $(RUNTIME)
 
 # An alert delivered end to end: the simulated host raises an Xid, Debian's Prometheus and
 # Alertmanager (system-deps) route it, and a receiver prints each notification; all on
-# 127.0.0.1, demo-only short timings (tools/demo_alerts.py), Ctrl-C stops it all.
+# 127.0.0.1, demo-only short timings (tools/demo_alerts.py). Ctrl-C, Ctrl-\, a closed terminal
+# or SIGTERM stops every program it started and removes its files (exit 128 + the signal).
 demo-alerts: $(RUNTIME) system-deps
 	$(BIN)/python -m tools.demo_alerts
 

@@ -57,6 +57,7 @@ def cases() -> list[Case]:
     from gpu_exporter.serving import basic_auth, negotiation, request_framing, request_head
     from gpu_exporter.serving.rate_limit import parse_go_duration
     from gpu_exporter.yamlfile import YamlFileError, parse_yaml
+    from tools import webhook_receiver
 
     expected = re.compile(EXPECTED_HOST_PROCESSES)
     return [
@@ -109,6 +110,19 @@ def cases() -> list[Case]:
         ),
         Case("Authorization header", _fill("Basic ", "QUFB", "!"), basic_auth.parse_basic, _none),
         Case("request target", _fill("a", "a", ":/"), request_framing.origin_form, _none),
+        # make demo-alerts: what any local user posts to its webhook receiver
+        Case(
+            "webhook body (demo receiver)",
+            _fill('{"alerts": [', "["),
+            _raises(lambda t: webhook_receiver.alerts_in(t.encode()), webhook_receiver.NotAWebhook),
+            _is_error,
+        ),
+        Case(
+            "webhook field (demo receiver)",
+            _fill("", "\x1b[2J"),
+            webhook_receiver.printable,
+            lambda r: "\x1b" not in r and len(r) < 2000,
+        ),
         # nvidia-smi's output (--self-check)
         Case(
             "nvidia-smi value",

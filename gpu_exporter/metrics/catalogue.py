@@ -326,8 +326,9 @@ def _fabric_conditions(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     fabric = _fabric(d)
     if fabric is None:
         return ()
+    fault = fabric.configuration_fault or ""
     return [
-        ((condition, (fabric.configuration_fault or "") if holds else ""), holds)
+        ((condition, fault if condition == "incorrect_configuration" else ""), holds)
         for condition in FABRIC_CONDITIONS
         if (holds := fabric.conditions.get(condition)) is not None
     ]

@@ -14,7 +14,9 @@ and follow four profiles, repeated over the GPUs:
    first serving inference flat out; hot, at its power limit, thermally throttled at
    times. As on a real MIG GPU, the parent reports no utilization.
 
-Every GPU is an H100 with GPM and 18 NVLink links; their /dev/nvidiaN minor numbers count
+Every GPU is an H100 with GPM and 18 NVLink links, registered in a healthy NVLink fabric
+(an HGX board) and needing no recovery action; the busy-hot GPU's clocks-event counters
+grow exactly while it is capped or thermally slowed; their /dev/nvidiaN minor numbers count
 down from the last NVML index (`simulated_layout.minor_number`). GPM activity follows each profile
 (`simulated_activity.py`): the input-starved GPU's SM activity follows its bursts.
 Each profile has plausible tenant processes (`simulated_tenants.py`): the training job

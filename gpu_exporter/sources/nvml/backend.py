@@ -16,8 +16,9 @@ What is read when (every NVML call is an ioctl into the driver, so the count mat
   `_SLOW_WHILE` names while they are quiet: encoder and decoder utilization while 0, the
   current PCIe link while at its maximum, the graphics process list while empty (read at
   once when process utilization shows a PID no list has), and the NVLink error counters
-  that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter), and the
-  T.Limit margin while the GPU temperature stands still (re-read in the interval it moves);
+  that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter), the
+  T.Limit margin while the GPU temperature stands still (re-read in the interval it moves),
+  and the NVLink fabric (`fabric.py`: one call, also read at the first interval);
 - every interval: the rest, fields in one `nvmlDeviceGetFieldValues` batch, the sample
   buffers, process lists and process utilization with one call each.
 

@@ -4,7 +4,13 @@ call per device and interval.
 Each request has a key (unique per device, used to remember unsupported fields), an
 `NVML_FI_*` id, and a scope: the NVLink link for per-link fields (`scopeId`).
 
-A device's batch (about 90 fields on an H100 with 18 NVLink links) is a C array kept
+Which ids a field has can depend on the driver's branch: R575 numbered three clocks-event
+counters 251-253 and R580 269-271, each range meaning something else on the other branch
+(`clock_event_fields`), so the interval's requests are made for the driver's branch
+(`device_requests`); a field older drivers lack (the recovery action before R570) is not
+asked of them.
+
+A device's batch (about 100 fields on an H100 with 18 NVLink links) is a C array kept
 between intervals (`FieldBatch`), its field ids written once; each interval is one call
 through pynvml's function-pointer lookup into it and one `struct` pass over the answer.
 pynvml's wrapper builds a new array of its `_PrintableStructure` each time and every

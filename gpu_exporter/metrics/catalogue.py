@@ -35,8 +35,11 @@ from gpu_exporter.metrics.specs import (
     reading,
 )
 from gpu_exporter.model import (
+    CLOCK_EVENT_REASONS,
     CLOCK_NAMES,
+    FABRIC_CONDITIONS,
     NVLINK_ERRORS,
+    PCIE_ERRORS,
     STAGES,
     TLIMIT_THRESHOLDS,
     ActivityTotals,
@@ -44,6 +47,7 @@ from gpu_exporter.model import (
     DeviceReading,
     DeviceSample,
     EccReading,
+    FabricReading,
     HostSample,
     MemoryReading,
     MigInstanceReading,
@@ -55,6 +59,7 @@ from gpu_exporter.model import (
     Snapshot,
     TemperatureReading,
     UtilizationReading,
+    recovery_action_name,
 )
 
 COLLECTORS: tuple[Collector, ...] = (
@@ -87,6 +92,12 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("process", True, "per-process GPU memory, utilization and CPU"),
     Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
     Collector("xid", True, "Xid error events from NVML's event API"),
+    Collector(
+        "health",
+        True,
+        "the driver's recovery action, and the NVLink fabric's registration and health "
+        "(re-read every minute)",
+    ),
     Collector(
         "kubernetes",
         False,
@@ -280,6 +291,49 @@ def _nvlink_errors_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     ]
 
 
+def _fabric(d: DeviceSample) -> FabricReading | None:
+    health = d.reading.health if d.reading is not None else None
+    return health.fabric if health is not None else None
+
+
+def _recovery_action(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    health = d.reading.health if d.reading is not None else None
+    if health is None or health.recovery_action is None:
+        return ()
+    return (((recovery_action_name(health.recovery_action),), 1),)
+
+
+def _fabric_state(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    return (((fabric.state, fabric.status or ""), 1),) if fabric is not None else ()
+
+
+def _fabric_info(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    if fabric is None or not fabric.registered:
+        return ()
+    return (((str(fabric.clique_id), fabric.cluster_uuid or ""), 1),)
+
+
+def _fabric_healthy(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    if fabric is None or fabric.summary is None:
+        return ()
+    return (((fabric.summary,), fabric.healthy),)
+
+
+def _fabric_conditions(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    if fabric is None:
+        return ()
+    fault = fabric.configuration_fault or ""
+    return [
+        ((condition, fault if condition == "incorrect_configuration" else ""), holds)
+        for condition in FABRIC_CONDITIONS
+        if (holds := fabric.conditions.get(condition)) is not None
+    ]
+
+
 def _attribution_count(d: DeviceSample) -> Number | None:
     return d.attribution.process_count if d.attribution is not None else None
 
@@ -336,6 +390,14 @@ def _throttle(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
 
 def _clock_values(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
     return [(clock, c.hertz.get(clock)) for clock in CLOCK_NAMES]
+
+
+def _clock_events(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
+    return [(reason, c.event_seconds.get(reason)) for reason in CLOCK_EVENT_REASONS]
+
+
+def _pcie_errors(p: PcieReading) -> Iterable[tuple[str, Number | None]]:
+    return [(error, p.errors.get(error)) for error in PCIE_ERRORS]
 
 
 # Spec constructors in the catalogue's own shorthand -----------------------------------
@@ -657,6 +719,18 @@ METRICS: tuple[MetricSpec, ...] = (
         labelled(_clocks, _throttle),
         "reason",
     ),
+    _d(
+        "gpu_clock_event_seconds_total",
+        "counter",
+        "Seconds the clocks-event (throttle) reason held the clocks down since driver load "
+        "or the last GPU reset, from the driver's own counters (R575 and later; nvidia-smi's "
+        "Clocks Event Reasons Counters): a throttle shorter than the interval, which "
+        "gpu_throttle_active may miss, is counted. A reason the driver does not count is "
+        "absent.",
+        "clocks",
+        labelled(_clocks, _clock_events),
+        "reason",
+    ),
     # PCIe.
     _d(
         "gpu_pcie_link_generation",
@@ -692,6 +766,16 @@ METRICS: tuple[MetricSpec, ...] = (
         "PCIe replay errors since driver load or the last GPU reset.",
         "pcie",
         reading(_pcie, lambda p: p.replay_errors),
+    ),
+    _d(
+        "gpu_pcie_errors_total",
+        "counter",
+        "PCIe link errors the GPU counted since driver load or the last GPU reset, by type: "
+        "correctable, nak_received, nak_sent, receiver_error, bad_tlp, bad_dllp, non_fatal, "
+        "fatal, unsupported_request and lcrc. A type the driver does not count is absent.",
+        "pcie",
+        labelled(_pcie, _pcie_errors),
+        "error_type",
     ),
     _d(
         "gpu_pcie_throughput_bytes_per_second",
@@ -806,6 +890,64 @@ METRICS: tuple[MetricSpec, ...] = (
         "1 when a row remapping has failed (the GPU needs service), else 0.",
         "ecc",
         reading(_ecc, lambda e: e.remapped_rows_failed),
+    ),
+    # The driver's verdicts.
+    _d(
+        "gpu_recovery_action",
+        "gauge",
+        "1 for the action the driver says the GPU needs now (nvml.h's "
+        "nvmlDeviceGpuRecoveryAction_t): none, gpu_reset, node_reboot, drain_p2p, "
+        "drain_and_reset, recover_imex_domain, bus_reset or system_reboot, or the code "
+        "itself for one nvml.h does not name. Absent where the driver does not say "
+        "(before R570, or not supported).",
+        "health",
+        _recovery_action,
+        "action",
+    ),
+    _d(
+        "gpu_fabric_state",
+        "gauge",
+        "1 for the state of the GPU's registration in the NVLink fabric (NVSwitch systems): "
+        "not_started, in_progress or completed; status is the completed probe's result, "
+        "success or the NVML error it ended with (then the GPU is not in the fabric), "
+        "empty before completion. Absent where the GPU has no fabric. Re-read every minute.",
+        "health",
+        _fabric_state,
+        "state",
+        "status",
+    ),
+    _d(
+        "gpu_fabric_info",
+        "gauge",
+        "The NVLink fabric clique and cluster the GPU registered in; 1, once its probe "
+        "completed with success. Re-read every minute.",
+        "health",
+        _fabric_info,
+        "clique_id",
+        "cluster_uuid",
+    ),
+    _d(
+        "gpu_fabric_healthy",
+        "gauge",
+        "1 while the driver's NVLink fabric health summary is healthy, 0 while it is "
+        "unhealthy or limited_capacity (summary says which). Absent where the driver gives "
+        "no summary (before R580). Re-read every minute.",
+        "health",
+        _fabric_healthy,
+        "summary",
+    ),
+    _d(
+        "gpu_fabric_health_condition",
+        "gauge",
+        "1 while the NVLink fabric health condition holds, 0 while it does not: "
+        "degraded_bandwidth, route_recovery (in progress), route_unhealthy, "
+        "access_timeout_recovery (in progress) and incorrect_configuration, whose fault "
+        "names the misconfiguration (insufficient_nvlinks, no_partition, ...). A condition "
+        "the driver does not report is absent. Re-read every minute.",
+        "health",
+        _fabric_conditions,
+        "condition",
+        "fault",
     ),
     # Modes.
     _d(

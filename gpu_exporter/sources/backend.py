@@ -34,6 +34,7 @@ from gpu_exporter.model import (
     EccReading,
     GpmReading,
     GpuProcess,
+    HealthReading,
     HostProcess,
     MemoryReading,
     MigReading,
@@ -119,6 +120,9 @@ class DeviceReader(Protocol):
     def mig(self) -> MigReading | None:
         """MIG devices and GPU instances; None while MIG is off."""
 
+    def health(self) -> HealthReading:
+        """The driver's recovery action and the GPU's NVLink fabric registration."""
+
 
 def read_device(reader: DeviceReader, collectors: Collection[str]) -> DeviceReading:
     """The readings of the enabled collectors, each from its own reader method."""
@@ -135,6 +139,7 @@ def read_device(reader: DeviceReader, collectors: Collection[str]) -> DeviceRead
         gpm=reader.gpm() if "gpm" in collectors else None,
         nvlink=reader.nvlink() if "nvlink" in collectors else None,
         mig=reader.mig() if "mig" in collectors else None,
+        health=reader.health() if "health" in collectors else None,
     )
 
 

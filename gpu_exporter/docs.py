@@ -155,6 +155,25 @@ def runbooks_section() -> str:
     return runbooks_html(shipped_path(RUNBOOKS).read_text(encoding="utf-8"))
 
 
+def actions_reference() -> str:
+    """The rules of `gpu_recommended_action` and the Xid catalog they read, as tables."""
+    from gpu_exporter.sampling import actions
+
+    rows = [
+        "| reason | fires when | action | source |",
+        "|---|---|---|---|",
+        *(
+            f"| `{signal}` | {condition} | `{action}` | {source} |"
+            for signal, condition, action, source in actions.rule_rows()
+        ),
+        "",
+        f"Actions, weakest first: {', '.join(f'`{a}`' for a in actions.ACTIONS)}. An Xid "
+        f"rule names the code in its reason (`xid_79`) and holds for "
+        f"{actions.RECENT_XID_SECONDS / 60:.0f} minutes after the Xid was logged.",
+    ]
+    return "\n".join(rows)
+
+
 SECTIONS = {
     "metrics": metrics_reference,
     "label-values": label_values_reference,
@@ -162,6 +181,7 @@ SECTIONS = {
     "dcgm-to-gpu": dcgm_to_gpu,
     "gpu-to-dcgm": gpu_to_dcgm,
     "runbooks": runbooks_section,
+    "actions": actions_reference,
 }
 # The flag and metric tables of docs/reference.md, and its rule for label values.
 REFERENCE_SECTIONS = ("metrics", "label-values", "flags")

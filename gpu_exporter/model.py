@@ -654,6 +654,7 @@ class DeviceSample:
     static: DeviceStatic | None  # None when the GPU was lost before it was identified
     up: bool
     down_reason: str | None = None
+    lost: bool = False  # down because NVML answered GPU_IS_LOST (fallen off the bus)
     reading: DeviceReading | None = None
     busy_seconds: float | None = None  # gpu_busy_seconds_total
     memory_controller_busy_seconds: float | None = None

@@ -61,6 +61,7 @@ from gpu_exporter.model import (
     UtilizationReading,
     recovery_action_name,
 )
+from gpu_exporter.sampling import actions
 
 COLLECTORS: tuple[Collector, ...] = (
     Collector("utilization", True, "GPU, memory-controller, encoder and decoder utilization"),
@@ -301,6 +302,11 @@ def _recovery_action(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     if health is None or health.recovery_action is None:
         return ()
     return (((recovery_action_name(health.recovery_action),), 1),)
+
+
+def _recommended_action(snapshot: Snapshot, d: DeviceSample) -> Rows:
+    found = actions.recommend(snapshot, d)
+    return (((found.action, found.reason), 1),) if found is not None else ()
 
 
 def _fabric_state(_snapshot: Snapshot, d: DeviceSample) -> Rows:
@@ -891,7 +897,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "ecc",
         reading(_ecc, lambda e: e.remapped_rows_failed),
     ),
-    # The driver's verdicts.
+    # The driver's verdicts, and the one recommendation drawn from every signal.
+    _d(
+        "gpu_recommended_action",
+        "gauge",
+        "1 for the one thing to do with the GPU now: none, restart_workload, reset_gpu, "
+        "drain, reboot_node or inspect_hardware; reason names the signal that decided it "
+        "(the driver's recovery action, an Xid of the last hour with NVIDIA's Xid catalog "
+        "action, the row remapper, page retirement, uncorrectable ECC, the NVLink fabric, "
+        "a lost GPU). The strongest action wins; docs/actions.md lists every rule and its "
+        "source. Absent where none of these signals could be read.",
+        "health",
+        _recommended_action,
+        "action",
+        "reason",
+        when_down=True,
+    ),
     _d(
         "gpu_recovery_action",
         "gauge",

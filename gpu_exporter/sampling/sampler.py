@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
@@ -49,6 +49,7 @@ from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
 from gpu_exporter.sources.backend import (
+    LOST,
     SLOW_REFRESH_SECONDS,
     Backend,
     DeviceLost,
@@ -261,12 +262,12 @@ class Sampler:
         devices_ok = False
         if self._ensure_nvml():
             try:
-                raws, down = self._read_devices(collectors)
+                raws, down, lost = self._read_devices(collectors)
                 devices_ok = not down
             except NvmlUnavailable as error:
                 self._nvml_lost(error)
-                raws, down = {}, {}
-            devices = self._assemble(raws, down, collectors)
+                raws, down, lost = {}, {}, set()
+            devices = self._assemble(raws, down, collectors, lost)
         stages["devices"] = StageResult(self._monotonic() - t0, devices_ok)
 
         attribution: Mapping[int, Attribution] = {}
@@ -415,7 +416,7 @@ class Sampler:
 
     def _read_devices(
         self, collectors: frozenset[str]
-    ) -> tuple[dict[int, DeviceRaw], dict[int, str]]:
+    ) -> tuple[dict[int, DeviceRaw], dict[int, str], set[int]]:
         """Every device read by the readers under one deadline: (raws, down reasons)."""
         count = self.backend.device_count()
         now = time.monotonic()  # deadlines are real time, whatever clock the tests inject
@@ -423,6 +424,7 @@ class Sampler:
         reads: dict[int, Callable[[], DeviceRaw]] = {}
         raws: dict[int, DeviceRaw] = {}
         down: dict[int, str] = {}
+        lost: set[int] = set()  # of `down`, those NVML says are lost
         for index in range(count):
             slot = self._slot(index)
             stuck = self._readers.stuck_since(index)
@@ -442,12 +444,14 @@ class Sampler:
                 raise job.error
             elif isinstance(job.error, DeviceLost):
                 down[index] = job.error.reason
+                if job.error.error == LOST:
+                    lost.add(index)
             elif job.error is not None:
                 log.error("reading GPU %d failed", index, exc_info=job.error)
                 down[index] = f"read failed: {job.error!r}"
             elif job.result is not None:
                 raws[index] = job.result
-        return raws, down
+        return raws, down, lost
 
     def _reader(
         self, index: int, slot: _DeviceSlot, collectors: frozenset[str]
@@ -482,6 +486,7 @@ class Sampler:
         raws: Mapping[int, DeviceRaw],
         down: Mapping[int, str],
         collectors: frozenset[str],
+        lost: Collection[int] = (),
     ) -> tuple[DeviceSample, ...]:
         now = self._monotonic()
         out: list[DeviceSample] = []
@@ -492,7 +497,11 @@ class Sampler:
                 if slot.down_reason is None:
                     log.error("GPU down", extra={"gpu": index, "reason": reason})
                 slot.down_reason = reason
-                out.append(DeviceSample(index, slot.static, up=False, down_reason=reason))
+                out.append(
+                    DeviceSample(
+                        index, slot.static, up=False, down_reason=reason, lost=index in lost
+                    )
+                )
                 continue
             raw = raws[index]
             if slot.down_reason is not None:

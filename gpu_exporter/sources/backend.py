@@ -64,8 +64,13 @@ class NvmlUnavailable(Exception):
         self.reason = reason
 
 
+LOST = "gpu_is_lost"
+"""DeviceLost.error of a GPU NVML says is lost (NVML_ERROR_GPU_IS_LOST): off the bus."""
+
+
 class DeviceLost(Exception):
-    """One device stopped answering (GPU_IS_LOST, UNKNOWN or TIMEOUT)."""
+    """One device stopped answering (GPU_IS_LOST, UNKNOWN or TIMEOUT); `error` names the
+    NVML error in snake case (LOST for GPU_IS_LOST)."""
 
     def __init__(self, error: str, reason: str) -> None:
         super().__init__(reason)

@@ -75,6 +75,7 @@ from gpu_exporter.model import (
 )
 from gpu_exporter.sources import simulated_activity as activity
 from gpu_exporter.sources.backend import (
+    LOST,
     DeviceLost,
     ErrorCounts,
     NvmlUnavailable,
@@ -217,7 +218,7 @@ class SimulatedBackend:
             time.sleep(0.05)
             faults = self._current().faults
         if index in faults.lost:
-            raise DeviceLost("gpu_is_lost", f"GPU {index}: GPU is lost (simulated)")
+            raise DeviceLost(LOST, f"GPU {index}: GPU is lost (simulated)")
         if index >= self._visible(faults):
             raise DeviceLost("invalid_argument", f"GPU {index} is not present")
         return faults

@@ -4,6 +4,7 @@ wraps, and a log of 100,000 records."""
 from __future__ import annotations
 
 import errno
+import os
 import sys
 import threading
 import time
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gpu_exporter.config import kernel_log_path, load_settings
 from gpu_exporter.sources import kernel_log_records
 from gpu_exporter.sources.kernel_log import KernelLogReader
 from gpu_exporter.sources.kernel_log_files import open_kernel_log
@@ -192,3 +194,31 @@ def test_a_log_of_100000_records_is_read_whole(
     assert state.xids[GPU0].last_timestamp_seconds == 9000.0 + 99_007 * 1000 / 1e6
     assert (state.lost_records, state.malformed_records) == (0, 0)
     record_property("cpu_us_per_record", cpu / 100_000 * 1e6)
+
+
+def test_a_fifo_is_followed_across_writers(tmp_path: Path) -> None:
+    """A FIFO opens with no writer yet, gives the records written to it, and waits at
+    its end (no record, no error) for the next writer."""
+    path = tmp_path / "kmsg.fifo"
+    os.mkfifo(path)
+    log = open_kernel_log(str(path))
+    try:
+        assert log.read_record() is None
+        for seq in (1, 2):
+            writer = os.open(path, os.O_WRONLY)
+            os.write(writer, f"4,{seq},5,-;NVRM: Xid (PCI:0000:3b:00): 79\n".encode())
+            os.close(writer)
+            assert parse_record(log.read_record() or b"") is not None
+            assert log.read_record() is None
+    finally:
+        log.close()
+
+
+def test_the_kernel_log_setting_comes_from_flags_or_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "config.yml"
+    config.write_text("collector:\n  xid:\n    kernel-log: ''\n")
+    assert kernel_log_path(load_settings([])) == "/dev/kmsg"
+    assert kernel_log_path(load_settings(["--config.file", str(config)])) is None
+    assert kernel_log_path(load_settings(["--simulate", "2"])) is None  # not the real host's
+    given = ["--simulate", "2", "--collector.xid.kernel-log", "/tmp/k"]
+    assert kernel_log_path(load_settings(given)) == "/tmp/k"

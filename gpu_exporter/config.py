@@ -26,6 +26,7 @@ from gpu_exporter.yamlfile import YamlFileError, read_yaml
 
 DEFAULT_PORT = 9872
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
+DEFAULT_KERNEL_LOG = "/dev/kmsg"
 
 
 class ConfigError(Exception):
@@ -48,6 +49,9 @@ class Settings:
     process_cmdline: bool = False
     nvlink_per_link: bool = False  # NVLink error counters per link, not per GPU
     compat_dcgm: bool = False
+    # the kernel log the xid collector reads; "" reads none; None: /dev/kmsg, or none with
+    # --simulate (`kernel_log_path`)
+    xid_kernel_log: str | None = None
     kubernetes_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     kubernetes_log_root: str = "/var/log"
     kubernetes_refresh_seconds: float = 5.0
@@ -294,6 +298,17 @@ OPTIONS: tuple[Option, ...] = (
         _bool,
         "export NVLink error counters per link (a `link` label: 72 series per H100 instead "
         "of 4) rather than summed per GPU",
+    ),
+    Option(
+        "collector.xid.kernel-log",
+        "xid_kernel_log",
+        _text,
+        "the kernel log the xid collector reads every Xid since boot from (records in "
+        "/dev/kmsg's format: the device, a file or a FIFO); needs CAP_SYSLOG where "
+        "kernel.dmesg_restrict is 1; '' reads none; where it cannot be read, Xids come from "
+        "NVML's events alone, since the exporter started (default /dev/kmsg; none with "
+        "--simulate)",
+        "PATH",
     ),
     Option(
         "compat.dcgm",
@@ -627,6 +642,14 @@ def validate(s: Settings) -> None:
     if s.self_check and s.once:
         raise ConfigError("--self-check: cannot be combined with --once")
     parse_listen_address(s.listen_address)
+
+
+def kernel_log_path(s: Settings) -> str | None:
+    """The kernel log to read, or None for none: a simulated host reads the real host's
+    log only when told (its GPUs' bus ids could be the real ones')."""
+    if s.xid_kernel_log is None:
+        return None if s.simulate is not None else DEFAULT_KERNEL_LOG
+    return s.xid_kernel_log or None
 
 
 def _check_output(path: str) -> None:

@@ -614,11 +614,27 @@ class KubernetesState:
 
 @dataclass(frozen=True)
 class XidState:
-    """Xid errors seen on one GPU since the exporter started."""
+    """Xid errors seen on one GPU: since boot from the kernel log, else since the
+    exporter started from NVML's events (`sources/kernel_log.py` says which counts)."""
 
     counts: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
     last_timestamp_seconds: float | None = None  # Unix time
     last_xid: int | None = None  # the code of the last one
+    # xid code -> Unix time of the last one of that code
+    last_timestamps: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelLogState:
+    """What the kernel-log reader (`--collector.xid.kernel-log`) has read since it started."""
+
+    path: str
+    up: bool  # being read; False: it could not be (`reason`), NVML events count instead
+    reason: str | None = None  # why it is not read; None while up
+    xids: Mapping[str, XidState] = field(default_factory=dict)  # by PCI bus id, NVML's form
+    sxids: Mapping[int, Mapping[int, int]] = field(default_factory=dict)  # nvswitch -> code -> n
+    lost_records: int = 0  # overwritten in the ring before they were read (SEQ gaps)
+    malformed_records: int = 0  # a header, or an Xid or SXid line, that could not be read
 
 
 @dataclass(frozen=True)
@@ -695,6 +711,10 @@ class Snapshot:
     devices: tuple[DeviceSample, ...] = ()
     host: HostSample | None = None
     xid: Mapping[str, XidState] = field(default_factory=dict)  # by uuid
+    # kernel-log Xids of a PCI bus id no GPU in `devices` has (lost before enumeration, or
+    # NVML down), by that bus id
+    xid_unattributed: Mapping[str, XidState] = field(default_factory=dict)
+    kernel_log: KernelLogState | None = None  # None: no kernel log read (flag empty, xid off)
     nvml_errors: Mapping[tuple[str, str], int] = field(default_factory=dict)
     nvml_init_errors: Mapping[str, int] = field(default_factory=dict)
     collectors: frozenset[str] = frozenset()

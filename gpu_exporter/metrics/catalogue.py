@@ -49,6 +49,7 @@ from gpu_exporter.model import (
     EccReading,
     FabricReading,
     HostSample,
+    KernelLogState,
     MemoryReading,
     MigInstanceReading,
     ModesReading,
@@ -92,7 +93,12 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("mig", True, "MIG devices and GPU instances: memory and GPM activity"),
     Collector("process", True, "per-process GPU memory, utilization and CPU"),
     Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
-    Collector("xid", True, "Xid error events from NVML's event API"),
+    Collector(
+        "xid",
+        True,
+        "Xid errors since boot from the kernel log (--collector.xid.kernel-log), else from "
+        "NVML's event API",
+    ),
     Collector(
         "health",
         True,
@@ -183,6 +189,44 @@ def _xid_counts(snapshot: Snapshot, d: DeviceSample) -> Rows:
 def _xid_last(snapshot: Snapshot, d: DeviceSample) -> Rows:
     state = snapshot.xid.get(d.uuid)
     return one(state.last_timestamp_seconds) if state is not None else ()
+
+
+def _xid_times(snapshot: Snapshot, d: DeviceSample) -> Rows:
+    state = snapshot.xid.get(d.uuid)
+    if state is None:
+        return ()
+    return [((str(code),), when) for code, when in sorted(state.last_timestamps.items())]
+
+
+def _xid_unattributed(snapshot: Snapshot) -> Rows:
+    return [
+        ((bus_id, str(code)), count)
+        for bus_id, state in sorted(snapshot.xid_unattributed.items())
+        for code, count in sorted(state.counts.items())
+    ]
+
+
+def _sxids(snapshot: Snapshot) -> Rows:
+    kernel_log = snapshot.kernel_log
+    if kernel_log is None:
+        return ()
+    return [
+        ((str(nvswitch), str(code)), count)
+        for nvswitch, codes in sorted(kernel_log.sxids.items())
+        for code, count in sorted(codes.items())
+    ]
+
+
+def _kernel_log(
+    name: str, type_: MetricType, help_: str, value: Callable[[KernelLogState], float]
+) -> ExporterMetric:
+    """A metric of the kernel-log reader: absent while none is read."""
+
+    def extract(snapshot: Snapshot) -> Rows:
+        kernel_log = snapshot.kernel_log
+        return one(value(kernel_log)) if kernel_log is not None else ()
+
+    return ExporterMetric(name=name, type=type_, help=help_, collector="xid", extract=extract)
 
 
 def _thresholds(_snapshot: Snapshot, d: DeviceSample) -> Rows:
@@ -1063,11 +1107,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_instance",
         "pipe",
     ),
-    # Xid events.
+    # Xid errors.
     DeviceMetric(
         name="gpu_xid_errors_total",
         type="counter",
-        help="Xid errors reported by NVML's event API since the exporter started.",
+        help="Xid errors since boot, read from the kernel log (--collector.xid.kernel-log); "
+        "where it cannot be read (gpu_exporter_xid_kernel_log_up 0), those NVML's event "
+        "API reported since the exporter started. Each Xid is counted once.",
         labels=("xid",),
         collector="xid",
         extract=_xid_counts,
@@ -1076,10 +1122,42 @@ METRICS: tuple[MetricSpec, ...] = (
     DeviceMetric(
         name="gpu_last_xid_timestamp_seconds",
         type="gauge",
-        help="Unix time of the last Xid error on this GPU.",
+        help="Unix time of the last Xid error on this GPU (from the kernel log: the time it "
+        "was logged, within the kernel clock's drift for those logged before the exporter "
+        "started).",
         collector="xid",
         extract=_xid_last,
         when_down=True,
+    ),
+    DeviceMetric(
+        name="gpu_xid_error_timestamp_seconds",
+        type="gauge",
+        help="Unix time of the last Xid error of this code on this GPU, as "
+        "gpu_last_xid_timestamp_seconds: alert on time() minus this, which an exporter "
+        "restart that counts old Xids again does not change.",
+        labels=("xid",),
+        collector="xid",
+        extract=_xid_times,
+        when_down=True,
+    ),
+    ExporterMetric(
+        name="gpu_xid_errors_unknown_gpu_total",
+        type="counter",
+        help="Xid errors since boot in the kernel log for a PCI bus id that no GPU NVML "
+        "reports has (a GPU lost before the exporter enumerated it, or NVML down), by that "
+        "bus id in NVML's form (gpu_info's pci_bus_id).",
+        labels=("pci_bus_id", "xid"),
+        collector="xid",
+        extract=_xid_unattributed,
+    ),
+    ExporterMetric(
+        name="gpu_nvswitch_sxid_errors_total",
+        type="counter",
+        help="NVSwitch SXid errors since boot in the kernel log, by switch (N of "
+        "nvidia-nvswitchN) and SXid code.",
+        labels=("nvswitch", "sxid"),
+        collector="xid",
+        extract=_sxids,
     ),
     # Processes.
     _d(
@@ -1269,14 +1347,38 @@ METRICS: tuple[MetricSpec, ...] = (
         collector="kubernetes",
         extract=lambda s: one(s.kubernetes.up if s.kubernetes is not None else None),
     ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_up",
+        "gauge",
+        "1 while the kernel log (--collector.xid.kernel-log) is read, so Xids count since "
+        "boot; 0 when it could not be read (permission denied: CAP_SYSLOG where "
+        "kernel.dmesg_restrict is 1; absent; the cause is in the log): Xids are then "
+        "counted from NVML's events alone, since the exporter started. Absent when no "
+        "kernel log is configured.",
+        lambda k: k.up,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_lost_records_total",
+        "counter",
+        "Kernel-log records overwritten before they were read (the ring wrapped, before "
+        "the exporter started or while it read): Xids among them are not counted.",
+        lambda k: k.lost_records,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_malformed_records_total",
+        "counter",
+        "Kernel-log records that could not be read: a header not in /dev/kmsg's format, "
+        "or an Xid or SXid line without its PCI address or code.",
+        lambda k: k.malformed_records,
+    ),
     _x(
         "gpu_exporter_stage_duration_seconds",
         "gauge",
         "Seconds each stage of the last sample took: devices (NVML reads), processes "
-        "(attribution), host, xid (reading the listener's counts) and render (publishing the "
-        "previous sample: its exposition is written then only when a scrape is expected "
-        "before the next sample, else by the first scrape). Stages of collectors that are "
-        "off are absent.",
+        "(attribution), host, xid (merging the kernel log's and the listener's counts) and "
+        "render (publishing the previous sample: its exposition is written then only when "
+        "a scrape is expected before the next sample, else by the first scrape). Stages of "
+        "collectors that are off are absent.",
         _stages_duration,
         "stage",
     ),
@@ -1284,8 +1386,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_exporter_stage_success",
         "gauge",
         "1 when the stage of the last sample succeeded, else 0: devices 0 while NVML or any "
-        "GPU is down, host 0 when host readings failed, xid 0 while no NVML event set is "
-        "listened to (NVML down, or events unsupported).",
+        "GPU is down, host 0 when host readings failed, xid 0 while neither the kernel log is "
+        "read nor an NVML event set listened to (NVML down, or events unsupported).",
         _stages_success,
         "stage",
     ),

@@ -73,7 +73,7 @@ pytest: $(STAMP) system-deps
 test: lint typecheck pytest
 
 docs: $(STAMP)
-	$(BIN)/python -m gpu_exporter.docs --write docs/reference.md docs/migrating-from-dcgm-exporter.md gpu_exporter/serving/static/runbooks.html
+	$(BIN)/python -m gpu_exporter.docs --write docs/reference.md docs/actions.md docs/migrating-from-dcgm-exporter.md gpu_exporter/serving/static/runbooks.html
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md

@@ -160,6 +160,10 @@ def actions_reference() -> str:
     from gpu_exporter.sampling import actions
 
     rows = [
+        "| action | what to run |",
+        "|---|---|",
+        *(f"| `{action}` | {advice} |" for action, advice in actions.action_rows()),
+        "",
         "| reason | fires when | action | source |",
         "|---|---|---|---|",
         *(
@@ -167,7 +171,7 @@ def actions_reference() -> str:
             for signal, condition, action, source in actions.rule_rows()
         ),
         "",
-        f"Actions, weakest first: {', '.join(f'`{a}`' for a in actions.ACTIONS)}. An Xid "
+        "The actions are listed weakest first. An Xid "
         f"rule names the code in its reason (`xid_79`) and holds for "
         f"{actions.RECENT_XID_SECONDS / 60:.0f} minutes after the Xid was logged.",
     ]

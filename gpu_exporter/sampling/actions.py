@@ -35,6 +35,19 @@ ACTIONS: tuple[Action, ...] = (
 """The actions, weakest first: a reboot resets every GPU, a drain precedes a reset, and a
 GPU sent for inspection is out of service whatever else it needs."""
 
+ADVICE: dict[Action, str] = {
+    "none": "Nothing to do.",
+    "restart_workload": "Restart the job that owned the GPU; the GPU itself is fine.",
+    "reset_gpu": "Stop the GPU's processes, reset it (`nvidia-smi -r -i <gpu>`), then check "
+    "`nvidia-smi -q -d ROW_REMAPPER,ECC`.",
+    "drain": "Stop scheduling work here (`kubectl drain`, `scontrol update state=drain`) and "
+    "move the jobs away, then act on the reason.",
+    "reboot_node": "Drain the node, then reboot it.",
+    "inspect_hardware": "Take the GPU out of service, collect `nvidia-bug-report.sh` and open "
+    "a case with the vendor.",
+}
+"""What an operator runs for each action: the live page and docs/actions.md show it."""
+
 RECENT_XID_SECONDS = 3600.0
 """An Xid decides an action for an hour after it was logged (the time the kernel log or
 NVML's event gives it), then no more: a GPU reset or a reboot in between is not seen."""
@@ -290,7 +303,14 @@ def _xids(_reading: DeviceReading | None, xid: XidState | None, now: float) -> l
 _CHECKS: tuple[Check, ...] = (_recovery_action, _memory, _fabric, _xids)
 
 
+def action_rows() -> Iterator[tuple[str, str]]:
+    """(action, what to run) of every action, weakest first, for docs/actions.md."""
+    for action in ACTIONS:
+        yield action, ADVICE[action]
+
+
 def rule_rows() -> Iterator[tuple[str, str, str, str]]:
     """(reason, condition, action, source) of every rule, for docs/actions.md."""
     for rule in RULES:
-        yield rule.signal, rule.condition, rule.action, rule.source
+        shown = "xid_<code>" if rule.signal.startswith("xid_") else rule.signal
+        yield shown, rule.condition, rule.action, rule.source

@@ -179,12 +179,19 @@ def _list(value: Any, where: str) -> list[Any]:
 
 
 def _by_gpu(value: Any, where: str) -> dict[int, Any]:
-    """A mapping of GPU index to a value ({1: node_reboot})."""
+    """A mapping of GPU index to a value ({1: node_reboot}); in JSON, whose keys are all
+    strings, the index is written in ASCII digits ({"1": "node_reboot"})."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise ScenarioError(f"{where} must map GPU indices to values, not {type(value).__name__}")
-    return {_gpu(gpu, f"{where} key"): v for gpu, v in value.items()}
+    return {_gpu(_index_key(gpu), f"{where} key"): v for gpu, v in value.items()}
+
+
+def _index_key(key: Any) -> Any:
+    """A JSON key of ASCII digits as its number (at most 4: no host has more GPUs)."""
+    digits = isinstance(key, str) and 0 < len(key) <= 4 and key.isascii() and key.isdigit()
+    return int(key) if digits else key
 
 
 def _recovery_action(value: Any, where: str) -> int:

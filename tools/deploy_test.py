@@ -427,16 +427,25 @@ def run_without_gpu(podman: Podman) -> None:
 # ---------------------------------------------------------------- systemd
 
 
-def readme_systemd_commands() -> list[str]:
-    """The shell lines of the README's systemd section, as a user would type them."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n### systemd\n", 1)[1].split("\n### ", 1)[0]
+def shell_lines(page: str, heading: str) -> list[str]:
+    """The shell lines of one section of a page, as a user would type them."""
+    text = (REPO / page).read_text()
+    require(f"\n{heading}\n" in text, f"{page}: no section {heading!r}")
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n#", 1)[0]
     lines: list[str] = []
     for block in section.split("```sh\n")[1:]:
         joined = block.split("```", 1)[0].replace("\\\n", " ")
         lines += [line.strip() for line in joined.splitlines() if line.strip()]
-    require(bool(lines), "no shell block in the README's systemd section")
+    require(bool(lines), f"{page}: no shell block under {heading!r}")
     return lines
+
+
+def install_commands() -> list[str]:
+    """The README's systemd steps, then the textfile units' from docs/operations.md."""
+    textfile = shell_lines("docs/operations.md", "## One-shot and textfile mode (`--once`)")
+    return shell_lines("README.md", "### systemd") + [
+        line for line in textfile if "textfile" in line
+    ]
 
 
 class Machine:
@@ -548,7 +557,7 @@ def test_systemd(work: Path) -> dict[str, str]:
         (wheel,) = dist.glob("gpu_exporter-*.whl")
     machine = Machine(tree, work / "machine")
     try:
-        commands = readme_systemd_commands()
+        commands = install_commands()
         install = [
             c.replace("sudo ", "") for c in commands if not c.startswith(("sudo systemctl", "curl"))
         ]

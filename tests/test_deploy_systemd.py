@@ -16,8 +16,10 @@ SYSTEMD = REPO / "deploy" / "systemd"
 SERVICE = SYSTEMD / "gpu-exporter.service"
 TEXTFILE_SERVICE = SYSTEMD / "gpu-exporter-textfile.service"
 TEXTFILE_TIMER = SYSTEMD / "gpu-exporter-textfile.timer"
+KMSG_SOCKET = SYSTEMD / "gpu-exporter-kmsg.socket"
+TEXTFILE_KMSG_SOCKET = SYSTEMD / "gpu-exporter-textfile-kmsg.socket"
 ENV_FILE = SYSTEMD / "gpu-exporter.env"
-UNITS = (SERVICE, TEXTFILE_SERVICE, TEXTFILE_TIMER)
+UNITS = (SERVICE, TEXTFILE_SERVICE, TEXTFILE_TIMER, KMSG_SOCKET, TEXTFILE_KMSG_SOCKET)
 SHIPPED_BINARY = "/opt/gpu-exporter/bin/gpu-exporter"
 
 

@@ -11,6 +11,7 @@ from gpu_exporter.config import ConfigError, Settings, load_settings
 from gpu_exporter.daemon import (
     EXIT_USAGE,
     make_backend,
+    make_kernel_log,
     make_sampler,
     render,
     serve,
@@ -57,7 +58,10 @@ def run_once(settings: Settings) -> int:
         return EXIT_USAGE
     warn_if_simulated(settings)
     backend = make_backend(settings)
-    sampler = make_sampler(settings, backend, retries=False)
+    kernel_log = make_kernel_log(settings) if "xid" in settings.collectors else None
+    if kernel_log is not None:
+        kernel_log.catch_up()  # every Xid since boot, for the textfile too
+    sampler = make_sampler(settings, backend, retries=False, kernel_log=kernel_log)
     snapshot = sampler.sample_once()
     if snapshot.nvml_up and "utilization" in settings.collectors:
         # busy counters need two readings of the driver's buffer to integrate anything

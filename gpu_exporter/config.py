@@ -26,6 +26,7 @@ from gpu_exporter.yamlfile import YamlFileError, read_yaml
 
 DEFAULT_PORT = 9872
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
+DEFAULT_KERNEL_LOG = "/dev/kmsg"
 
 
 class ConfigError(Exception):
@@ -48,6 +49,9 @@ class Settings:
     process_cmdline: bool = False
     nvlink_per_link: bool = False  # NVLink error counters per link, not per GPU
     compat_dcgm: bool = False
+    # the kernel log the xid collector reads; "" reads none; None: /dev/kmsg, or none with
+    # --simulate (`kernel_log_path`)
+    xid_kernel_log: str | None = None
     kubernetes_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     kubernetes_log_root: str = "/var/log"
     kubernetes_refresh_seconds: float = 5.0
@@ -66,7 +70,8 @@ class Settings:
     runbook_url: str | None = None
 
 
-_DURATION = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+MAX_DURATION_CHARS = 32  # of a duration as written: "1.5m" needs 4
+_DURATION = re.compile(r"([-+]?[0-9]+(?:\.[0-9]+)?) *(ms|s|m|h)?")  # fullmatch, stripped
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -77,7 +82,8 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        match = _DURATION.match(str(value))
+        text = str(value).strip()
+        match = _DURATION.fullmatch(text) if len(text) <= MAX_DURATION_CHARS else None
         if not match:
             raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 5s, 1m)")
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
@@ -294,6 +300,19 @@ OPTIONS: tuple[Option, ...] = (
         "of 4) rather than summed per GPU",
     ),
     Option(
+        "collector.xid.kernel-log",
+        "xid_kernel_log",
+        _text,
+        "the kernel log the xid collector reads every Xid since boot from (records in "
+        "/dev/kmsg's format: the device, a file or a FIFO); needs CAP_SYSLOG where "
+        "kernel.dmesg_restrict is 1, except for the default /dev/kmsg when systemd passes it "
+        "open (a file named kmsg by sd_listen_fds, as deploy/systemd's socket units do): "
+        "that file is read instead; '' reads none; where it cannot be read, Xids come from "
+        "NVML's events alone, since the exporter started (default /dev/kmsg; none with "
+        "--simulate)",
+        "PATH",
+    ),
+    Option(
         "compat.dcgm",
         "compat_dcgm",
         _bool,
@@ -329,7 +348,8 @@ OPTIONS: tuple[Option, ...] = (
         "kubernetes_expected_host_processes",
         _regex,
         "with --collector.kubernetes: processes outside every pod that are expected on a GPU, "
-        "a regular expression matching the whole process name; the others are counted in "
+        "a regular expression matching the whole process name and the whole file name of its "
+        "executable (/proc/PID/exe, where the exporter may read it); the others are counted in "
         "gpu_unallocated_processes with no pod labels; '' expects none (default "
         f"{EXPECTED_HOST_PROCESSES}: display servers)",
         "REGEX",
@@ -568,7 +588,7 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
 
 
 _VALUE_FLAGS = frozenset(f"--{o.key}" for o in OPTIONS if o.field not in _BOOL_FIELDS)
-_NEGATIVE = re.compile(r"^-[\d.]")
+_NEGATIVE = re.compile(r"^-[0-9.]")
 
 
 def _join_negative_values(argv: Sequence[str]) -> list[str]:
@@ -624,6 +644,14 @@ def validate(s: Settings) -> None:
     if s.self_check and s.once:
         raise ConfigError("--self-check: cannot be combined with --once")
     parse_listen_address(s.listen_address)
+
+
+def kernel_log_path(s: Settings) -> str | None:
+    """The kernel log to read, or None for none: a simulated host reads the real host's
+    log only when told (its GPUs' bus ids could be the real ones')."""
+    if s.xid_kernel_log is None:
+        return None if s.simulate is not None else DEFAULT_KERNEL_LOG
+    return s.xid_kernel_log or None
 
 
 def _check_output(path: str) -> None:

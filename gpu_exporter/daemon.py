@@ -1,5 +1,6 @@
-"""The running exporter: builds backend, sampler, Xid listener and web server, and runs
-them until a signal says stop. SIGHUP re-reads the config file and the web config.
+"""The running exporter: builds backend, sampler, kernel-log reader, Xid listener and web
+server, and runs them until a signal says stop. SIGHUP re-reads the config file and the
+web config.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from gpu_exporter import __version__, logs
 from gpu_exporter.attribution.kubernetes import KubernetesAttributor
 from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.config import (
+    DEFAULT_KERNEL_LOG,
     ConfigError,
     Settings,
     describe_changes,
+    kernel_log_path,
     load_settings,
     parse_listen_address,
 )
@@ -34,17 +37,22 @@ from gpu_exporter.model import DeviceSample, HostSample, KubernetesState, Snapsh
 from gpu_exporter.sampling.counter_reads import CounterReads
 from gpu_exporter.sampling.health import Health
 from gpu_exporter.sampling.history import HISTORY_CADENCES, History
-from gpu_exporter.sampling.sampler import CountersDue, Sampler, XidView
+from gpu_exporter.sampling.sampler import CountersDue, KernelLogView, Sampler, XidView
 from gpu_exporter.serving.http import HttpServer, ListenError, bind
 from gpu_exporter.serving.routes import Routes, ServingState
 from gpu_exporter.serving.web_config import WebConfigError, load_web_config
 from gpu_exporter.sources.backend import Backend
 from gpu_exporter.sources.host import HostReader
+from gpu_exporter.sources.kernel_log import KernelLogReader
+from gpu_exporter.sources.kernel_log_files import open_inherited_kernel_log
 from gpu_exporter.sources.kubelet.watch import KubeletWatcher
 from gpu_exporter.sources.xid import XidListener
+from gpu_exporter.systemd_fds import inherited_fds
 from gpu_exporter.systemd_notify import Notifier, Watchdog
 
 log = logging.getLogger("gpu_exporter")
+
+KMSG_FD_NAME = "kmsg"  # FileDescriptorName= of the socket units that pass /dev/kmsg
 
 EXIT_USAGE = 2
 # How long a thread may hold the interpreter lock while another waits for it, in seconds.
@@ -69,6 +77,24 @@ def make_backend(settings: Settings) -> Backend:
     return PynvmlBackend()
 
 
+def make_kernel_log(settings: Settings) -> KernelLogReader | None:
+    """The kernel-log reader of `--collector.xid.kernel-log`; None for none.
+
+    The one place that decides what it reads: the file systemd passed open under the name
+    `kmsg` (deploy/systemd/gpu-exporter-kmsg.socket) where the flag names the default
+    /dev/kmsg, else the path the flag names.
+    """
+    passed = inherited_fds()  # taken (and the variables unset) even when not read
+    path = kernel_log_path(settings)
+    if path is None:
+        return None
+    fd = passed.get(KMSG_FD_NAME) if path == DEFAULT_KERNEL_LOG else None
+    if fd is None:
+        return KernelLogReader(path)
+    log.info("reading the kernel log from the file systemd opened", extra={"path": path, "fd": fd})
+    return KernelLogReader(path, opener=lambda _path: open_inherited_kernel_log(fd))
+
+
 def warn_if_simulated(settings: Settings) -> None:
     if settings.simulate is not None:
         log.warning(
@@ -83,6 +109,7 @@ def make_sampler(
     on_snapshot: Callable[[Snapshot], None] = lambda snapshot: None,
     xid: XidView | None = None,
     *,
+    kernel_log: KernelLogView | None = None,
     counters_due: CountersDue | None = None,
     retries: bool = True,
     kubernetes: KubernetesSource | None = None,
@@ -106,6 +133,7 @@ def make_sampler(
         attribute_processes=attributor,
         read_host=read_host,
         xid=xid,
+        kernel_log=kernel_log,
         attribute_kubernetes=kubernetes or KubernetesSource(settings),
         counters_due=counters_due,
         retries=retries,
@@ -202,7 +230,9 @@ class Exporter:
         # the live page's history, kept only while the page is on (--web.ui)
         self.state = ServingState(history=History() if settings.web_ui else None)
         self.backend = make_backend(settings)
-        self.xid = XidListener(self.backend)
+        self.kernel_log = make_kernel_log(settings)
+        # NVML's events count only while the kernel log, which holds the same Xids, is not read
+        self.xid = XidListener(self.backend, counting=lambda: not self.kernel_log_up)
         self.kubernetes = KubernetesSource(settings, watch=True)
         # the /proc counters are read for predicted scrapes and the page's history
         reads = CounterReads(
@@ -214,6 +244,7 @@ class Exporter:
             self.backend,
             self.publish,
             xid=self.xid,
+            kernel_log=self.kernel_log,
             counters_due=reads.due,
             kubernetes=self.kubernetes,
         )
@@ -230,6 +261,10 @@ class Exporter:
         self._ready = False
         self._shared_uuids: set[tuple[str, tuple[int, ...]]] = set()  # logged once each
         self.server: HttpServer | None = None  # set once the socket is bound
+
+    @property
+    def kernel_log_up(self) -> bool:
+        return self.kernel_log is not None and self.kernel_log.up
 
     def publish(self, snapshot: Snapshot) -> None:
         """Keep the snapshot for the web side; render it now only if a scrape is expected
@@ -269,7 +304,7 @@ class Exporter:
         """Start the threads (after the socket is bound)."""
         warn_if_simulated(self.settings)
         if "xid" in self.settings.collectors:
-            self.xid.start()
+            self.start_xid(armed=False)
         if "kubernetes" in self.settings.collectors:
             self.kubernetes.start()
         self.sampler.start()
@@ -287,7 +322,16 @@ class Exporter:
             self.server.stop()
         self.kubernetes.stop()  # not waited for: a call in flight has its deadline
         xid_done = self.xid.stop(timeout_seconds=0.05)
+        if self.kernel_log is not None:
+            self.kernel_log.stop(timeout_seconds=0)  # a daemon thread in select(2) at most
         self.sampler.stop(timeout_seconds=0.5, shutdown_nvml=xid_done)
+
+    def start_xid(self, *, armed: bool) -> None:
+        """The kernel log first: it is opened at once, so whether NVML's events count is
+        settled before the listener delivers one."""
+        if self.kernel_log is not None:
+            self.kernel_log.start()
+        self.xid.start(armed=armed)
 
     def reload(self) -> None:
         """SIGHUP: re-read the config file; a bad file keeps the running settings."""
@@ -311,9 +355,11 @@ class Exporter:
         logs.configure(new.log_level, new.log_format)
         # the listener stops before its series go, and starts before they come
         if "xid" in new.collectors:
-            self.xid.start(armed=self.sampler.nvml_up)
+            self.start_xid(armed=self.sampler.nvml_up)
         else:
             self.xid.stop(timeout_seconds=1.1)
+            if self.kernel_log is not None:
+                self.kernel_log.stop(timeout_seconds=1.1)
         self.sampler.interval_seconds = new.interval_seconds
         self.sampler.timeout_seconds = new.timeout_seconds
         self.sampler.collectors = new.collectors

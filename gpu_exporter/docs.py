@@ -155,6 +155,29 @@ def runbooks_section() -> str:
     return runbooks_html(shipped_path(RUNBOOKS).read_text(encoding="utf-8"))
 
 
+def actions_reference() -> str:
+    """The rules of `gpu_recommended_action` and the Xid catalog they read, as tables."""
+    from gpu_exporter.sampling import actions
+
+    rows = [
+        "| action | what to run |",
+        "|---|---|",
+        *(f"| `{action}` | {advice} |" for action, advice in actions.action_rows()),
+        "",
+        "| reason | fires when | action | source |",
+        "|---|---|---|---|",
+        *(
+            f"| `{signal}` | {condition} | `{action}` | {source} |"
+            for signal, condition, action, source in actions.rule_rows()
+        ),
+        "",
+        "The actions are listed weakest first. An Xid "
+        f"rule names the code in its reason (`xid_79`) and holds for "
+        f"{actions.RECENT_XID_SECONDS / 60:.0f} minutes after the Xid was logged.",
+    ]
+    return "\n".join(rows)
+
+
 SECTIONS = {
     "metrics": metrics_reference,
     "label-values": label_values_reference,
@@ -162,6 +185,7 @@ SECTIONS = {
     "dcgm-to-gpu": dcgm_to_gpu,
     "gpu-to-dcgm": gpu_to_dcgm,
     "runbooks": runbooks_section,
+    "actions": actions_reference,
 }
 # The flag and metric tables of docs/reference.md, and its rule for label values.
 REFERENCE_SECTIONS = ("metrics", "label-values", "flags")

@@ -14,6 +14,10 @@ environment variables (the Dockerfile sets the first):
 - `GPU_EXPORTER_HEALTHCHECK_CERT_FILE`, `GPU_EXPORTER_HEALTHCHECK_KEY_FILE`: the client
   certificate, where the web config requires one.
 
+The probe never goes through a proxy: it only ever asks the exporter beside it, and
+container engines pass the host's `http_proxy` into containers (podman does by default),
+which urllib would otherwise follow even to 127.0.0.1.
+
 Python's standard library only: the slim image has no curl or wget.
 """
 
@@ -90,8 +94,12 @@ def check(env: Mapping[str, str]) -> str:
     if header is not None:
         request.add_header("Authorization", header)
     context = tls_context(env, parts.hostname) if parts.scheme == "https" else None
+    # an empty ProxyHandler: no proxy from the environment, whatever http_proxy says
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=context) as answer:
+        with opener.open(request, timeout=TIMEOUT_SECONDS) as answer:
             body: str = answer.read(512).decode("utf-8", "replace")
     except urllib.error.HTTPError as error:
         reason = error.read(512).decode("utf-8", "replace").strip()

@@ -36,6 +36,65 @@ THROTTLE_REASONS: tuple[str, ...] = (
 )
 """Clocks-event reasons in the bit order of NVML's `nvmlClocksEventReason*` mask."""
 
+CLOCK_EVENT_REASONS: tuple[str, ...] = (
+    "sw_power_cap",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+"""The clocks-event reasons whose time the driver counts (R575 and later), named as in
+THROTTLE_REASONS, as `gpu_clock_event_seconds_total{reason}` names them."""
+
+PCIE_ERRORS: tuple[str, ...] = (
+    "correctable",
+    "nak_received",
+    "nak_sent",
+    "receiver_error",
+    "bad_tlp",
+    "bad_dllp",
+    "non_fatal",
+    "fatal",
+    "unsupported_request",
+    "lcrc",
+)
+"""PCIe link error counters, as `gpu_pcie_errors_total{error_type}` names them."""
+
+RECOVERY_ACTIONS: Mapping[int, str] = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+"""nvml.h's `nvmlDeviceGpuRecoveryAction_t` (NVML_GPU_RECOVERY_ACTION_*, nvml.h 13): what the
+driver says the GPU needs, by code."""
+
+
+def recovery_action_name(code: int) -> str:
+    """The name of a recovery action code, or the number itself for one nvml.h does not name."""
+    return RECOVERY_ACTIONS.get(code, str(code))
+
+
+FABRIC_STATES: tuple[str, ...] = ("not_started", "in_progress", "completed")
+"""The probe states of a GPU's registration in the NVLink fabric (NVML_GPU_FABRIC_STATE_*)."""
+
+FABRIC_CONDITIONS: tuple[str, ...] = (
+    "degraded_bandwidth",
+    "route_recovery",
+    "route_unhealthy",
+    "access_timeout_recovery",
+    "incorrect_configuration",
+)
+"""The conditions of the fabric health mask, as `gpu_fabric_health_condition{condition}`
+names them."""
+
+FABRIC_SUMMARIES: tuple[str, ...] = ("healthy", "unhealthy", "limited_capacity")
+"""The fabric health summary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*)."""
+
 STAGES: tuple[str, ...] = ("devices", "processes", "host", "xid", "render")
 """The stages of one sample, as `gpu_exporter_stage_*{stage}` names them."""
 
@@ -145,6 +204,10 @@ class ClocksReading:
     hertz: Mapping[str, float] = field(default_factory=dict)  # clock name -> Hz
     performance_state: int | None = None  # P-state number, 0 is fastest
     throttle_reasons: Mapping[str, bool] | None = None  # THROTTLE_REASONS -> active
+    # CLOCK_EVENT_REASONS -> seconds the reason held the clocks down since driver load or
+    # the last GPU reset (nvidia-smi's "Clocks Event Reasons Counters"); a reason the
+    # driver does not count (before R575, or this GPU) is absent, never 0
+    event_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +217,9 @@ class PcieReading:
     generation: int | None = None
     width: int | None = None  # lanes
     replay_errors: int | None = None  # since driver load
+    # PCIE_ERRORS -> errors since driver load or the last GPU reset; a type the driver
+    # does not count is absent, never 0
+    errors: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -264,6 +330,51 @@ class MigReading:
 
 
 @dataclass(frozen=True)
+class FabricReading:
+    """The GPU's registration in the NVLink fabric of an NVSwitch system (HGX, GB200 NVL72),
+    as `nvidia-smi -q` shows it under "Fabric". Read at enumeration and every
+    SLOW_REFRESH_SECONDS, not every interval."""
+
+    state: str  # FABRIC_STATES, or the number of a state nvml.h does not name
+    # a completed probe's result: "success", or the NVML error it ended with in snake_case
+    # ("insufficient_resources"); None while the probe is not completed
+    status: str | None = None
+    clique_id: int | None = None  # the fabric clique; None until the probe completed
+    cluster_uuid: str | None = None  # "xxxxxxxx-xxxx-...", lower case; None until completed
+    # FABRIC_CONDITIONS -> whether the condition holds now; a condition the driver does not
+    # report (the v1 structure has no health mask; NOT_SUPPORTED in the mask) is absent
+    conditions: Mapping[str, bool] = field(default_factory=dict)
+    # the fault incorrect_configuration names, while it holds: "insufficient_nvlinks",
+    # "no_partition", ... (or the number of one nvml.h does not name); None when none
+    configuration_fault: str | None = None
+    # FABRIC_SUMMARIES; None where the driver gives no summary (before the v3 structure,
+    # or NOT_SUPPORTED)
+    summary: str | None = None
+
+    @property
+    def registered(self) -> bool:
+        """The probe completed with success: the GPU is in the fabric."""
+        return self.state == "completed" and self.status == "success"
+
+    @property
+    def healthy(self) -> bool | None:
+        """True for the summary "healthy", False for "unhealthy" or "limited_capacity";
+        None without a summary."""
+        return None if self.summary is None else self.summary == "healthy"
+
+
+@dataclass(frozen=True)
+class HealthReading:
+    """The driver's own verdicts on a GPU: what it needs, and its place in the fabric."""
+
+    # nvmlDeviceGpuRecoveryAction_t code (RECOVERY_ACTIONS; 0 is "none"), from the field
+    # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None where the driver does not give it (before
+    # R570, or NOT_SUPPORTED)
+    recovery_action: int | None = None
+    fabric: FabricReading | None = None  # None: no NVLink fabric (NOT_SUPPORTED)
+
+
+@dataclass(frozen=True)
 class DeviceReading:
     """The readings of one device in one interval: None for a collector that is off."""
 
@@ -279,6 +390,7 @@ class DeviceReading:
     gpm: GpmReading | None = None  # also None where GPM is unsupported or not ready yet
     nvlink: NvLinkReading | None = None  # also None on boards without NVLink
     mig: MigReading | None = None  # also None while MIG is off
+    health: HealthReading | None = None
 
 
 UtilizationDomain = Literal["gpu", "memory_controller"]
@@ -362,6 +474,7 @@ class HostProcess:
     user: str = ""  # user name, or the numeric uid when it has none
     cmdline: str | None = None  # only read with --collector.process.cmdline
     labels: CgroupLabels = field(default_factory=CgroupLabels)
+    executable: str = ""  # file name of /proc/PID/exe, outside containers; "" unknown
     cpu_seconds: float | None = None  # process and all descendants, user + system
     workers: int | None = None  # number of descendant processes
     resident_memory_bytes: int | None = None
@@ -386,6 +499,7 @@ class ProcessSample:
     pod: str = ""
     container: str = ""
     cmdline: str | None = None  # only with --collector.process.cmdline
+    executable: str = ""  # file name of /proc/PID/exe, outside containers; "" unknown
     memory_used_bytes: int | None = None
     sm_ratio: float | None = None  # 0..1
     memory_controller_ratio: float | None = None  # 0..1
@@ -404,9 +518,10 @@ class Attribution:
     process_count: int  # distinct PIDs holding a context, before the cap
     # processes per (gpu_instance, container_id, pod_uid) of containers, before the cap
     containers: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
-    # processes per (gpu_instance, process name) of the host's: in no container and no
-    # pod by their cgroup, and seen in the host's /proc (a PID it cannot see is left out)
-    host_processes: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # processes per (gpu_instance, process name, executable's file name or "") of the
+    # host's: in no container and no pod by their cgroup, and seen in the host's /proc (a
+    # PID it cannot see is left out)
+    host_processes: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 # Kubernetes --------------------------------------------------------------------------
@@ -499,11 +614,27 @@ class KubernetesState:
 
 @dataclass(frozen=True)
 class XidState:
-    """Xid errors seen on one GPU since the exporter started."""
+    """Xid errors seen on one GPU: since boot from the kernel log, else since the
+    exporter started from NVML's events (`sources/kernel_log.py` says which counts)."""
 
     counts: Mapping[int, int] = field(default_factory=dict)  # xid code -> count
     last_timestamp_seconds: float | None = None  # Unix time
     last_xid: int | None = None  # the code of the last one
+    # xid code -> Unix time of the last one of that code
+    last_timestamps: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelLogState:
+    """What the kernel-log reader (`--collector.xid.kernel-log`) has read since it started."""
+
+    path: str
+    up: bool  # being read; False: it could not be (`reason`), NVML events count instead
+    reason: str | None = None  # why it is not read; None while up
+    xids: Mapping[str, XidState] = field(default_factory=dict)  # by PCI bus id, NVML's form
+    sxids: Mapping[int, Mapping[int, int]] = field(default_factory=dict)  # nvswitch -> code -> n
+    lost_records: int = 0  # overwritten in the ring before they were read (SEQ gaps)
+    malformed_records: int = 0  # a header, or an Xid or SXid line, that could not be read
 
 
 @dataclass(frozen=True)
@@ -539,6 +670,7 @@ class DeviceSample:
     static: DeviceStatic | None  # None when the GPU was lost before it was identified
     up: bool
     down_reason: str | None = None
+    lost: bool = False  # down because NVML answered GPU_IS_LOST (fallen off the bus)
     reading: DeviceReading | None = None
     busy_seconds: float | None = None  # gpu_busy_seconds_total
     memory_controller_busy_seconds: float | None = None
@@ -579,6 +711,10 @@ class Snapshot:
     devices: tuple[DeviceSample, ...] = ()
     host: HostSample | None = None
     xid: Mapping[str, XidState] = field(default_factory=dict)  # by uuid
+    # kernel-log Xids of a PCI bus id no GPU in `devices` has (lost before enumeration, or
+    # NVML down), by that bus id
+    xid_unattributed: Mapping[str, XidState] = field(default_factory=dict)
+    kernel_log: KernelLogState | None = None  # None: no kernel log read (flag empty, xid off)
     nvml_errors: Mapping[tuple[str, str], int] = field(default_factory=dict)
     nvml_init_errors: Mapping[str, int] = field(default_factory=dict)
     collectors: frozenset[str] = frozenset()

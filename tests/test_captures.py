@@ -23,7 +23,12 @@ import pynvml
 import pytest
 
 from gpu_exporter import cli
-from tests.support.capture_hosts import board_support, capture_host, conform
+from tests.support.capture_hosts import (
+    CLOCK_EVENT_COLUMNS,
+    board_support,
+    capture_host,
+    conform,
+)
 from tests.support.exporter import Samples, parse_samples, start_exporter
 from tests.support.fake_nvml import FakeGpu, FakeMigDevice, FakeNvmlLib, Install, h100
 from tests.support.nvidia_smi_capture import (
@@ -46,6 +51,9 @@ MIB = 1024 * 1024
 
 # Exporter series with no nvidia-smi counterpart in a capture (or the exporter's own).
 UNCOMPARED = {"gpu_up"}
+# Derived from several values a capture shows (docs/actions.md), not printed by nvidia-smi:
+# the test checks it apart (every captured board is healthy: it needs nothing done).
+RECOMMENDED = "gpu_recommended_action"
 # Counters the exporter integrates from a value nvidia-smi shows: never printed without it.
 DERIVED = {
     "gpu_busy_seconds_total": "gpu_utilization_ratio",
@@ -196,7 +204,71 @@ def expectations(state: CaptureState, index: int) -> list[Expected]:
         flag("gpu_mig_mode", "mig.mode.current"),
         flag("gpu_ecc_mode", "ecc.mode.current"),
     ]
-    return out + _mig_expectations(state, index)
+    return out + _health_expectations(row, gpu) + _mig_expectations(state, index)
+
+
+# nvidia-smi's words -> the exporter's label values
+RECOVERY_ACTIONS = {"None": "none", "GPU Reset": "gpu_reset", "Node Reboot": "node_reboot"}
+FABRIC_STATES = {
+    "Not Started": "not_started",
+    "In Progress": "in_progress",
+    "Completed": "completed",
+}
+FABRIC_HEALTH_COLUMNS = {
+    "degraded_bandwidth": "fabric.health.bandwidth",
+    "route_recovery": "fabric.health.route_recovery_in_progress",
+    "route_unhealthy": "fabric.health.route_unhealthy",
+    "access_timeout_recovery": "fabric.health.access_timeout_recovery",
+    "incorrect_configuration": "fabric.health.incorrect_configuration",
+}
+
+
+def _health_expectations(row: dict[str, str], gpu: str) -> list[Expected]:
+    """The driver's recovery action, clocks-event counters (us -> s) and fabric."""
+    labels = {"gpu": gpu}
+    out = [
+        Expected(
+            "gpu_clock_event_seconds_total",
+            {**labels, "reason": reason},
+            _scaled(row[column], 1e-6),
+            column,
+        )
+        for reason, (_field, column) in CLOCK_EVENT_COLUMNS.items()
+    ]
+    action = available(row["gpu_recovery_action"])
+    if action is None:
+        out.append(Expected("gpu_recovery_action", labels, None, "gpu_recovery_action"))
+    else:
+        action_labels = {**labels, "action": RECOVERY_ACTIONS[action]}
+        out.append(Expected("gpu_recovery_action", action_labels, 1.0, "gpu_recovery_action"))
+    state, status = available(row["fabric.state"]), available(row["fabric.status"])
+    summary = available(row["fabric.health.summary"])
+    assert summary is None, f"teach the expectations fabric.health.summary {summary!r}"
+    out.append(Expected("gpu_fabric_healthy", labels, None, "fabric.health.summary"))
+    for condition, column in FABRIC_HEALTH_COLUMNS.items():
+        said = available(row[column])
+        assert said is None, f"teach the expectations {column} {said!r}"
+        out.append(
+            Expected(
+                "gpu_fabric_health_condition", {**labels, "condition": condition}, None, column
+            )
+        )
+    if state is None:
+        out += [
+            Expected("gpu_fabric_state", labels, None, "fabric.state"),
+            Expected("gpu_fabric_info", labels, None, "fabric.state"),
+        ]
+        return out
+    fabric = {**labels, "state": FABRIC_STATES[state], "status": (status or "").lower()}
+    out.append(Expected("gpu_fabric_state", fabric, 1.0, "fabric.state, fabric.status"))
+    if state == "Completed" and status == "Success":
+        info = {
+            **labels,
+            "clique_id": row["fabric.cliqueId"],
+            "cluster_uuid": row["fabric.clusterUuid"].lower(),
+        }
+        out.append(Expected("gpu_fabric_info", info, 1.0, "fabric.cliqueId, fabric.clusterUuid"))
+    return out
 
 
 def _mig_expectations(state: CaptureState, index: int) -> list[Expected]:
@@ -278,6 +350,11 @@ def test_exporter_prints_what_nvidia_smi_printed_for_the_same_board(
         assert labels["cuda_driver_version"] == (captured.cuda_version or "").split()[0]
     wrong, compared = disagreements(samples, captured)
     assert not wrong, "\n".join(wrong)
+    recommended = {dict(ls)["gpu"]: dict(ls) for (n, ls) in samples if n == RECOMMENDED}
+    assert {g: (r["action"], r["reason"]) for g, r in recommended.items()} == {
+        str(i): ("none", "none") for i in range(len(captured.rows))
+    }
+    compared.add(RECOMMENDED)
     # every device series the exporter printed is one nvidia-smi had a value for
     unexplained = _device_series(samples) - compared - {"gpu_info"}
     assert not unexplained, (

@@ -387,12 +387,13 @@ def test_panels_answer_the_operators_questions() -> None:
         "Top offenders: GPUs idle while allocated",
         "Memory headroom distribution",
         "GPUs close to OOM (> 90% memory used)",
-        "Xid errors since exporter start",
+        "Xid errors since boot",
         "Uncorrected ECC errors in range",
         "Throttled GPU-hours by reason",
         "GPU models",
         "Fleet SM activity vs busy ratio",
         "MIG instances by state",
+        "GPUs by action",
     } <= fleet
     assert {
         "Busy ratio (rate) vs instantaneous utilization",
@@ -419,6 +420,7 @@ def test_panels_answer_the_operators_questions() -> None:
         "NVLink links up",
         "NVLink throughput",
         "NVLink errors",
+        "Needs action",
     } <= node
     panels = {p["title"]: p for p in data_panels(load("gpu-node.json"))}
     assert panels["Throttle reasons"]["type"] == "state-timeline"

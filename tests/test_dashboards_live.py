@@ -5,7 +5,8 @@ index: 0 input-starved (busy ~47%), 1 idle but allocated, 2 near OOM and launch-
 (busy ~87% on ~13% of its SMs), 3 busy, hot and MIG-partitioned (instance 2, a 3g.40gb,
 serves inference; instances 3 and 9 are empty). Every GPU has GPM and 18 NVLink links.
 A's GPUs 0 and 1 carry processes with real PIDs (a parent with two workers on GPU 0)
-instead of the built-in ones; B's and C's built-in inference server sits on instance 2.
+instead of the built-in ones, and A's driver asks for GPU 2 to be reset; B's and C's
+built-in inference server sits on instance 2.
 Grafana's variables are substituted as in `LIVE_VALUES`: the node dashboard is pointed at
 A, the fleet dashboard at everything; `$__range` is 1h, longer than this Prometheus has
 been alive, to show that range queries work on a young server too. The Prometheus loads
@@ -162,7 +163,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 "processes": [
                     {"gpu": 0, "pid": trees[0].pid, "memory_bytes": 40 * GIB, "sm_ratio": 0.45},
                     {"gpu": 1, "pid": trees[1].pid, "memory_bytes": 30 * GIB, "sm_ratio": 0.0},
-                ]
+                ],
+                # the driver asks for a reset of GPU 2: the node's Needs action lists it
+                "faults": {"recovery_action": {"2": "gpu_reset"}},
             },
             {},
             {"faults": {"lost": [1]}},

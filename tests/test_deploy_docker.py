@@ -148,6 +148,16 @@ def test_healthcheck_asks_liveness_and_passes_against_a_running_exporter(
     assert run_healthcheck(f"{exporter.url}/livez").returncode == 0
 
 
+def test_healthcheck_ignores_the_proxy_variables_a_container_engine_passes_in(
+    exporter: Exporter,
+) -> None:
+    """podman copies the host's http_proxy into containers; the probe talks to itself."""
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    proxies = {name: nowhere for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy")}
+    result = run_healthcheck(f"{exporter.url}/livez", **proxies)
+    assert result.returncode == 0, result.stderr
+
+
 def test_healthcheck_fails_with_one_line_when_nothing_listens() -> None:
     result = run_healthcheck(f"http://127.0.0.1:{free_port()}/livez")
     assert result.returncode == 1

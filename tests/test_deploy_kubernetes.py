@@ -89,10 +89,13 @@ def test_container_is_locked_down() -> None:
     assert context["readOnlyRootFilesystem"] is True
     assert context["allowPrivilegeEscalation"] is False
     assert context["capabilities"]["drop"] == ["ALL"]
-    assert "add" not in context["capabilities"]
+    # one back, for the kernel log's Xid lines, with /dev/kmsg mounted read-only
+    assert context["capabilities"]["add"] == ["SYSLOG"]
+    kmsg = [m for m in container()["volumeMounts"] if m["mountPath"] == "/dev/kmsg"]
+    assert [m.get("readOnly") for m in kmsg] == [True]
     assert context.get("privileged", False) is False
     # uid 0, for the kubelet's pod-resources socket (root's, 0600) and nothing more: no
-    # capability, no escalation; the image itself runs as a non-root user
+    # other capability, no escalation; the image itself runs as a non-root user
     pod = pod_spec()["securityContext"]
     assert pod["runAsUser"] == 0 and "--collector.kubernetes" in container()["args"]
     dockerfile_user = re.search(r"^USER (\d+)", (REPO / "Dockerfile").read_text(), re.M)
@@ -106,6 +109,7 @@ def test_the_kubelets_socket_and_log_layout_are_mounted_read_only() -> None:
         "/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
         "/var/log/pods": "/var/log/pods",
         "/var/log/containers": "/var/log/containers",
+        "/dev/kmsg": "/dev/kmsg",  # the kernel log's Xid lines
     }
     found = {
         m["mountPath"]: volumes[name]["hostPath"]["path"]

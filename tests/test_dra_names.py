@@ -49,7 +49,29 @@ def test_the_dra_drivers_names_parse(name: str, parsed: DraName) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["", "gpu-", "gpu-x", "nvidia0", "GPU-0", "gpu-0-mig", "gpu-1-mig-19-4", "gpu-1-mig-a-b-c"],
+    [
+        *(
+            "",
+            "gpu-",
+            "gpu-x",
+            "nvidia0",
+            "GPU-0",
+            "gpu-0-mig",
+            "gpu-1-mig-19-4",
+            "gpu-1-mig-a-b-c",
+        ),
+        # the driver writes %d: no leading zero, no sign, ASCII digits only
+        *(
+            "gpu-02",
+            "gpu-+2",
+            "gpu-1-mig-019-4-1",
+            "gpu-\u0663",
+            "gpu-\uff10",
+            "gpu-1-mig-\u0669-4-1",
+        ),
+        "gpu-1-mig-3g40gb-9-\uff10",
+        "gpu-1-mig-" + "a" * 50 + "-9-0",  # 64 characters: longer than a DNS label
+    ],
 )
 def test_other_names_do_not_parse(name: str) -> None:
     assert parse(name) is None

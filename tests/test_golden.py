@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.metrics.exposition import Exposition
-from gpu_exporter.model import Snapshot
+from gpu_exporter.model import KernelLogState, Snapshot, XidState
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.scenario import Faults
 from gpu_exporter.sources.simulated import SimulatedBackend
@@ -26,6 +26,24 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def render(snapshot: Snapshot) -> str:
     return Exposition(snapshot).body(openmetrics=False, compressed=False).decode()
+
+
+class _KernelLog:
+    """A kernel log that has read an Xid 79 of GPU 0 and an Xid 48 of a bus id no GPU has,
+    two SXids, a lost and a malformed record."""
+
+    def state(self) -> KernelLogState:
+        return KernelLogState(
+            path="/dev/kmsg",
+            up=True,
+            xids={
+                "00000000:18:00.0": XidState({79: 1}, 1700000000.5, 79, {79: 1700000000.5}),
+                "00000000:99:00.0": XidState({48: 2}, 1700000100.0, 48, {48: 1700000100.0}),
+            },
+            sxids={0: {20034: 2}},
+            lost_records=3,
+            malformed_records=1,
+        )
 
 
 @pytest.mark.parametrize(
@@ -49,7 +67,7 @@ def render(snapshot: Snapshot) -> str:
     ],
 )
 def test_exposition_matches_golden_file(name: str, gpus: int, faults: Faults | None) -> None:
-    text = render(fixed_snapshot(gpus, faults))
+    text = render(fixed_snapshot(gpus, faults, _KernelLog() if faults is None else None))
     path = GOLDEN / f"{name}.prom"
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)

@@ -70,6 +70,45 @@ def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
         long_name.wait()
 
 
+def test_a_process_that_calls_itself_xorg_is_known_by_its_executable() -> None:
+    """A process can take any name; its executable's file name is what psutil's exe()
+    gives, and the expected-host-processes pattern must match both."""
+    import re
+
+    from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES, is_expected
+
+    rename = "open('/proc/self/comm', 'w').write('Xorg'); import time; time.sleep(30)"
+    impostor = subprocess.Popen([sys.executable, "-c", rename])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{impostor.pid}/comm").read_text().strip() != "Xorg":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        identity, complete = identify("/proc", impostor.pid, "Xorg", cmdline=False)
+        assert complete and identity.process == "Xorg"
+        assert identity.executable == os.path.basename(psutil.Process(impostor.pid).exe())
+        expected = re.compile(EXPECTED_HOST_PROCESSES)
+        assert not is_expected(expected, identity.process, identity.executable)
+        assert is_expected(expected, "Xorg", "Xorg")  # /usr/lib/xorg/Xorg
+        assert is_expected(expected, "Xorg", "")  # its link unreadable: the name decides
+    finally:
+        impostor.kill()
+        impostor.wait()
+    # a process in a container is not asked: its executable's path is the container's
+    with_pod = identity_module.identify(
+        "/proc",
+        os.getpid(),
+        "python",
+        cmdline=False,
+        read=lambda path: (
+            b"0::/kubepods.slice/kubepods-pod" + b"1" * 32 + b".slice/x\n"
+            if path.endswith("cgroup")
+            else read_file(path)
+        ),
+    )[0]
+    assert with_pod.labels.pod_uid and with_pod.executable == ""
+
+
 @pytest.mark.parametrize(
     ("data", "words"),
     [

@@ -366,6 +366,51 @@ def test_dra_names_that_match_no_gpu_are_counted_and_explained_once_never_guesse
     assert sum("gpu.nvidia.com devices" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_hostile_dra_names_cost_only_themselves_and_never_name_a_gpu(
+    host: Host, kubelet: FakeKubelet
+) -> None:
+    """Beside a valid claim, names no driver writes resolve to nothing and cost nothing:
+    a minor of 5,000 digits (int() refuses it), a 24,000-character MIG name (a pattern
+    that backtracks froze the process for seconds), digits that are not ASCII, a
+    leading zero. The valid claim keeps its allocation; the reason quotes each bad name
+    cut to a DNS label's 63 characters, its control characters escaped."""
+    hostile = [
+        "gpu-" + "9" * 5000,
+        "gpu-0-mig-" + "a-" * 12000 + "9-0",
+        "gpu-\u0663",  # ARABIC-INDIC DIGIT THREE: GPU 0's minor, in another script
+        "gpu-\uff10",  # FULLWIDTH DIGIT ZERO
+        "gpu-03",
+        "gpu-3\x1b]0;pwned\x07",
+    ]
+    kubelet.pods = [
+        Pod(
+            "ml",
+            "train-0",
+            [
+                Container(
+                    "trainer",
+                    claims=[
+                        Claim("train", [ClaimDevice("gpu-3")]),
+                        Claim("bad", [ClaimDevice(n) for n in hostile]),
+                    ],
+                )
+            ],
+        )
+    ]
+    snapshot, exposition = host.sample()
+    assert dra_allocations(exposition) == {
+        ("0", "", "ml", "train-0", "trainer"): ("train", "gpu-3"),
+    }
+    samples = parse_samples(exposition)
+    assert values(samples, "gpu_exporter_kubernetes_up") == [1.0]
+    reason = snapshot.kubernetes.reason if snapshot.kubernetes else ""
+    assert reason is not None
+    assert reason.startswith("6 gpu.nvidia.com devices of DRA claims match no GPU of this node")
+    quoted = reason.split("(", 1)[1].split(")", 1)[0]
+    assert quoted == "gpu-0-mig-" + "a-" * 26 + "a..., gpu-03, gpu-3\\x1b]0;pwned\\x07, ..."
+    assert "\x1b" not in reason and len(reason) < 1000
+
+
 # Use, from the log tree ----------------------------------------------------------------
 
 
@@ -462,26 +507,28 @@ def test_a_display_server_is_expected_and_a_pid_the_host_cannot_see_is_no_stowaw
     from tests.test_processes import STATIC, gpu, raw
 
     hosts = {
-        1: HostProcess(process="Xorg"),  # a workstation's display server
-        2: HostProcess(process="gnome-shell"),
+        1: HostProcess(process="Xorg", executable="Xorg"),  # a workstation's display server
+        2: HostProcess(process="gnome-shell"),  # its executable not readable: by name
         3: HostProcess(process="python"),  # someone's job, started in a login shell
         4: HostProcess(process="python", labels=CgroupLabels(pod_uid="0" * 32)),  # a pod's
         # PID 5: not in the /proc the exporter sees (another PID namespace): unknown
+        6: HostProcess(process="Xorg", executable="python3"),  # renamed itself: exec -a Xorg
     }
     attribution = ProcessAttributor(limit=1).attribute(
-        raw([gpu(pid) for pid in range(1, 6)]), hosts
+        raw([gpu(pid) for pid in (1, 2, 3, 4, 5, 6)]), hosts
     )
     assert dict(attribution.host_processes) == {
-        ("", "Xorg"): 1,
-        ("", "gnome-shell"): 1,
-        ("", "python"): 1,
+        ("", "Xorg", "Xorg"): 1,
+        ("", "gnome-shell", ""): 1,
+        ("", "python", ""): 1,
+        ("", "Xorg", "python3"): 1,
     }
     device = DeviceSample(index=0, static=STATIC, up=True, attribution=attribution)
     reading = KubeletReading(pod_names={})
     _, state = KubernetesAttributor(re.compile(EXPECTED_HOST_PROCESSES))((device,), reading)
-    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 1)]
+    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 2)]
     _, state = KubernetesAttributor(re.compile(""))((device,), reading)  # none expected
-    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 3)]
+    assert [(u.gpu, u.pod, u.processes) for u in state.unallocated] == [(0, "", 4)]
 
 
 def test_a_pod_with_no_gpu_in_its_limits_using_one_is_named_as_the_reason(

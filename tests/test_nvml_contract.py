@@ -399,7 +399,8 @@ def test_field_values_are_fetched_in_one_call_per_reading(
     backend.device_reading(0, ALL_COLLECTORS)
     backend.device_reading(0, ALL_COLLECTORS)
     assert host.count("nvmlDeviceGetFieldValues", gpu=0) == 2
-    assert len(host.field_requests[0]) == 15  # with the power draw (average and instant)
+    # with the power draw (average and instant) and the 10 PCIe error counters
+    assert len(host.field_requests[0]) == 25
     absent = {pynvml.NVML_FI_DEV_POWER_AVERAGE, pynvml.NVML_FI_DEV_POWER_INSTANT}
     assert host.field_requests[1] == [f for f in host.field_requests[0] if f not in absent]
 

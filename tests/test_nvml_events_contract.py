@@ -330,7 +330,10 @@ def test_listener_counts_an_xid_for_the_right_gpu_and_stops_promptly(
         _wait_until(lambda: bool(listener.state()))
         assert listener.state() == {
             "GPU-h100-1": XidState(
-                counts={79: 1}, last_timestamp_seconds=1_700_000_000.0, last_xid=79
+                counts={79: 1},
+                last_timestamp_seconds=1_700_000_000.0,
+                last_xid=79,
+                last_timestamps={79: 1_700_000_000.0},
             )
         }
     finally:

@@ -31,7 +31,7 @@ import pynvml
 import pytest
 
 from gpu_exporter.model import THROTTLE_REASONS
-from gpu_exporter.sources.nvml import buffers, fields, gpm
+from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, nvml_h
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "gpu_exporter"
@@ -49,6 +49,9 @@ STRUCTURES: dict[str, Any] = {
     "nvmlProcessUtilizationSample_t": buffers.ProcessUtilization,
     "nvmlGpmMetric_t": gpm.Metric,
     "nvmlGpmMetricsGet_t": gpm.MetricsRequest,
+    "nvmlGpuFabricInfo_t": fabric.FabricInfo,
+    "nvmlGpuFabricInfo_v2_t": fabric.FabricInfoV2,
+    "nvmlGpuFabricInfo_v3_t": fabric.FabricInfoV3,
     # pynvml's, which the code reads fields of or builds its mirrors from
     "nvmlValue_t": pynvml.c_nvmlValue_t,
     "nvmlMemory_t": pynvml.c_nvmlMemory_t,
@@ -152,7 +155,7 @@ def _probe_source() -> str:
         for path, _offset, _size in _members(cls):
             lines.append(f'Q("offsetof {c_type}.{path}", offsetof({c_type}, {path}));')
             lines.append(f'Q("sizeof {c_type}.{path}", sizeof((({c_type} *)0)->{path}));')
-    for name in sorted(_used_constants()):
+    for name in sorted(_used_constants() | set(_own_constants())):
         lines.append(f'Q("{name}", {name});')
     for macro in CLOCKS_EVENT_MACROS.values():
         lines.append(f'Q("{macro}", {macro});')
@@ -206,6 +209,16 @@ def _used_constants() -> set[str]:
                 prefix = str(node.args[1].values[0].value)
                 names |= {n for n in vars(pynvml) if n.startswith(prefix)}
     return {n for n in names if type(getattr(pynvml, n, None)) is int}
+
+
+def _own_constants() -> dict[str, int]:
+    """The constants the package defines itself in `nvml_h`, under nvml.h's names (the
+    `R575_` ones are another branch's, and not in this header)."""
+    return {
+        name: value
+        for name, value in vars(nvml_h).items()
+        if _CONSTANT.match(name) and type(value) is int
+    }
 
 
 def _looked_up_functions() -> set[str]:
@@ -266,6 +279,22 @@ def test_every_constant_the_code_uses_has_the_headers_value(probe: dict[str, int
         if getattr(pynvml, name) != probe[name]
     }
     assert not wrong, f"(pynvml, nvml.h) differ: {wrong}"
+
+
+def test_every_constant_the_package_defines_itself_has_the_headers_value(
+    probe: dict[str, int],
+) -> None:
+    own = _own_constants()
+    assert {"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "nvmlGpuFabricInfo_v3"} <= set(own)
+    assert len(own) >= 40
+    wrong = {name: (value, probe[name]) for name, value in own.items() if value != probe[name]}
+    assert not wrong, f"(nvml_h, nvml.h) differ: {wrong}"
+
+
+def test_the_fabric_structures_carry_the_headers_version_words(probe: dict[str, int]) -> None:
+    """NVML_STRUCT_VERSION(GpuFabricInfo, N) is the structure's size with N in the top byte."""
+    for version, cls in ((2, fabric.FabricInfoV2), (3, fabric.FabricInfoV3)):
+        assert probe[f"nvmlGpuFabricInfo_v{version}"] == ctypes.sizeof(cls) | version << 24
 
 
 def test_every_clocks_event_reason_is_the_headers_bit(probe: dict[str, int]) -> None:

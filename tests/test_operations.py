@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.exporter import (
+    Exporter,
     command,
     free_port,
     http_get,
@@ -64,6 +66,74 @@ def test_reload_logs_name_flags_and_keep_restart_only_settings(tmp_path: Path) -
         time.sleep(0.5)
         text = exporter.get("/metrics").text
         assert "cmdline=" not in text
+    finally:
+        exporter.stop()
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of `pid` is stopped: a SIGSTOP lands a moment after it is sent."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:  # "PID (comm) STATE ...": the comm may hold spaces and parentheses
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                pass
+        if states and all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop")
+
+
+def _queued_gets(exporter: Exporter, path: str, count: int) -> list[bytes]:
+    """The status lines of `count` scrapes queued while the exporter is stopped (SIGSTOP):
+    every head is in before the accept loop takes the first connection."""
+    head = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    exporter.signal(signal.SIGSTOP)
+    try:
+        _wait_stopped(exporter.process.pid)
+        sockets = [socket.create_connection(("127.0.0.1", exporter.port)) for _ in range(count)]
+        for sock in sockets:
+            sock.sendall(head)
+    finally:
+        exporter.signal(signal.SIGCONT)
+    lines = []
+    for sock in sockets:
+        with sock:
+            sock.settimeout(10)
+            try:
+                lines.append(sock.makefile("rb").readline().rstrip())
+            except OSError as error:
+                lines.append(repr(error).encode())
+    return lines
+
+
+def test_a_telemetry_path_changed_by_sighup_is_answered_at_once_like_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """The paths the accept loop answers at once follow a reload: with one connection
+    allowed, 20 queued scrapes of the new path all get their metrics (a path left to a
+    thread holds the one connection, and the queue behind it got 503s or was closed),
+    and the old path is gone."""
+    ok = b"HTTP/1.1 200 OK"
+    config = tmp_path / "config.yml"
+    config.write_text("web.telemetry-path: /metrics\n")
+    exporter = start_exporter(
+        ["--simulate", "1", "--config.file", str(config), "--web.max-connections", "1"],
+        tmp_path,
+    )
+    try:
+        time.sleep(0.2)  # the start's own scrape has left its connection
+        assert _queued_gets(exporter, "/metrics", 20) == [ok] * 20
+        config.write_text("web.telemetry-path: /gpu-metrics\n")
+        exporter.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while exporter.get("/gpu-metrics").status != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert _queued_gets(exporter, "/gpu-metrics", 20) == [ok] * 20
+        assert exporter.get("/metrics").status == 404
     finally:
         exporter.stop()
 

@@ -161,6 +161,13 @@ REQUIRED_ALERTS = {
     "GPUAllocatedButIdle",
     "GPUUsedWithoutAllocation",
     "GPUKubernetesAttributionDown",
+    # what to do with each GPU (issue 36, item 7)
+    "GPUNeedsReboot",
+    "GPUNeedsInspection",
+    "GPUNeedsDrain",
+    "GPUNeedsReset",
+    "GPUFabricUnhealthy",
+    "GPUFabricNotRegistered",
 }
 
 

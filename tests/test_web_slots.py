@@ -37,8 +37,8 @@ class GatedRoutes(Routes):
     def is_probe(self, path: str) -> bool:
         return path == "/livez"
 
-    def at_once_paths(self) -> tuple[str, ...]:
-        return ("/livez",)
+    def at_once_lines(self) -> tuple[bytes, ...]:
+        return (b"GET /livez ",)
 
     def get(self, path: str, headers: Any, client: str = "") -> Response:
         if path == "/slow":

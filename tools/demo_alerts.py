@@ -5,7 +5,13 @@ the simulated near-OOM job), Debian's real Prometheus with the repository's rule
 Debian's real Alertmanager with the repository's example routing, whose receivers post to a
 tiny receiver here that prints each alert of each notification: receiver, alert name, GPU,
 summary and runbook link. Everything listens on 127.0.0.1 only (Alertmanager's cluster port
-is off) and Ctrl-C stops it all.
+is off).
+
+Ctrl-C stops it all, and so do Ctrl-\\, a closed terminal and SIGTERM: every program it
+started is stopped (killed if it takes longer than --stop-timeout), its folder is removed,
+and it exits 128 + the signal's number (130 for Ctrl-C). A program that fails to start or
+exits stops the demo the same way, with exit status 1 and the failure named, whatever
+signal arrives while it stops.
 
 The files it writes (a temporary folder, removed at the end) are the repository's with only
 what a demo must change: the targets, the receivers' URLs, and the settings named DEMO_ONLY_*
@@ -19,30 +25,31 @@ exporter never does.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 import yaml
+
+from tools.services import (
+    STOP_TIMEOUT_SECONDS,
+    Services,
+    StartFailed,
+    Stopped,
+    StopSignals,
+    signal_name,
+)
+from tools.webhook_receiver import LOOPBACK, say, start_receiver
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "prometheus" / "rules"
 RULE_FILES = ("gpu-recording.yml", "gpu-alerts.yml")  # GPUAllocatedButIdle needs the first
 ALERTMANAGER_EXAMPLE = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
-LOOPBACK = "127.0.0.1"
 
 GPUS = 4
 # GPU 2 of the simulated host is the near-OOM job: one Xid there fires GPUXidCritical at once
@@ -141,200 +148,152 @@ def write_files(workdir: Path, exporter: str, alertmanager: str, receiver_url: s
     (workdir / "alertmanager.yml").write_text(header + config)
 
 
-def describe(receiver: str, alert: dict[str, Any], elapsed: float) -> str:
-    """Two lines for one alert of a notification, `elapsed` seconds after the start: what
-    and where, then its runbook."""
-    labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
-    where = " ".join(f"{k}={labels[k]}" for k in ("gpu", "gpu_instance") if k in labels)
-    status = str(alert.get("status", "?")).upper()
-    summary = annotations.get("summary", "")
-    return (
-        f"[{elapsed:4.0f}s] {receiver}: {status} {labels.get('alertname', '?')} "
-        f"{where}: {summary}\n"
-        f"        runbook: {annotations.get('runbook_url', '(none)')}"
+@dataclass(frozen=True)
+class Programs:
+    """The Prometheus and Alertmanager executables, and the seconds each program the demo
+    starts may take to stop after SIGTERM before it is killed."""
+
+    prometheus: str
+    alertmanager: str
+    stop_timeout: float = STOP_TIMEOUT_SECONDS
+
+
+def start_all(
+    services: Services,
+    programs: Programs,
+    workdir: Path,
+    exporter: str,
+    alertmanager: str,
+    prometheus: str,
+) -> None:
+    """The exporter, then Alertmanager, then Prometheus, each once it is ready."""
+    services.start(
+        "gpu-exporter",
+        [
+            *(sys.executable, "-m", "gpu_exporter", "--simulate", str(GPUS)),
+            f"--simulate.scenario={workdir / 'scenario.yml'}",
+            f"--web.listen-address={exporter}",
+        ],
+        f"http://{exporter}/livez",
+        REPO,
+    )
+    services.start(
+        "alertmanager",
+        [
+            programs.alertmanager,
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'alertmanager-data'}",
+            f"--web.listen-address={alertmanager}",
+            "--cluster.listen-address=",  # no gossip port on 0.0.0.0:9094
+        ],
+        f"http://{alertmanager}/-/ready",
+        workdir,
+    )
+    services.start(
+        "prometheus",
+        [
+            programs.prometheus,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+            f"--web.listen-address={prometheus}",
+        ],
+        f"http://{prometheus}/-/ready",
+        workdir,
     )
 
 
-def start_receiver(out: TextIO, started: float) -> ThreadingHTTPServer:
-    """A webhook receiver on 127.0.0.1 that prints every alert posted to it, with the seconds
-    since `started` (time.monotonic())."""
-    lock = threading.Lock()
-
-    class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            receiver = self.path.strip("/")
-            with lock:
-                for alert in json.loads(body).get("alerts", []):
-                    elapsed = time.monotonic() - started
-                    print(describe(receiver, alert, elapsed), file=out, flush=True)
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
+def run(programs: Programs, out: TextIO = sys.stdout) -> int:
+    """Run the demo until a stop signal or until a program fails, then stop every program and
+    remove the folder of files (Prometheus's data included). Returns the exit status: 128 +
+    the signal's number after a stop signal; 1 after a failure, named on stderr with its log,
+    whatever signal arrives while stopping."""
+    started = time.monotonic()
+    exporter, alertmanager, prometheus = (f"{LOOPBACK}:{free_port()}" for _ in range(3))
+    failure: str | None = None
+    with (
+        StopSignals.noted() as signals,
+        tempfile.TemporaryDirectory(prefix="gpu-exporter-demo-alerts-") as tmp,
+    ):
+        workdir = Path(tmp)
+        services = Services(workdir, signals, programs.stop_timeout)
+        receiver = start_receiver(out, started)
+        try:
+            receiver_url = f"http://{LOOPBACK}:{receiver.server_address[1]}"
+            write_files(workdir, exporter, alertmanager, receiver_url)
+            start_all(services, programs, workdir, exporter, alertmanager, prometheus)
+            say(
+                out,
+                f"gpu-exporter --simulate {GPUS}, an Xid on GPU 2:  http://{exporter}/\n"
+                f"Prometheus (its alerts):  http://{prometheus}/alerts\n"
+                f"Alertmanager:             http://{alertmanager}/\n"
+                f"Waiting for notifications (DEMO ONLY timings: scrape and evaluation "
+                f"every {DEMO_ONLY_INTERVAL}, `for:` at most {DEMO_ONLY_MAX_FOR_SECONDS}s, "
+                f"group_wait {DEMO_ONLY_GROUP_WAIT}); Ctrl-C stops it all.",
+            )
+            failure = services.wait()
+        except StartFailed as error:
+            failure = str(error)
+        except Stopped:
             pass
+        finally:
+            if failure is not None:
+                say(sys.stderr, f"demo-alerts: {failure}")
+            for line in services.stop():
+                say(sys.stderr, f"demo-alerts: {line}")
+            receiver.shutdown()
+            receiver.server_close()
+    if failure is not None:
+        what = failure.partition("\n")[0].rstrip(":")
+        late = f"; {signal_name(signals.first)} while stopping" if signals.first is not None else ""
+        say(sys.stderr, f"demo-alerts: stopped after a failure: {what}{late}")
+        return 1
+    assert signals.first is not None  # Services.wait returns a failure or raises Stopped
+    say(sys.stderr, f"demo-alerts: stopped by {signal_name(signals.first)}")
+    return 128 + signals.first
 
-    server = ThreadingHTTPServer((LOOPBACK, 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+
+def _seconds_to_stop(text: str) -> float:
+    seconds = float(text)
+    if not 0 <= seconds <= 3600:  # NaN included
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds from 0 to 3600")
+    return seconds
 
 
-def find_binary(*names: str) -> str:
-    for name in names:
-        binary = shutil.which(name)
-        if binary is not None:
-            return binary
+def _program(parser: argparse.ArgumentParser, given: str | None, *names: str) -> str:
+    """`given` (a path on the command line) or the first of `names` on PATH."""
+    for name in (given,) if given is not None else names:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    if given is not None:
+        parser.error(f"{given} is not an executable file")
     raise SystemExit(f"demo-alerts: {names[0]} is not installed: run `make system-deps`")
 
 
-class Services:
-    """The programs the demo started, each with its log file; stopped in reverse order."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
-
-    def start(self, name: str, args: list[str], ready_url: str, cwd: Path) -> None:
-        log_path = self.workdir / f"{name}.log"
-        with open(log_path, "wb") as log:
-            # a session of its own: Ctrl-C reaches this program, which stops them in order
-            process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
-            )
-        self.running.append((name, process, log_path))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"demo-alerts: {name} exited:\n{self._tail(log_path)}")
-            try:
-                with urllib.request.urlopen(ready_url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise SystemExit(f"demo-alerts: {name} did not become ready:\n{self._tail(log_path)}")
-
-    def exited(self) -> str | None:
-        """The name and log of a program that stopped on its own, if one did."""
-        for name, process, log_path in self.running:
-            if process.poll() is not None:
-                return f"{name} exited {process.returncode}:\n{self._tail(log_path)}"
-        return None
-
-    def stop(self) -> None:
-        for _, process, _ in reversed(self.running):
-            if process.poll() is None:
-                process.terminate()
-        for _, process, _ in reversed(self.running):
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-    @staticmethod
-    def _tail(log_path: Path) -> str:
-        return log_path.read_text(errors="replace")[-2000:]
-
-
-class Stop(Exception):
-    """Ctrl-C or SIGTERM: stop the services and leave."""
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    for again in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop short
-        signal.signal(again, signal.SIG_IGN)
-    raise Stop
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[None]:
-    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    except Stop:
-        pass
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def run(out: TextIO = sys.stdout) -> int:
-    started = time.monotonic()
-    prometheus = find_binary("prometheus")
-    alertmanager = find_binary("prometheus-alertmanager", "alertmanager")
-    exporter_port, prometheus_port, alertmanager_port = free_port(), free_port(), free_port()
-    exporter = f"{LOOPBACK}:{exporter_port}"
-    with tempfile.TemporaryDirectory(prefix="gpu-exporter-demo-alerts-") as tmp:
-        workdir = Path(tmp)
-        services = Services(workdir)
-        receiver = start_receiver(out, started)
-        with stop_on_signals():
-            try:
-                receiver_url = f"http://{LOOPBACK}:{receiver.server_address[1]}"
-                write_files(workdir, exporter, f"{LOOPBACK}:{alertmanager_port}", receiver_url)
-                services.start(
-                    "gpu-exporter",
-                    [
-                        *(sys.executable, "-m", "gpu_exporter", "--simulate", str(GPUS)),
-                        f"--simulate.scenario={workdir / 'scenario.yml'}",
-                        f"--web.listen-address={exporter}",
-                    ],
-                    f"http://{exporter}/livez",
-                    REPO,
-                )
-                services.start(
-                    "alertmanager",
-                    [
-                        alertmanager,
-                        f"--config.file={workdir / 'alertmanager.yml'}",
-                        f"--storage.path={workdir / 'alertmanager-data'}",
-                        f"--web.listen-address={LOOPBACK}:{alertmanager_port}",
-                        "--cluster.listen-address=",  # no gossip port on 0.0.0.0:9094
-                    ],
-                    f"http://{LOOPBACK}:{alertmanager_port}/-/ready",
-                    workdir,
-                )
-                services.start(
-                    "prometheus",
-                    [
-                        prometheus,
-                        f"--config.file={workdir / 'prometheus.yml'}",
-                        f"--storage.tsdb.path={workdir / 'prometheus-data'}",
-                        f"--web.listen-address={LOOPBACK}:{prometheus_port}",
-                    ],
-                    f"http://{LOOPBACK}:{prometheus_port}/-/ready",
-                    workdir,
-                )
-                print(
-                    f"gpu-exporter --simulate {GPUS}, an Xid on GPU 2:  http://{exporter}/\n"
-                    f"Prometheus (its alerts):  http://{LOOPBACK}:{prometheus_port}/alerts\n"
-                    f"Alertmanager:             http://{LOOPBACK}:{alertmanager_port}/\n"
-                    f"Waiting for notifications (DEMO ONLY timings: scrape and evaluation "
-                    f"every {DEMO_ONLY_INTERVAL}, `for:` at most {DEMO_ONLY_MAX_FOR_SECONDS}s, "
-                    f"group_wait {DEMO_ONLY_GROUP_WAIT}); Ctrl-C stops it all.",
-                    file=out,
-                    flush=True,
-                )
-                while (failure := services.exited()) is None:
-                    time.sleep(0.5)
-                print(f"demo-alerts: {failure}", file=sys.stderr)
-                return 1
-            finally:
-                services.stop()
-                receiver.shutdown()
-                receiver.server_close()
-    print("demo-alerts: stopped", file=out, flush=True)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="make demo-alerts", description=__doc__.split("\n\n")[0] if __doc__ else None
-    ).parse_args(argv)
-    return run()
+    )
+    parser.add_argument("--prometheus", metavar="PATH", help="default: prometheus on PATH")
+    parser.add_argument(
+        "--alertmanager",
+        metavar="PATH",
+        help="default: prometheus-alertmanager (Debian's name) or alertmanager on PATH",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        metavar="SECONDS",
+        type=_seconds_to_stop,
+        default=STOP_TIMEOUT_SECONDS,
+        help="seconds each program gets to stop after SIGTERM before SIGKILL (%(default)s)",
+    )
+    args = parser.parse_args(argv)
+    programs = Programs(
+        _program(parser, args.prometheus, "prometheus"),
+        _program(parser, args.alertmanager, "prometheus-alertmanager", "alertmanager"),
+        args.stop_timeout,
+    )
+    return run(programs)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import re
 
 from gpu_exporter.model import CgroupLabels
 
+NAME_MAX = 255  # the kernel's limit on a cgroup's name: a longer component is no cgroup
 _HEX64 = r"[0-9a-f]{64}"
 # a container's own cgroup: "<runtime>-<id>[.scope]"; conmon (the runtime's monitor) is not
 _RUNTIME_SCOPE = re.compile(
@@ -34,7 +35,7 @@ _BARE_ID = re.compile(rf"^({_HEX64})$")
 _UUID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 # "pod<uid>" (cgroupfs) or "kubepods-<qos>-pod<uid>.slice" (systemd); static pods use 32 hex
 _POD = re.compile(rf"(?:^|-)pod({_UUID}|[0-9a-f]{{32}})(?:\.slice)?$")
-_SLURM_JOB = re.compile(r"^job_(\d+)$")
+_SLURM_JOB = re.compile(r"^job_([0-9]+)$")
 _UNIT = re.compile(r"^.+\.(?:service|scope)$")
 
 
@@ -55,7 +56,7 @@ def parse_path(path: str) -> CgroupLabels:
     """The labels one cgroup path carries."""
     container_id = pod_uid = unit = job = ""
     for component in path.split("/"):
-        if not component or component == "..":
+        if not component or component == ".." or len(component) > NAME_MAX:
             continue
         if _CONMON.match(component):
             continue

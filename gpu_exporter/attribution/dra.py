@@ -26,7 +26,6 @@ node, resolves to nothing, never to a guess; `unmatched_reason` explains it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -35,11 +34,14 @@ from gpu_exporter.model import DeviceSample, DraDevice
 DRIVER = "gpu.nvidia.com"
 SHOWN_NAMES = 3  # device names quoted in a reason
 
-_WHOLE = re.compile(r"gpu-(\d+)")
-_MIG_BY_SIZE = re.compile(r"gpu-(\d+)-mig-(\d+)-(\d+)-(\d+)")  # v25.3 to v25.8
-# v25.12 on; the profile name, made RFC 1123 (lower case, "+" as "-"), has a letter
-_MIG_BY_PROFILE = re.compile(r"gpu-(\d+)-mig-([a-z0-9-]*[a-z][a-z0-9-]*)-(\d+)-(\d+)")
-_PASSTHROUGH = re.compile(r"gpu-vfio-\d+")
+# A DRA device name is a DNS label (RFC 1123, Kubernetes' IsDNS1123Label): at most 63
+# characters. A longer one is no name of the driver's and is not read further, so no
+# name costs more than a split of 63 characters, whatever the kubelet sends.
+MAX_NAME = 63
+SHOWN_NAME = MAX_NAME  # characters of a name quoted in a reason
+_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() takes every Unicode digit
+_PROFILE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 Target = tuple[int, str, str]  # (index, GPU UUID, MIG GPU instance or "")
 
@@ -54,21 +56,58 @@ class DraName:
     size: int | None = None  # its memory slices; only names of driver v25.3 to v25.8 say
 
 
+def _number(text: str) -> int | None:
+    """A number as the driver writes one (`%d`): ASCII digits, no sign, no leading zero."""
+    if not text or not _DIGITS.issuperset(text) or (text[0] == "0" and len(text) > 1):
+        return None
+    return int(text)  # at most 63 digits: far below int()'s limit
+
+
+def _numbers(texts: list[str]) -> list[int] | None:
+    numbers = [_number(t) for t in texts]
+    return None if None in numbers else [n for n in numbers if n is not None]
+
+
 def parse(name: str) -> DraName | None:
-    """The device a `gpu.nvidia.com` name describes; None when it is no name of the form."""
-    if match := _WHOLE.fullmatch(name):
-        return DraName(int(match[1]))
-    if match := _MIG_BY_SIZE.fullmatch(name):
-        return DraName(int(match[1]), int(match[2]), int(match[3]), int(match[4]))
-    if match := _MIG_BY_PROFILE.fullmatch(name):
-        return DraName(int(match[1]), int(match[3]), int(match[4]))
-    return None
+    """The device a `gpu.nvidia.com` name describes; None when it is no name of the form.
+
+    Read without regular expressions: one split of at most 63 characters, so a hostile
+    name costs no more than a valid one.
+    """
+    if len(name) > MAX_NAME:
+        return None
+    parts = name.split("-")
+    if len(parts) < 2 or parts[0] != "gpu" or (minor := _number(parts[1])) is None:
+        return None
+    if len(parts) == 2:
+        return DraName(minor)
+    if len(parts) < 6 or parts[2] != "mig":
+        return None
+    if len(parts) == 6 and (by_size := _numbers(parts[3:])) is not None:  # v25.3 to v25.8
+        profile_id, start, size = by_size
+        return DraName(minor, profile_id, start, size)
+    # v25.12 on; the profile name, made RFC 1123 (lower case, "+" as "-"), has a letter
+    profile = "-".join(parts[3:-2])
+    placement = _numbers(parts[-2:])
+    if placement is None or not _PROFILE.issuperset(profile) or _LETTERS.isdisjoint(profile):
+        return None
+    return DraName(minor, placement[0], placement[1])
 
 
 def is_host_gpu(device: DraDevice) -> bool:
     """Whether a claim's device is one for this module: a GPU or MIG device of NVIDIA's
     GPU driver that the host's NVML reads (not a passthrough GPU, not another driver's)."""
-    return device.driver == DRIVER and not _PASSTHROUGH.fullmatch(device.device)
+    return device.driver == DRIVER and not _is_passthrough(device.device)
+
+
+def _is_passthrough(name: str) -> bool:
+    """`gpu-vfio-<n>`: a GPU passed through to a virtual machine."""
+    prefix = "gpu-vfio-"
+    return (
+        len(name) <= MAX_NAME
+        and name.startswith(prefix)
+        and _number(name[len(prefix) :]) is not None
+    )
 
 
 class DraGpus:
@@ -101,11 +140,17 @@ class DraGpus:
         return None
 
 
+def _quoted(name: str) -> str:
+    """A name as a reason quotes it: cut to a DNS label's length, control characters escaped."""
+    cut = ascii(name[:SHOWN_NAME])[1:-1]  # escapes control characters and non-ASCII
+    return cut + ("..." if len(name) > SHOWN_NAME else "")
+
+
 def unmatched_reason(names: Collection[str], devices: Collection[DeviceSample]) -> str | None:
     """Why `names` (of `gpu.nvidia.com` devices) name no GPU of this node, or None."""
     if not names:
         return None
-    shown = sorted(names)[:SHOWN_NAMES]
+    shown = [_quoted(n) for n in sorted(names)[:SHOWN_NAMES]]
     listed = ", ".join(shown) + (", ..." if len(names) > SHOWN_NAMES else "")
     statics = [d.static for d in devices if d.static is not None]
     minors = sorted(st.minor_number for st in statics if st.minor_number is not None)

@@ -9,7 +9,12 @@ does not load psutil (about 1 MiB resident) for three small files:
 - the user is the name of the real UID (`Uid:` in `/proc/PID/status`), or the number
   when no account has it;
 - the command line is `/proc/PID/cmdline`, its NUL-separated words joined by spaces
-  (a program that rewrote its title with spaces instead of NULs is split on spaces).
+  (a program that rewrote its title with spaces instead of NULs is split on spaces);
+- the executable's file name (the base name of the `/proc/PID/exe` link), read only for
+  a process in no container and no pod: a process renames itself at will (`comm`,
+  `prctl(PR_SET_NAME)`, `exec -a`), its executable only by being another file. Reading
+  the link takes the exporter's uid or CAP_SYS_PTRACE; where it is not permitted the
+  executable stays unknown ("").
 
 A file that cannot be read for permission leaves that part empty; a file that is gone
 means the process exited, and the identity is marked incomplete so it is not cached.
@@ -36,6 +41,11 @@ FileReader = Callable[[str], bytes]
 UserName = Callable[[int], str]
 """The account name of a UID (a seam for tests)."""
 
+LinkReader = Callable[[str], str]
+"""Reads a symbolic link's target; raises OSError as `os.readlink` does (a seam for tests)."""
+
+DELETED = " (deleted)"  # what the kernel adds to /proc/PID/exe of a replaced executable
+
 T = TypeVar("T")
 
 
@@ -47,6 +57,7 @@ class Identity:
     user: str  # account name of the real UID, its number without an account, "" unread
     cmdline: str | None  # None when not asked for, unreadable or empty (kernel threads)
     labels: CgroupLabels
+    executable: str = ""  # base name of /proc/PID/exe; "" unread, not permitted, or in a container
 
 
 def read_file(path: str) -> bytes:
@@ -78,6 +89,7 @@ def identify(
     cmdline: bool,
     read: FileReader = read_file,
     name_of: UserName = user_name,
+    readlink: LinkReader = os.readlink,
 ) -> tuple[Identity, bool]:
     """The identity of `pid`, whose stat line named it `comm`, and whether it is complete
     enough to cache (not when the process exited half-way)."""
@@ -107,7 +119,18 @@ def identify(
         labels = _read_part(read, f"{base}/cgroup", _cgroup) or CgroupLabels()
     except _Gone:
         complete = False
-    return Identity(name, user, line, labels), complete
+    executable = ""
+    if not (labels.container_id or labels.pod_uid):
+        try:
+            executable = _executable(readlink(f"{base}/exe"))
+        except OSError:  # not permitted, a kernel thread (ENOENT) or gone: unknown
+            pass
+    return Identity(name, user, line, labels, executable), complete
+
+
+def _executable(target: str) -> str:
+    """The file name of an executable from its /proc/PID/exe link's target."""
+    return os.path.basename(target.removesuffix(DELETED))
 
 
 def _read_part(read: FileReader, path: str, parse: Callable[[bytes], T]) -> T | None:

@@ -46,8 +46,10 @@ NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
 REPLICA_SEPARATORS = ("::", "/vgpu")  # time-slicing and MPS replicas: "GPU-<uuid>::<n>",
 # and GKE's shared GPUs: "nvidia0/vgpu3"
 SHOWN_IDS = 3  # device IDs quoted in a reason
-# Host processes expected on a GPU node, by process name (all of it): display servers and
-# compositors hold a graphics context on a workstation's GPU. --kubernetes.expected-host-processes
+MAX_MATCHED = 255  # characters of a name the expected-host-processes pattern is given
+# Host processes expected on a GPU node, by process name and executable file name (all of
+# each, `is_expected`): display servers and compositors hold a graphics context on a
+# workstation's GPU. --kubernetes.expected-host-processes
 EXPECTED_HOST_PROCESSES = "Xorg|Xwayland|gnome-shell|kwin_x11|kwin_wayland|sway|weston"
 
 Devices = tuple[DeviceSample, ...]
@@ -237,6 +239,18 @@ def _outside_pods_reason(unallocated: tuple[UnallocatedUse, ...]) -> str | None:
     return None
 
 
+def is_expected(expected: re.Pattern[str] | None, process: str, executable: str) -> bool:
+    """Whether a host process is one `expected` names: the whole of its name and, where
+    the exporter may read /proc/PID/exe, the whole of its executable's file name. A
+    process can take any name (`prctl`, `exec -a`, a write to /proc/PID/comm); taking an
+    executable's name needs a file of that name. Both are cut to MAX_MATCHED characters
+    (a name is at most 15, a file name 255) before the operator's pattern sees them."""
+    if expected is None:
+        return False
+    names = (process, executable) if executable else (process,)
+    return all(expected.fullmatch(name[:MAX_MATCHED]) is not None for name in names)
+
+
 def _unallocated(
     devices: Devices,
     reading: KubeletReading,
@@ -271,8 +285,8 @@ def _unallocated(
                 continue
             key = (d.index, d.uuid, gpu_instance, name.namespace, name.pod, name.container)
             counts[key] = counts.get(key, 0) + n
-        for (gpu_instance, process), n in d.attribution.host_processes.items():
-            if expected is None or not expected.fullmatch(process):
+        for (gpu_instance, process, executable), n in d.attribution.host_processes.items():
+            if not is_expected(expected, process, executable):
                 key = (d.index, d.uuid, gpu_instance, "", "", "")
                 counts[key] = counts.get(key, 0) + n
     return tuple(UnallocatedUse(*key, processes=n) for key, n in sorted(counts.items()))

@@ -170,6 +170,7 @@ class ProcessAttributor:
                 user=identity.user,
                 cmdline=identity.cmdline,
                 labels=identity.labels,
+                executable=identity.executable,
                 cpu_seconds=table.tree_cpu_ticks(pid, descendants) / ticks,
                 workers=len(descendants),
                 resident_memory_bytes=stat.rss_pages * self._pages(),
@@ -295,6 +296,7 @@ def _sample(
         systemd_unit=host.labels.systemd_unit,
         slurm_job_id=host.labels.slurm_job_id,
         cmdline=host.cmdline,
+        executable=host.executable,
         memory_used_bytes=memory,
         sm_ratio=sm,
         memory_controller_ratio=mc,
@@ -315,12 +317,12 @@ def _containers(samples: Sequence[ProcessSample]) -> dict[tuple[str, str, str], 
     )
 
 
-def _host_processes(samples: Sequence[ProcessSample]) -> dict[tuple[str, str], int]:
-    """Processes per (gpu_instance, process name) of those in no container and no pod,
+def _host_processes(samples: Sequence[ProcessSample]) -> dict[tuple[str, str, str], int]:
+    """Processes per (gpu_instance, process name, executable) of those in no container and no pod,
     the ones beyond the cap included; a process the host's /proc does not show (no name)
     is not known to be the host's, and is left out."""
     return _distinct_pids(
-        ((s.gpu_instance, s.process), s.pid)
+        ((s.gpu_instance, s.process, s.executable), s.pid)
         for s in samples
         if s.process and not (s.container_id or s.pod_uid)
     )

@@ -35,8 +35,11 @@ from gpu_exporter.metrics.specs import (
     reading,
 )
 from gpu_exporter.model import (
+    CLOCK_EVENT_REASONS,
     CLOCK_NAMES,
+    FABRIC_CONDITIONS,
     NVLINK_ERRORS,
+    PCIE_ERRORS,
     STAGES,
     TLIMIT_THRESHOLDS,
     ActivityTotals,
@@ -44,7 +47,9 @@ from gpu_exporter.model import (
     DeviceReading,
     DeviceSample,
     EccReading,
+    FabricReading,
     HostSample,
+    KernelLogState,
     MemoryReading,
     MigInstanceReading,
     ModesReading,
@@ -55,7 +60,9 @@ from gpu_exporter.model import (
     Snapshot,
     TemperatureReading,
     UtilizationReading,
+    recovery_action_name,
 )
+from gpu_exporter.sampling import actions
 
 COLLECTORS: tuple[Collector, ...] = (
     Collector("utilization", True, "GPU, memory-controller, encoder and decoder utilization"),
@@ -86,7 +93,18 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("mig", True, "MIG devices and GPU instances: memory and GPM activity"),
     Collector("process", True, "per-process GPU memory, utilization and CPU"),
     Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
-    Collector("xid", True, "Xid error events from NVML's event API"),
+    Collector(
+        "xid",
+        True,
+        "Xid errors since boot from the kernel log (--collector.xid.kernel-log), else from "
+        "NVML's event API",
+    ),
+    Collector(
+        "health",
+        True,
+        "the driver's recovery action, and the NVLink fabric's registration and health "
+        "(re-read every minute)",
+    ),
     Collector(
         "kubernetes",
         False,
@@ -171,6 +189,44 @@ def _xid_counts(snapshot: Snapshot, d: DeviceSample) -> Rows:
 def _xid_last(snapshot: Snapshot, d: DeviceSample) -> Rows:
     state = snapshot.xid.get(d.uuid)
     return one(state.last_timestamp_seconds) if state is not None else ()
+
+
+def _xid_times(snapshot: Snapshot, d: DeviceSample) -> Rows:
+    state = snapshot.xid.get(d.uuid)
+    if state is None:
+        return ()
+    return [((str(code),), when) for code, when in sorted(state.last_timestamps.items())]
+
+
+def _xid_unattributed(snapshot: Snapshot) -> Rows:
+    return [
+        ((bus_id, str(code)), count)
+        for bus_id, state in sorted(snapshot.xid_unattributed.items())
+        for code, count in sorted(state.counts.items())
+    ]
+
+
+def _sxids(snapshot: Snapshot) -> Rows:
+    kernel_log = snapshot.kernel_log
+    if kernel_log is None:
+        return ()
+    return [
+        ((str(nvswitch), str(code)), count)
+        for nvswitch, codes in sorted(kernel_log.sxids.items())
+        for code, count in sorted(codes.items())
+    ]
+
+
+def _kernel_log(
+    name: str, type_: MetricType, help_: str, value: Callable[[KernelLogState], float]
+) -> ExporterMetric:
+    """A metric of the kernel-log reader: absent while none is read."""
+
+    def extract(snapshot: Snapshot) -> Rows:
+        kernel_log = snapshot.kernel_log
+        return one(value(kernel_log)) if kernel_log is not None else ()
+
+    return ExporterMetric(name=name, type=type_, help=help_, collector="xid", extract=extract)
 
 
 def _thresholds(_snapshot: Snapshot, d: DeviceSample) -> Rows:
@@ -280,6 +336,54 @@ def _nvlink_errors_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     ]
 
 
+def _fabric(d: DeviceSample) -> FabricReading | None:
+    health = d.reading.health if d.reading is not None else None
+    return health.fabric if health is not None else None
+
+
+def _recovery_action(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    health = d.reading.health if d.reading is not None else None
+    if health is None or health.recovery_action is None:
+        return ()
+    return (((recovery_action_name(health.recovery_action),), 1),)
+
+
+def _recommended_action(snapshot: Snapshot, d: DeviceSample) -> Rows:
+    found = actions.recommend(snapshot, d)
+    return (((found.action, found.reason), 1),) if found is not None else ()
+
+
+def _fabric_state(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    return (((fabric.state, fabric.status or ""), 1),) if fabric is not None else ()
+
+
+def _fabric_info(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    if fabric is None or not fabric.registered:
+        return ()
+    return (((str(fabric.clique_id), fabric.cluster_uuid or ""), 1),)
+
+
+def _fabric_healthy(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    if fabric is None or fabric.summary is None:
+        return ()
+    return (((fabric.summary,), fabric.healthy),)
+
+
+def _fabric_conditions(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    fabric = _fabric(d)
+    if fabric is None:
+        return ()
+    fault = fabric.configuration_fault or ""
+    return [
+        ((condition, fault if condition == "incorrect_configuration" else ""), holds)
+        for condition in FABRIC_CONDITIONS
+        if (holds := fabric.conditions.get(condition)) is not None
+    ]
+
+
 def _attribution_count(d: DeviceSample) -> Number | None:
     return d.attribution.process_count if d.attribution is not None else None
 
@@ -336,6 +440,14 @@ def _throttle(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
 
 def _clock_values(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
     return [(clock, c.hertz.get(clock)) for clock in CLOCK_NAMES]
+
+
+def _clock_events(c: ClocksReading) -> Iterable[tuple[str, Number | None]]:
+    return [(reason, c.event_seconds.get(reason)) for reason in CLOCK_EVENT_REASONS]
+
+
+def _pcie_errors(p: PcieReading) -> Iterable[tuple[str, Number | None]]:
+    return [(error, p.errors.get(error)) for error in PCIE_ERRORS]
 
 
 # Spec constructors in the catalogue's own shorthand -----------------------------------
@@ -657,6 +769,18 @@ METRICS: tuple[MetricSpec, ...] = (
         labelled(_clocks, _throttle),
         "reason",
     ),
+    _d(
+        "gpu_clock_event_seconds_total",
+        "counter",
+        "Seconds the clocks-event (throttle) reason held the clocks down since driver load "
+        "or the last GPU reset, from the driver's own counters (R575 and later; nvidia-smi's "
+        "Clocks Event Reasons Counters): a throttle shorter than the interval, which "
+        "gpu_throttle_active may miss, is counted. A reason the driver does not count is "
+        "absent.",
+        "clocks",
+        labelled(_clocks, _clock_events),
+        "reason",
+    ),
     # PCIe.
     _d(
         "gpu_pcie_link_generation",
@@ -692,6 +816,16 @@ METRICS: tuple[MetricSpec, ...] = (
         "PCIe replay errors since driver load or the last GPU reset.",
         "pcie",
         reading(_pcie, lambda p: p.replay_errors),
+    ),
+    _d(
+        "gpu_pcie_errors_total",
+        "counter",
+        "PCIe link errors the GPU counted since driver load or the last GPU reset, by type: "
+        "correctable, nak_received, nak_sent, receiver_error, bad_tlp, bad_dllp, non_fatal, "
+        "fatal, unsupported_request and lcrc. A type the driver does not count is absent.",
+        "pcie",
+        labelled(_pcie, _pcie_errors),
+        "error_type",
     ),
     _d(
         "gpu_pcie_throughput_bytes_per_second",
@@ -807,6 +941,79 @@ METRICS: tuple[MetricSpec, ...] = (
         "ecc",
         reading(_ecc, lambda e: e.remapped_rows_failed),
     ),
+    # The driver's verdicts, and the one recommendation drawn from every signal.
+    _d(
+        "gpu_recommended_action",
+        "gauge",
+        "1 for the one thing to do with the GPU now: none, restart_workload, reset_gpu, "
+        "drain, reboot_node or inspect_hardware; reason names the signal that decided it "
+        "(the driver's recovery action, an Xid of the last hour with NVIDIA's Xid catalog "
+        "action, the row remapper, page retirement, uncorrectable ECC, the NVLink fabric, "
+        "a lost GPU). The strongest action wins; docs/actions.md lists every rule and its "
+        "source. Absent where none of these signals could be read.",
+        "health",
+        _recommended_action,
+        "action",
+        "reason",
+        when_down=True,
+    ),
+    _d(
+        "gpu_recovery_action",
+        "gauge",
+        "1 for the action the driver says the GPU needs now (nvml.h's "
+        "nvmlDeviceGpuRecoveryAction_t): none, gpu_reset, node_reboot, drain_p2p, "
+        "drain_and_reset, recover_imex_domain, bus_reset or system_reboot, or the code "
+        "itself for one nvml.h does not name. Absent where the driver does not say "
+        "(before R570, or not supported).",
+        "health",
+        _recovery_action,
+        "action",
+    ),
+    _d(
+        "gpu_fabric_state",
+        "gauge",
+        "1 for the state of the GPU's registration in the NVLink fabric (NVSwitch systems): "
+        "not_started, in_progress or completed; status is the completed probe's result, "
+        "success or the NVML error it ended with (then the GPU is not in the fabric), "
+        "empty before completion. Absent where the GPU has no fabric. Re-read every minute.",
+        "health",
+        _fabric_state,
+        "state",
+        "status",
+    ),
+    _d(
+        "gpu_fabric_info",
+        "gauge",
+        "The NVLink fabric clique and cluster the GPU registered in; 1, once its probe "
+        "completed with success. Re-read every minute.",
+        "health",
+        _fabric_info,
+        "clique_id",
+        "cluster_uuid",
+    ),
+    _d(
+        "gpu_fabric_healthy",
+        "gauge",
+        "1 while the driver's NVLink fabric health summary is healthy, 0 while it is "
+        "unhealthy or limited_capacity (summary says which). Absent where the driver gives "
+        "no summary (before R580). Re-read every minute.",
+        "health",
+        _fabric_healthy,
+        "summary",
+    ),
+    _d(
+        "gpu_fabric_health_condition",
+        "gauge",
+        "1 while the NVLink fabric health condition holds, 0 while it does not: "
+        "degraded_bandwidth, route_recovery (in progress), route_unhealthy, "
+        "access_timeout_recovery (in progress) and incorrect_configuration, whose fault "
+        "names the misconfiguration (insufficient_nvlinks, no_partition, ...). A condition "
+        "the driver does not report is absent. Re-read every minute.",
+        "health",
+        _fabric_conditions,
+        "condition",
+        "fault",
+    ),
     # Modes.
     _d(
         "gpu_persistence_mode",
@@ -900,11 +1107,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_instance",
         "pipe",
     ),
-    # Xid events.
+    # Xid errors.
     DeviceMetric(
         name="gpu_xid_errors_total",
         type="counter",
-        help="Xid errors reported by NVML's event API since the exporter started.",
+        help="Xid errors since boot, read from the kernel log (--collector.xid.kernel-log); "
+        "where it cannot be read (gpu_exporter_xid_kernel_log_up 0), those NVML's event "
+        "API reported since the exporter started. Each Xid is counted once.",
         labels=("xid",),
         collector="xid",
         extract=_xid_counts,
@@ -913,10 +1122,42 @@ METRICS: tuple[MetricSpec, ...] = (
     DeviceMetric(
         name="gpu_last_xid_timestamp_seconds",
         type="gauge",
-        help="Unix time of the last Xid error on this GPU.",
+        help="Unix time of the last Xid error on this GPU (from the kernel log: the time it "
+        "was logged, within the kernel clock's drift for those logged before the exporter "
+        "started).",
         collector="xid",
         extract=_xid_last,
         when_down=True,
+    ),
+    DeviceMetric(
+        name="gpu_xid_error_timestamp_seconds",
+        type="gauge",
+        help="Unix time of the last Xid error of this code on this GPU, as "
+        "gpu_last_xid_timestamp_seconds: alert on time() minus this, which an exporter "
+        "restart that counts old Xids again does not change.",
+        labels=("xid",),
+        collector="xid",
+        extract=_xid_times,
+        when_down=True,
+    ),
+    ExporterMetric(
+        name="gpu_xid_errors_unknown_gpu_total",
+        type="counter",
+        help="Xid errors since boot in the kernel log for a PCI bus id that no GPU NVML "
+        "reports has (a GPU lost before the exporter enumerated it, or NVML down), by that "
+        "bus id in NVML's form (gpu_info's pci_bus_id).",
+        labels=("pci_bus_id", "xid"),
+        collector="xid",
+        extract=_xid_unattributed,
+    ),
+    ExporterMetric(
+        name="gpu_nvswitch_sxid_errors_total",
+        type="counter",
+        help="NVSwitch SXid errors since boot in the kernel log, by switch (N of "
+        "nvidia-nvswitchN) and SXid code.",
+        labels=("nvswitch", "sxid"),
+        collector="xid",
+        extract=_sxids,
     ),
     # Processes.
     _d(
@@ -1106,14 +1347,38 @@ METRICS: tuple[MetricSpec, ...] = (
         collector="kubernetes",
         extract=lambda s: one(s.kubernetes.up if s.kubernetes is not None else None),
     ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_up",
+        "gauge",
+        "1 while the kernel log (--collector.xid.kernel-log) is read, so Xids count since "
+        "boot; 0 when it could not be read (permission denied: CAP_SYSLOG where "
+        "kernel.dmesg_restrict is 1; absent; the cause is in the log): Xids are then "
+        "counted from NVML's events alone, since the exporter started. Absent when no "
+        "kernel log is configured.",
+        lambda k: k.up,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_lost_records_total",
+        "counter",
+        "Kernel-log records overwritten before they were read (the ring wrapped, before "
+        "the exporter started or while it read): Xids among them are not counted.",
+        lambda k: k.lost_records,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_malformed_records_total",
+        "counter",
+        "Kernel-log records that could not be read: a header not in /dev/kmsg's format, "
+        "or an Xid or SXid line without its PCI address or code.",
+        lambda k: k.malformed_records,
+    ),
     _x(
         "gpu_exporter_stage_duration_seconds",
         "gauge",
         "Seconds each stage of the last sample took: devices (NVML reads), processes "
-        "(attribution), host, xid (reading the listener's counts) and render (publishing the "
-        "previous sample: its exposition is written then only when a scrape is expected "
-        "before the next sample, else by the first scrape). Stages of collectors that are "
-        "off are absent.",
+        "(attribution), host, xid (merging the kernel log's and the listener's counts) and "
+        "render (publishing the previous sample: its exposition is written then only when "
+        "a scrape is expected before the next sample, else by the first scrape). Stages of "
+        "collectors that are off are absent.",
         _stages_duration,
         "stage",
     ),
@@ -1121,8 +1386,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_exporter_stage_success",
         "gauge",
         "1 when the stage of the last sample succeeded, else 0: devices 0 while NVML or any "
-        "GPU is down, host 0 when host readings failed, xid 0 while no NVML event set is "
-        "listened to (NVML down, or events unsupported).",
+        "GPU is down, host 0 when host readings failed, xid 0 while neither the kernel log is "
+        "read nor an NVML event set listened to (NVML down, or events unsupported).",
         _stages_success,
         "stage",
     ),

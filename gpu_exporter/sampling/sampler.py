@@ -12,7 +12,8 @@ One sample runs these stages, each timed and reported in the Snapshot's `stages`
 - `processes`: process attribution (collector `process`); the process trees' /proc
   counters only when `counters_due` says the sample will be seen (`counter_reads`);
 - `host`: host CPU and memory (collector `host`), read likewise;
-- `xid`: the Xid listener's counts (collector `xid`); success while it listens;
+- `xid`: the kernel-log reader's and the Xid listener's counts, one per GPU
+  (`xid_merge`; collector `xid`); success while either reads;
 - (collector `kubernetes`, after `processes`, not timed as a stage of its own) the last
   kubelet reading, refreshed on its own thread, names the processes and gives each GPU's
   allocation;
@@ -27,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
@@ -39,6 +40,7 @@ from gpu_exporter.model import (
     DeviceStatic,
     DriverInfo,
     HostSample,
+    KernelLogState,
     KubernetesState,
     Snapshot,
     StageResult,
@@ -48,7 +50,9 @@ from gpu_exporter.model import (
 from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
+from gpu_exporter.sampling.xid_merge import merge_xids
 from gpu_exporter.sources.backend import (
+    LOST,
     SLOW_REFRESH_SECONDS,
     Backend,
     DeviceLost,
@@ -99,6 +103,13 @@ class XidView(Protocol):
         """Counts per GPU UUID."""
 
 
+class KernelLogView(Protocol):
+    """What the sampler reads of the kernel-log reader (`sources/kernel_log.py`)."""
+
+    def state(self) -> KernelLogState:
+        """Counts per PCI bus id, and whether it is read."""
+
+
 @dataclass
 class _DeviceSlot:
     """What the sampler keeps for one NVML index between samples."""
@@ -135,6 +146,7 @@ class Sampler:
         attribute_processes: AttributeProcesses | None = None,
         read_host: ReadHost | None = None,
         xid: XidView | None = None,
+        kernel_log: KernelLogView | None = None,
         attribute_kubernetes: AttributeKubernetes | None = None,
         counters_due: CountersDue | None = None,
         retries: bool = True,
@@ -149,6 +161,7 @@ class Sampler:
         self._attribute_processes = attribute_processes
         self._read_host = read_host
         self._xid = xid
+        self._kernel_log = kernel_log
         self._attribute_kubernetes = attribute_kubernetes
         self._counters_due = counters_due  # None: every sample reads them
         self._host: tuple[HostSample | None, StageResult] | None = None  # the last host read
@@ -261,12 +274,12 @@ class Sampler:
         devices_ok = False
         if self._ensure_nvml():
             try:
-                raws, down = self._read_devices(collectors)
+                raws, down, lost = self._read_devices(collectors)
                 devices_ok = not down
             except NvmlUnavailable as error:
                 self._nvml_lost(error)
-                raws, down = {}, {}
-            devices = self._assemble(raws, down, collectors)
+                raws, down, lost = {}, {}, set()
+            devices = self._assemble(raws, down, collectors, lost)
         stages["devices"] = StageResult(self._monotonic() - t0, devices_ok)
 
         attribution: Mapping[int, Attribution] = {}
@@ -305,10 +318,17 @@ class Sampler:
             self._host = None
 
         xid: Mapping[str, XidState] = {}
-        if "xid" in collectors and self._xid is not None:
+        xid_unattributed: Mapping[str, XidState] = {}
+        kernel_log: KernelLogState | None = None
+        if "xid" in collectors and (self._xid is not None or self._kernel_log is not None):
             t0 = self._monotonic()
-            xid = self._xid.state()
-            stages["xid"] = StageResult(self._monotonic() - t0, self._xid.listening)
+            events = self._xid.state() if self._xid is not None else {}
+            kernel_log = self._kernel_log.state() if self._kernel_log is not None else None
+            xid, xid_unattributed = merge_xids(events, kernel_log, devices)
+            reading = (self._xid is not None and self._xid.listening) or (
+                kernel_log is not None and kernel_log.up
+            )
+            stages["xid"] = StageResult(self._monotonic() - t0, reading)
 
         if self._render is not None:
             stages["render"] = self._render
@@ -326,6 +346,8 @@ class Sampler:
             devices=devices,
             host=host,
             xid=xid,
+            xid_unattributed=xid_unattributed,
+            kernel_log=kernel_log,
             nvml_errors=self.backend.errors.snapshot(),
             nvml_init_errors=dict(self._init_errors),
             collectors=collectors,
@@ -415,7 +437,7 @@ class Sampler:
 
     def _read_devices(
         self, collectors: frozenset[str]
-    ) -> tuple[dict[int, DeviceRaw], dict[int, str]]:
+    ) -> tuple[dict[int, DeviceRaw], dict[int, str], set[int]]:
         """Every device read by the readers under one deadline: (raws, down reasons)."""
         count = self.backend.device_count()
         now = time.monotonic()  # deadlines are real time, whatever clock the tests inject
@@ -423,6 +445,7 @@ class Sampler:
         reads: dict[int, Callable[[], DeviceRaw]] = {}
         raws: dict[int, DeviceRaw] = {}
         down: dict[int, str] = {}
+        lost: set[int] = set()  # of `down`, those NVML says are lost
         for index in range(count):
             slot = self._slot(index)
             stuck = self._readers.stuck_since(index)
@@ -442,12 +465,14 @@ class Sampler:
                 raise job.error
             elif isinstance(job.error, DeviceLost):
                 down[index] = job.error.reason
+                if job.error.error == LOST:
+                    lost.add(index)
             elif job.error is not None:
                 log.error("reading GPU %d failed", index, exc_info=job.error)
                 down[index] = f"read failed: {job.error!r}"
             elif job.result is not None:
                 raws[index] = job.result
-        return raws, down
+        return raws, down, lost
 
     def _reader(
         self, index: int, slot: _DeviceSlot, collectors: frozenset[str]
@@ -482,6 +507,7 @@ class Sampler:
         raws: Mapping[int, DeviceRaw],
         down: Mapping[int, str],
         collectors: frozenset[str],
+        lost: Collection[int] = (),
     ) -> tuple[DeviceSample, ...]:
         now = self._monotonic()
         out: list[DeviceSample] = []
@@ -492,7 +518,11 @@ class Sampler:
                 if slot.down_reason is None:
                     log.error("GPU down", extra={"gpu": index, "reason": reason})
                 slot.down_reason = reason
-                out.append(DeviceSample(index, slot.static, up=False, down_reason=reason))
+                out.append(
+                    DeviceSample(
+                        index, slot.static, up=False, down_reason=reason, lost=index in lost
+                    )
+                )
                 continue
             raw = raws[index]
             if slot.down_reason is not None:

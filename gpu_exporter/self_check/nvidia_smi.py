@@ -212,10 +212,15 @@ def parse_xml(text: str, paths: Sequence[str]) -> tuple[ByUuid, dict[str, int]]:
     return values, order
 
 
+_NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?")
+MAX_NUMBER_CHARS = 64  # of a number nvidia-smi prints: a longer one is text
+
+
 def _without_unit(text: str) -> str:
     """'90 C' -> '90', '1980 MHz' -> '1980'; other text unchanged."""
     number, _, unit = text.strip().partition(" ")
-    return number if unit and re.fullmatch(r"[-+]?\d+(\.\d+)?", number) else text.strip()
+    numeric = len(number) <= MAX_NUMBER_CHARS and _NUMBER.fullmatch(number)
+    return number if unit and numeric else text.strip()
 
 
 def value_text(cell: str) -> str | None:

@@ -442,9 +442,6 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.connections = Connections(max_connections)
         self.web = LiveWebConfig(web_config)
         self.connection_threads = ConnectionThreads("http-connection")
-        self._at_once_lines = tuple(
-            f"GET {path} ".encode("latin-1", "replace") for path in routes.at_once_paths()
-        )
         super().__init__(address, _Handler, bind_and_activate=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -487,7 +484,7 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
             head = request.recv(MAX_HEAD_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except OSError:
             return False
-        if not head.startswith(self._at_once_lines) or b"\r\n\r\n" not in head:
+        if not head.startswith(self.routes.at_once_lines()) or b"\r\n\r\n" not in head:
             return False
         try:
             handler = _Handler(request, client_address, self, at_once=True)

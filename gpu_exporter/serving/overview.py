@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 
 from gpu_exporter import __version__
 from gpu_exporter.model import DeviceSample, ProcessSample, Snapshot
+from gpu_exporter.sampling import actions
 from gpu_exporter.sampling.history import (
     DEFAULT_WINDOW,
     WINDOWS,
@@ -113,7 +114,10 @@ def build(
             "memory_used_bytes": host.memory_total_bytes - host.memory_available_bytes,
             "history": _points(history.host(window)),
         },
-        "gpus": [_gpu(device, history, window if series else None) for device in snapshot.devices],
+        "gpus": [
+            _gpu(snapshot, device, history, window if series else None)
+            for device in snapshot.devices
+        ],
         "kubernetes": _kubernetes(snapshot),
     }
 
@@ -132,7 +136,9 @@ def _kubernetes(snapshot: Snapshot) -> Document | None:
     }
 
 
-def _gpu(device: DeviceSample, history: History, window: Window | None) -> Document:
+def _gpu(
+    snapshot: Snapshot, device: DeviceSample, history: History, window: Window | None
+) -> Document:
     static, reading = device.static, device.reading
     memory = reading.memory if reading else None
     power = reading.power if reading else None
@@ -182,6 +188,7 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
             for d in (mig.devices if mig else ())
         ],
         "verdicts": _verdicts(judge(device, history)),
+        "recommended_action": _recommended(snapshot, device),
         "process_count": attribution.process_count if attribution else None,
         "unattributed_memory_bytes": attribution.unattributed_memory_bytes if attribution else None,
         "processes": [
@@ -189,6 +196,14 @@ def _gpu(device: DeviceSample, history: History, window: Window | None) -> Docum
         ],
         "history": _points(points) if points else {"times": []},
     }
+
+
+def _recommended(snapshot: Snapshot, device: DeviceSample) -> Document | None:
+    """`gpu_recommended_action` with what to run; None where no signal was read."""
+    found = actions.recommend(snapshot, device)
+    if found is None:
+        return None
+    return {"action": found.action, "reason": found.reason, "advice": actions.ADVICE[found.action]}
 
 
 def _instance(mig: Any, gpu_instance: int, name: str) -> int | None:

@@ -244,9 +244,25 @@ def _card(gpu: Document, doc: Document) -> str:
         f'<article class="gpu" data-gpu-index="{gpu["index"]}" '
         f'data-gpu-uuid="{escape(gpu["uuid"])}">'
         f"<h2>GPU {gpu['index']}: {name}{state}</h2>"
-        f'<p class="uuid"><code>{escape(gpu["uuid"])}</code></p>{mig}'
+        f'<p class="uuid"><code>{escape(gpu["uuid"])}</code></p>{_action(gpu)}{mig}'
         f'{_verdicts(gpu["verdicts"])}<div class="charts">{charts}</div>{_processes(gpu)}'
         "</article>"
+    )
+
+
+def _action(gpu: Document) -> str:
+    """The GPU's recommended action (gpu_recommended_action), its reason and what to run;
+    nothing where no signal was read."""
+    found = gpu.get("recommended_action")
+    if found is None:
+        return ""
+    action = escape(found["action"])
+    if found["action"] == "none":
+        return f'<p class="action none" data-action="{action}">Recommended action: none.</p>'
+    return (
+        f'<p class="action" data-action="{action}"><strong>Recommended action: {action}</strong>'
+        f" (reason: <code>{escape(found['reason'])}</code>) "
+        f"<em>{_code_spans(found['advice'])}</em></p>"
     )
 
 

@@ -23,7 +23,8 @@ _GO_UNITS = {
     "m": 60.0,
     "h": 3600.0,
 }
-_GO_TERM = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_GO_TERM = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+MAX_GO_DURATION_CHARS = 64  # "2h45m30.5s" needs 10; `sub` tries every start of longer text
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ def parse_go_duration(text: str) -> float | None:
     Negative durations are not accepted.
     """
     text = text.strip()
+    if len(text) > MAX_GO_DURATION_CHARS:
+        return None
     if text == "0":
         return 0.0
     if not text or _GO_TERM.sub("", text) != "":

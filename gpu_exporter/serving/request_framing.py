@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from gpu_exporter.serving.request_head import Headers
+from gpu_exporter.serving.request_head import MAX_HEAD_BYTES, Headers
 
 _ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -34,6 +34,8 @@ def has_body(headers: Headers) -> bool:
 
 def origin_form(target: str) -> str | None:
     """The path and query of the request target, or None when it has neither form."""
+    if len(target) > MAX_HEAD_BYTES:  # longer than any head the server reads
+        return None
     if target.startswith("//"):  # as http.server read it: "//metrics" is "/metrics"
         return "/" + target.lstrip("/")
     if target.startswith("/"):

@@ -198,6 +198,8 @@ def parse_head(head: bytes) -> Request:
     (`remembered`): h11's parse was a fifth of the server's CPU per scrape."""
     import h11  # with the first request: `--once` serves none
 
+    if len(head) > MAX_HEAD_BYTES:  # the reader stops there; a caller that did not, here
+        raise _too_long(bytearray(head[: MAX_HEAD_BYTES + 1]))
     if _FOLDED.search(head):
         raise BadRequest(HTTPStatus.BAD_REQUEST, "obsolete line folding")
     if head.count(b"\n") - 2 > MAX_FIELDS:  # the lines less the request line and the end

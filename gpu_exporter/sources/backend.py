@@ -34,6 +34,7 @@ from gpu_exporter.model import (
     EccReading,
     GpmReading,
     GpuProcess,
+    HealthReading,
     HostProcess,
     MemoryReading,
     MigReading,
@@ -63,8 +64,13 @@ class NvmlUnavailable(Exception):
         self.reason = reason
 
 
+LOST = "gpu_is_lost"
+"""DeviceLost.error of a GPU NVML says is lost (NVML_ERROR_GPU_IS_LOST): off the bus."""
+
+
 class DeviceLost(Exception):
-    """One device stopped answering (GPU_IS_LOST, UNKNOWN or TIMEOUT)."""
+    """One device stopped answering (GPU_IS_LOST, UNKNOWN or TIMEOUT); `error` names the
+    NVML error in snake case (LOST for GPU_IS_LOST)."""
 
     def __init__(self, error: str, reason: str) -> None:
         super().__init__(reason)
@@ -119,6 +125,9 @@ class DeviceReader(Protocol):
     def mig(self) -> MigReading | None:
         """MIG devices and GPU instances; None while MIG is off."""
 
+    def health(self) -> HealthReading:
+        """The driver's recovery action and the GPU's NVLink fabric registration."""
+
 
 def read_device(reader: DeviceReader, collectors: Collection[str]) -> DeviceReading:
     """The readings of the enabled collectors, each from its own reader method."""
@@ -135,6 +144,7 @@ def read_device(reader: DeviceReader, collectors: Collection[str]) -> DeviceRead
         gpm=reader.gpm() if "gpm" in collectors else None,
         nvlink=reader.nvlink() if "nvlink" in collectors else None,
         mig=reader.mig() if "mig" in collectors else None,
+        health=reader.health() if "health" in collectors else None,
     )
 
 

@@ -19,6 +19,13 @@ and every number is bounded by what a real host can have (`MAX_*` below).
       reset: [0]                      # reset (nvidia-smi -r) as the file is loaded: the
                                       #   driver's counters (energy...) restart from 0
       events_unsupported: true        # the event API answers NOT_SUPPORTED
+      recovery_action: {1: node_reboot}  # the driver asks for this action on a GPU: a
+                                      #   name of RECOVERY_ACTIONS (none, gpu_reset,
+                                      #   node_reboot, drain_p2p, drain_and_reset,
+                                      #   recover_imex_domain, ...) or a code
+      fabric: {0: unhealthy}          # a GPU's NVLink fabric is unhealthy,
+                                      #   limited_capacity, not_registered (its probe
+                                      #   never started), in_progress or probe_failed
     events:                           # Xid events, delivered once each, in order
       - {gpu: 1, xid: 79}
     processes:                        # replace the built-in processes (real PIDs allowed)
@@ -33,13 +40,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gpu_exporter.model import DeviceReading
+from gpu_exporter.model import RECOVERY_ACTIONS, DeviceReading
 from gpu_exporter.sources.simulated_layout import mig_instances
 from gpu_exporter.yamlfile import YamlFileError, one_line, read_yaml
 
 SAMPLES = "utilization.samples"
 PROCESS_LIST = "process.list"
 EVENT_KINDS = ("xid", "ecc_single_bit", "ecc_double_bit", "other")
+FABRIC_FAULTS = ("unhealthy", "limited_capacity", "not_registered", "in_progress", "probe_failed")
+MAX_RECOVERY_ACTION = 255  # nvml.h names 0 to 7
 
 # Bounds of the numbers a scenario may hold: what a real host can have, so a value the
 # simulated driver hands on (a 300-digit memory size) can never overflow a float later.
@@ -98,6 +107,8 @@ class Faults:
     events_unsupported: bool = False  # NVML's event API answers NOT_SUPPORTED
     library_hang: bool = False  # nvmlDeviceGetCount blocks: NVML itself is stuck
     reset: frozenset[int] = frozenset()  # reset when the faults are loaded (nvidia-smi -r)
+    recovery_action: Mapping[int, int] = field(default_factory=dict)  # GPU -> action code
+    fabric: Mapping[int, str] = field(default_factory=dict)  # GPU -> FABRIC_FAULTS name
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,39 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
+def _by_gpu(value: Any, where: str) -> dict[int, Any]:
+    """A mapping of GPU index to a value ({1: node_reboot}); in JSON, whose keys are all
+    strings, the index is written in ASCII digits ({"1": "node_reboot"})."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ScenarioError(f"{where} must map GPU indices to values, not {type(value).__name__}")
+    return {_gpu(_index_key(gpu), f"{where} key"): v for gpu, v in value.items()}
+
+
+def _index_key(key: Any) -> Any:
+    """A JSON key of ASCII digits as its number (at most 4: no host has more GPUs)."""
+    digits = isinstance(key, str) and 0 < len(key) <= 4 and key.isascii() and key.isdigit()
+    return int(key) if digits else key
+
+
+def _recovery_action(value: Any, where: str) -> int:
+    names = {name: code for code, name in RECOVERY_ACTIONS.items()}
+    if isinstance(value, str):
+        if value not in names:
+            raise ScenarioError(
+                f"{where} must be one of {', '.join(names)} or a code, not {value!r}"
+            )
+        return names[value]
+    return _int(value, where, maximum=MAX_RECOVERY_ACTION)
+
+
+def _fabric_fault(value: Any, where: str) -> str:
+    if value not in FABRIC_FAULTS:
+        raise ScenarioError(f"{where} must be one of {', '.join(FABRIC_FAULTS)}, not {value!r}")
+    return str(value)
+
+
 def _faults(data: Any) -> Faults:
     raw = _mapping(data, "faults", tuple(f.name for f in fields(Faults)))
     unsupported = frozenset(str(x) for x in _list(raw.get("unsupported"), "faults.unsupported"))
@@ -192,6 +236,14 @@ def _faults(data: Any) -> Faults:
         events_unsupported=_bool(raw.get("events_unsupported", False), "faults.events_unsupported"),
         library_hang=_bool(raw.get("library_hang", False), "faults.library_hang"),
         reset=frozenset(_gpu(x, "faults.reset[]") for x in _list(raw.get("reset"), "faults.reset")),
+        recovery_action={
+            gpu: _recovery_action(action, f"faults.recovery_action[{gpu}]")
+            for gpu, action in _by_gpu(raw.get("recovery_action"), "faults.recovery_action").items()
+        },
+        fabric={
+            gpu: _fabric_fault(fault, f"faults.fabric[{gpu}]")
+            for gpu, fault in _by_gpu(raw.get("fabric"), "faults.fabric").items()
+        },
     )
 
 
@@ -277,6 +329,8 @@ def _named_gpus(scenario: Scenario) -> list[tuple[str, int]]:
             ("hang", faults.hang),
             ("same_uuid", faults.same_uuid),
             ("reset", faults.reset),
+            ("recovery_action", faults.recovery_action),
+            ("fabric", faults.fabric),
         )
         for index in sorted(indices)
     ]

@@ -14,7 +14,9 @@ and follow four profiles, repeated over the GPUs:
    first serving inference flat out; hot, at its power limit, thermally throttled at
    times. As on a real MIG GPU, the parent reports no utilization.
 
-Every GPU is an H100 with GPM and 18 NVLink links; their /dev/nvidiaN minor numbers count
+Every GPU is an H100 with GPM and 18 NVLink links, registered in a healthy NVLink fabric
+(an HGX board) and needing no recovery action; the busy-hot GPU's clocks-event counters
+grow exactly while it is capped or thermally slowed; their /dev/nvidiaN minor numbers count
 down from the last NVML index (`simulated_layout.minor_number`). GPM activity follows each profile
 (`simulated_activity.py`): the input-starved GPU's SM activity follows its bursts.
 Each profile has plausible tenant processes (`simulated_tenants.py`): the training job
@@ -38,7 +40,10 @@ from dataclasses import fields, replace
 from typing import Any
 
 from gpu_exporter.model import (
+    CLOCK_EVENT_REASONS,
+    FABRIC_CONDITIONS,
     NVLINK_ERRORS,
+    PCIE_ERRORS,
     PROCESS_CONTEXTS,
     THROTTLE_REASONS,
     ClocksReading,
@@ -47,8 +52,10 @@ from gpu_exporter.model import (
     DeviceStatic,
     DriverInfo,
     EccReading,
+    FabricReading,
     GpmReading,
     GpuProcess,
+    HealthReading,
     HostProcess,
     MemoryReading,
     MigDevice,
@@ -68,6 +75,7 @@ from gpu_exporter.model import (
 )
 from gpu_exporter.sources import simulated_activity as activity
 from gpu_exporter.sources.backend import (
+    LOST,
     DeviceLost,
     ErrorCounts,
     NvmlUnavailable,
@@ -210,7 +218,7 @@ class SimulatedBackend:
             time.sleep(0.05)
             faults = self._current().faults
         if index in faults.lost:
-            raise DeviceLost("gpu_is_lost", f"GPU {index}: GPU is lost (simulated)")
+            raise DeviceLost(LOST, f"GPU {index}: GPU is lost (simulated)")
         if index >= self._visible(faults):
             raise DeviceLost("invalid_argument", f"GPU {index} is not present")
         return faults
@@ -364,8 +372,50 @@ class SimulatedBackend:
         faults = self._check(index)
         t = self._clock()
         self._reading_time[index] = t  # the built-in processes share this reading's memory
-        reading = read_device(_SimulatedReader(self, index, t, collectors), collectors)
+        reader = _SimulatedReader(self, index, t, collectors, faults)
+        reading = read_device(reader, collectors)
         return _without(reading, faults.unsupported)
+
+    def clock_event_seconds(self, index: int, t: float) -> dict[str, float]:
+        """Seconds each reason held the clocks down since driver load or the GPU's last
+        reset: the busy-hot GPU's power cap and thermal slowdown, exactly while its
+        `clocks()` reports them active; 0 for the rest."""
+        since = self._counters_since(index)
+        out = dict.fromkeys(CLOCK_EVENT_REASONS, 0.0)
+        if self.profile(index) == "busy-hot" and t > since:
+            # power 690 + 10 * wave(t, 10) >= 695; temperature 84 + 4 * wave(t, 40) >= 87
+            out["sw_power_cap"] = activity.wave_time_above(since, t, 10.0, 0.5)
+            out["sw_thermal_slowdown"] = activity.wave_time_above(since, t, 40.0, 0.75)
+        return out
+
+    def fabric(self, fault: str | None) -> FabricReading:
+        """An HGX host's NVLink fabric: every GPU registered in one clique and healthy, or
+        what the scenario's fault (`FABRIC_FAULTS`) makes of it."""
+        if fault in ("not_registered", "in_progress"):
+            return FabricReading(state="not_started" if fault == "not_registered" else fault)
+        if fault == "probe_failed":
+            return FabricReading(state="completed", status="insufficient_resources")
+        conditions = dict.fromkeys(FABRIC_CONDITIONS, False)
+        summary = "healthy"
+        if fault == "unhealthy":
+            conditions["route_unhealthy"] = True
+            summary = "unhealthy"
+        elif fault == "limited_capacity":
+            conditions["degraded_bandwidth"] = True
+            summary = "limited_capacity"
+        return FabricReading(
+            state="completed",
+            status="success",
+            clique_id=1,
+            cluster_uuid=self._cluster_uuid(),
+            conditions=conditions,
+            summary=summary,
+        )
+
+    def _cluster_uuid(self) -> str:
+        if not self._host_id:
+            return "5e1a7f00-fab1-4c3b-9d2e-a1b2c3d40000"
+        return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{self._host_id}/fabric"))
 
     def memory_used_bytes(self, index: int, t: float) -> int:
         used = {
@@ -571,9 +621,15 @@ class _SimulatedReader:
     """The readings of one simulated GPU at Unix time `t`, one method per collector."""
 
     def __init__(
-        self, backend: SimulatedBackend, index: int, t: float, collectors: Collection[str]
+        self,
+        backend: SimulatedBackend,
+        index: int,
+        t: float,
+        collectors: Collection[str],
+        faults: Faults,
     ) -> None:
         self._backend = backend
+        self._faults = faults
         self._index = index
         self._t = t
         self._collectors = collectors
@@ -649,10 +705,16 @@ class _SimulatedReader:
             },
             performance_state=0 if busy else 8,
             throttle_reasons=throttle,
+            event_seconds=self._backend.clock_event_seconds(self._index, self._t),
         )
 
     def pcie(self) -> PcieReading:
-        return PcieReading(generation=5 if self._gpu_util else 1, width=16, replay_errors=0)
+        return PcieReading(
+            generation=5 if self._gpu_util else 1,
+            width=16,
+            replay_errors=0,
+            errors=dict.fromkeys(PCIE_ERRORS, 0),
+        )
 
     def pcie_throughput(self) -> PcieThroughputReading:
         return PcieThroughputReading(
@@ -678,6 +740,14 @@ class _SimulatedReader:
 
     def gpm(self) -> GpmReading | None:
         return self._backend.gpm_reading(self._index, self._t)
+
+    def health(self) -> HealthReading:
+        """No action needed and a healthy fabric, unless the scenario says otherwise."""
+        faults = self._faults
+        return HealthReading(
+            recovery_action=faults.recovery_action.get(self._index, 0),
+            fabric=self._backend.fabric(faults.fabric.get(self._index)),
+        )
 
     def nvlink(self) -> NvLinkReading | None:
         # every link has the four error types (crc_data from nvmlDeviceGetNvLinkErrorCounter)

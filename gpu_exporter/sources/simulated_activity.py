@@ -48,6 +48,22 @@ def wave_mean(t0: float, t1: float, period: float, phase: float = 0.0) -> float:
     return integral / (t1 - t0)
 
 
+def wave_time_above(t0: float, t1: float, period: float, level: float) -> float:
+    """Seconds of [t0, t1] during which `wave(t, period)` is at `level` (0..1) or above."""
+    a = math.asin(max(-1.0, min(1.0, 2 * level - 1)))  # sin(angle) >= sin(a) above it
+    scale = period / (2 * math.pi)
+
+    def above_until(t: float) -> float:
+        whole, rest = divmod(t, period)
+        x = rest / scale  # the angle reached in the current period
+        part = max(0.0, min(x, math.pi - a) - max(0.0, a))
+        if a < 0:  # the stretch above that wraps round the end of the period
+            part += max(0.0, x - (2 * math.pi + a))
+        return (whole * (math.pi - 2 * a) + part) * scale
+
+    return above_until(t1) - above_until(t0)
+
+
 @dataclass(frozen=True)
 class Activity:
     """Levels of each GPM metric while a profile works (ratios, bytes per second)."""

@@ -44,8 +44,29 @@ def xid_meaning(xid: int) -> str:
     return XID_MEANINGS.get(xid, "see NVIDIA's Xid catalogue")
 
 
+def add_xid(old: XidState | None, xid: int, timestamp_seconds: float) -> XidState:
+    """`old` with one more Xid `xid` at `timestamp_seconds` (Unix time); the last one is
+    the latest in time, whatever the order they are read in."""
+    old = old or XidState()
+    counts = dict(old.counts)
+    counts[xid] = counts.get(xid, 0) + 1
+    last = dict(old.last_timestamps)
+    last[xid] = max(timestamp_seconds, last.get(xid, timestamp_seconds))
+    newest = old.last_timestamp_seconds is None or timestamp_seconds >= old.last_timestamp_seconds
+    return XidState(
+        counts=counts,
+        last_timestamp_seconds=timestamp_seconds if newest else old.last_timestamp_seconds,
+        last_xid=xid if newest else old.last_xid,
+        last_timestamps=last,
+    )
+
+
 class XidListener:
     """Counts Xid errors per GPU from a backend's event set, on its own thread.
+
+    An event is counted only while `counting()` is true: the daemon makes that "the
+    kernel log is not being read", since the kernel log holds the same Xid (the driver
+    logs every Xid it posts as an event) and counts it, so no Xid is counted twice.
 
     `start()` and `stop()` may be called any number of times (SIGHUP turns the `xid`
     collector on and off); the counts are kept across, so they stay "since the exporter
@@ -59,8 +80,10 @@ class XidListener:
         *,
         clock: Callable[[], float] = time.time,
         wait_ms: int = 1000,  # each wait is an NVML call: 1 a second, 0.125 per GPU of 8
+        counting: Callable[[], bool] = lambda: True,
     ) -> None:
         self._backend = backend
+        self._counting = counting  # False while the kernel log counts every Xid instead
         self._clock = clock
         self._wait_ms = wait_ms
         self._lock = threading.Lock()
@@ -176,14 +199,15 @@ class XidListener:
         if event.kind != "xid" or event.xid is None:
             log.warning("GPU event", extra={"uuid": event.uuid, "event": event.kind})
             return
+        if not self._counting():
+            log.debug(
+                "Xid event left to the kernel log, which counts it",
+                extra={"uuid": event.uuid, "xid": event.xid},
+            )
+            return
         now = self._clock()
         with self._lock:
-            old = self._state.get(event.uuid, XidState())
-            counts = dict(old.counts)
-            counts[event.xid] = counts.get(event.xid, 0) + 1
-            self._state[event.uuid] = XidState(
-                counts=counts, last_timestamp_seconds=now, last_xid=event.xid
-            )
+            self._state[event.uuid] = add_xid(self._state.get(event.uuid), event.xid, now)
         log.error(
             "Xid error",
             extra={"uuid": event.uuid, "xid": event.xid, "meaning": xid_meaning(event.xid)},

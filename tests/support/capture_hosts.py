@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import pynvml
 
-from tests.support.fake_nvml import FakeGpu, FakeMigDevice, FakeNvmlLib
+from gpu_exporter.sources.nvml import nvml_h
+from tests.support.fake_nvml import FakeFabric, FakeGpu, FakeMigDevice, FakeNvmlLib
 from tests.support.nvidia_smi_capture import Capture, CaptureState, QueryNode, available, number
 
 MIB = 1024 * 1024
@@ -132,6 +133,78 @@ TLIMIT_LINES = {
 }
 
 
+# clocks-event reason -> (its R580 field, --query-gpu column in microseconds)
+CLOCK_EVENT_COLUMNS = {
+    "sw_power_cap": (
+        nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+        "clocks_event_reasons_counters.sw_power_cap [us]",
+    ),
+    "sync_boost": (
+        nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+        "clocks_event_reasons_counters.sync_boost [us]",
+    ),
+    "sw_thermal_slowdown": (
+        nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+        "clocks_event_reasons_counters.sw_thermal_slowdown [us]",
+    ),
+    "hw_thermal_slowdown": (
+        nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+        "clocks_event_reasons_counters.hw_thermal_slowdown [us]",
+    ),
+    "hw_power_brake_slowdown": (
+        nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+        "clocks_event_reasons_counters.hw_power_brake_slowdown [us]",
+    ),
+}
+# nvidia-smi's words for nvmlDeviceGpuRecoveryAction_t (gpu_recovery_action)
+RECOVERY_ACTION_WORDS = {
+    "None": 0,
+    "GPU Reset": 1,
+    "Node Reboot": 2,
+    "Drain P2P": 3,
+    "Drain and Reset": 4,
+}
+FABRIC_STATE_WORDS = {"Not Started": 1, "In Progress": 2, "Completed": 3}
+
+
+def _row(row: dict[str, str], column: str) -> str | None:
+    """A --query-gpu column that older nvidia-smi does not have is N/A."""
+    return available(row.get(column))
+
+
+def _recovery_action(row: dict[str, str]) -> int | None:
+    word = _row(row, "gpu_recovery_action")
+    if word is None:
+        return None
+    assert word in RECOVERY_ACTION_WORDS, f"teach RECOVERY_ACTION_WORDS {word!r}"
+    return RECOVERY_ACTION_WORDS[word]
+
+
+def _microseconds_as_ns(text: str | None) -> int | None:
+    value = number(text)
+    return int(value) * 1000 if value is not None else None
+
+
+def capture_fabric(row: dict[str, str]) -> FakeFabric | None:
+    """The fabric the driver answered nvidia-smi: None where it printed N/A. Health it
+    printed N/A is NOT_SUPPORTED (0) in the mask and the summary; a capture that shows a
+    health value needs its words taught here."""
+    state = _row(row, "fabric.state")
+    if state is None:
+        return None
+    for column in ("fabric.health.summary", "fabric.health.bandwidth"):
+        assert _row(row, column) is None, f"teach capture_fabric {column}: {row[column]!r}"
+    status = _row(row, "fabric.status")
+    assert status in (None, "Success"), f"teach capture_fabric status {status!r}"
+    uuid = (_row(row, "fabric.clusterUuid") or "").replace("-", "")
+    return FakeFabric(
+        state=FABRIC_STATE_WORDS[state],
+        status=pynvml.NVML_SUCCESS,
+        clique_id=int(_row(row, "fabric.cliqueId") or 0),
+        cluster_uuid=bytes.fromhex(uuid) if uuid else bytes(16),
+    )
+
+
 def _fields(row: dict[str, str], gpu: QueryNode) -> dict[int | tuple[int, int], int | float]:
     """The field values the driver answered nvidia-smi (N/A: left out, NOT_SUPPORTED)."""
     answers: dict[int, int | None] = {
@@ -150,6 +223,11 @@ def _fields(row: dict[str, str], gpu: QueryNode) -> dict[int | tuple[int, int], 
         pynvml.NVML_FI_DEV_POWER_INSTANT: _milli(row["power.draw.instant [W]"]),
         pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _int(gpu.get("PCI", "Replays Since Reset")),
         **{field: _int(gpu.get("Temperature", line)) for field, line in TLIMIT_LINES.items()},
+        nvml_h.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: _recovery_action(row),
+        **{
+            field: _microseconds_as_ns(row.get(column))
+            for field, column in CLOCK_EVENT_COLUMNS.values()
+        },
     }
     return {field: value for field, value in answers.items() if value is not None}
 
@@ -290,6 +368,7 @@ def capture_gpu(state: CaptureState, index: int = 0) -> FakeGpu:
         mig_slots=max((d.slot for d in devices), default=-1) + 1,
         compute_processes=compute,
         graphics_processes=graphics,
+        fabric=capture_fabric(row),
     )
 
 

@@ -171,6 +171,22 @@ class FakeGpu:
     nvlink_error_counters: dict[tuple[int, int], int] = field(default_factory=dict)
     # C function name -> an event the call waits for before answering (a hung call)
     hang: dict[str, threading.Event] = field(default_factory=dict)
+    # nvmlDeviceGetGpuFabricInfo(V): None answers NOT_SUPPORTED (no NVLink fabric)
+    fabric: FakeFabric | None = None
+
+
+@dataclass
+class FakeFabric:
+    """What the fabric calls answer, in nvml.h's codes. `max_version` is the newest
+    structure the driver knows: a newer one answers ARGUMENT_VERSION_MISMATCH."""
+
+    state: int = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
+    status: int = SUCCESS  # nvmlReturn_t of the completed probe
+    clique_id: int = 0
+    cluster_uuid: bytes = bytes(16)
+    health_mask: int = 0  # every condition NOT_SUPPORTED
+    health_summary: int = 0  # NOT_SUPPORTED
+    max_version: int = 3
 
 
 _GPU_INSTANCE_SLICES = re.compile(r"(\d+)g\.\S*$")  # "... MIG 3g.40gb" -> 3
@@ -281,6 +297,9 @@ def h100(index: int = 0) -> FakeGpu:
             pynvml.NVML_FI_DEV_MEMORY_TEMP: 71,
             pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 123_456_789,
             pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: 7,
+            # the PCIe link error counters (173-182): a few correctable errors
+            pynvml.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS: 12,
+            **dict.fromkeys(range(pynvml.NVML_FI_DEV_PCIE_COUNT_NAKS_RECEIVED, 183), 0),
             # T.Limit thresholds as an H100 on R590 answers them (tests/fixtures/nvidia-smi)
             pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT: -8,
             pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT: -2,
@@ -357,6 +376,9 @@ class FakeNvmlLib:
     SINCE_BRANCH: dict[str, int] = {
         "nvmlDeviceGetCurrentClocksEventReasons": 535,
         "nvmlDeviceGetTemperatureV": 570,
+        # the fabric calls: nvml.h 12.2 (R535) has the first, 12.4 (R550) the versioned one
+        "nvmlDeviceGetGpuFabricInfo": 535,
+        "nvmlDeviceGetGpuFabricInfoV": 550,
     }
 
     def __init__(
@@ -687,6 +709,36 @@ class FakeNvmlLib:
         if ptr._obj.version != pynvml.nvmlMemory_v2:
             return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         ptr._obj.total, ptr._obj.reserved, ptr._obj.used, ptr._obj.free = memory
+        return SUCCESS
+
+    # Fabric ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _fabric_common(info: Any, fabric: FakeFabric) -> None:
+        info.clusterUuid[:] = list(fabric.cluster_uuid)
+        info.status = fabric.status
+        info.cliqueId = fabric.clique_id
+        info.state = fabric.state
+
+    def c_nvmlDeviceGetGpuFabricInfo(self, handle: Any, ptr: Any) -> int:
+        fabric = self._gpu(handle).fabric
+        if fabric is None:
+            return NOT_SUPPORTED
+        self._fabric_common(ptr._obj, fabric)
+        return SUCCESS
+
+    def c_nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ptr: Any) -> int:
+        fabric = self._gpu(handle).fabric
+        info = ptr._obj
+        version = int(info.version) >> 24
+        if (fabric is not None and version > fabric.max_version) or version < 2:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if fabric is None:
+            return NOT_SUPPORTED
+        self._fabric_common(info, fabric)
+        info.healthMask = fabric.health_mask
+        if version >= 3:
+            info.healthSummary = fabric.health_summary
         return SUCCESS
 
     # Arrays -------------------------------------------------------------------------

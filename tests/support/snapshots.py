@@ -18,14 +18,17 @@ from gpu_exporter.model import (
     ProcessSample,
     Snapshot,
 )
-from gpu_exporter.sampling.sampler import Sampler
+from gpu_exporter.sampling.sampler import KernelLogView, Sampler
 from gpu_exporter.sources.scenario import Faults
 from gpu_exporter.sources.simulated import SimulatedBackend
 from tests.support.clock import FakeClock
 
 
-def fixed_snapshot(gpus: int, faults: Faults | None = None) -> Snapshot:
-    """The second sample of a fixed-clock simulated host: every device collector on."""
+def fixed_snapshot(
+    gpus: int, faults: Faults | None = None, kernel_log: KernelLogView | None = None
+) -> Snapshot:
+    """The second sample of a fixed-clock simulated host: every device collector on, and
+    `xid` with a kernel log."""
     clock = FakeClock()
     backend = SimulatedBackend(gpus, clock=clock.wall, faults=faults)
     all_collectors = frozenset(c.name for c in COLLECTORS) - {"process", "host", "xid"}
@@ -33,7 +36,8 @@ def fixed_snapshot(gpus: int, faults: Faults | None = None) -> Snapshot:
         backend,
         interval_seconds=1.0,
         timeout_seconds=5.0,
-        collectors=all_collectors,
+        collectors=all_collectors | ({"xid"} if kernel_log is not None else set()),
+        kernel_log=kernel_log,
         clock=clock.wall,
         monotonic=clock.monotonic,
     )

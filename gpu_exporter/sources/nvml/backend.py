@@ -16,8 +16,9 @@ What is read when (every NVML call is an ioctl into the driver, so the count mat
   `_SLOW_WHILE` names while they are quiet: encoder and decoder utilization while 0, the
   current PCIe link while at its maximum, the graphics process list while empty (read at
   once when process utilization shows a PID no list has), and the NVLink error counters
-  that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter), and the
-  T.Limit margin while the GPU temperature stands still (re-read in the interval it moves);
+  that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter), the
+  T.Limit margin while the GPU temperature stands still (re-read in the interval it moves),
+  and the NVLink fabric (`fabric.py`: one call, also read at the first interval);
 - every interval: the rest, fields in one `nvmlDeviceGetFieldValues` batch, the sample
   buffers, process lists and process utilization with one call each.
 
@@ -46,9 +47,11 @@ from typing import Any, TypeVar
 import pynvml
 
 from gpu_exporter.model import (
+    CLOCK_EVENT_REASONS,
     CLOCK_NAMES,
     DIRECTIONS,
     NVLINK_ERRORS,
+    PCIE_ERRORS,
     THROTTLE_REASONS,
     TLIMIT_THRESHOLDS,
     ClocksReading,
@@ -59,6 +62,7 @@ from gpu_exporter.model import (
     EccReading,
     GpmReading,
     GpuProcess,
+    HealthReading,
     HostProcess,
     MemoryReading,
     MigInstanceReading,
@@ -82,7 +86,7 @@ from gpu_exporter.sources.backend import (
     NvmlUnavailable,
     read_device,
 )
-from gpu_exporter.sources.nvml import buffers, fields, gpm, mig
+from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, mig
 from gpu_exporter.sources.nvml.calls import (
     NO_QUIET,
     NOT_FOUND,
@@ -189,6 +193,7 @@ class PynvmlBackend:
         self._devices: dict[int, _DeviceState] = {}
         self._event_indexes: dict[int, int] = {}  # registered device handle -> its index
         self._initialised = False
+        self._branch: int | None = None  # the driver's major version, once asked
 
     # Library lifecycle -------------------------------------------------------------
 
@@ -205,6 +210,7 @@ class PynvmlBackend:
         with self._lock:
             self._devices.clear()
             self._initialised = True
+            self._branch = None  # the library may be another driver's now
 
     def shutdown(self) -> None:
         """Free what was allocated (GPM samples), then shut NVML down; never raises."""
@@ -227,10 +233,20 @@ class PynvmlBackend:
         cuda_text = None
         if isinstance(cuda, int) and cuda > 0:
             cuda_text = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-        return DriverInfo(
-            driver_version=text(driver) if driver is not None else None,
-            cuda_driver_version=cuda_text,
-        )
+        version = text(driver) if driver is not None else None
+        self._branch = _branch(version)
+        return DriverInfo(driver_version=version, cuda_driver_version=cuda_text)
+
+    def driver_branch(self) -> int | None:
+        """The driver's major version (590 for 590.48.01), which decides the ids of some
+        fields (`fields.clock_event_fields`): from `driver_info`, else asked once per
+        initialisation; None when the driver does not say."""
+        if self._branch is None:
+            driver = self.calls.call(
+                "nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion
+            )
+            self._branch = _branch(text(driver) if driver is not None else None)
+        return self._branch
 
     def device_count(self) -> int:
         count = self.calls.call(
@@ -721,7 +737,7 @@ class _NvmlReader:
         self._state = state
         self._d = state.device
         self._collectors = collectors
-        requests = fields.device_requests(collectors)
+        requests = fields.device_requests(collectors, backend.driver_branch())
         # NVLink bytes from GPM where it counts them, else from the driver's data counters
         self._gpm_nvlink: frozenset[str] = frozenset()
         if "nvlink" in collectors and state.nvlink_links:
@@ -845,6 +861,11 @@ class _NvmlReader:
                 else None
             ),
             throttle_reasons=_throttle_reasons(int(mask)) if mask is not None else None,
+            event_seconds={
+                reason: ns / 1e9
+                for reason in CLOCK_EVENT_REASONS
+                if (ns := self._fields.get(fields.clock_event_key(reason))) is not None
+            },
         )
 
     def pcie(self) -> PcieReading:
@@ -859,6 +880,11 @@ class _NvmlReader:
             generation=int(gen) if gen is not None else None,
             width=int(width) if width is not None else None,
             replay_errors=self._int_field("pcie_replay_errors"),
+            errors={
+                error: int(count)
+                for error in PCIE_ERRORS
+                if (count := self._fields.get(fields.pcie_error_key(error))) is not None
+            },
         )
 
     def pcie_throughput(self) -> PcieThroughputReading:
@@ -896,6 +922,18 @@ class _NvmlReader:
     def gpm(self) -> GpmReading | None:
         stream = self._backend.gpm_stream(self._state)
         return stream.read() if stream is not None else None
+
+    def health(self) -> HealthReading:
+        """The recovery action, from this interval's field values; the fabric, read on
+        the slow cadence (`fabric.read_fabric`): at enumeration, every
+        SLOW_REFRESH_SECONDS, and at once after a read that failed."""
+        backend = self._backend
+        return HealthReading(
+            recovery_action=self._int_field(fields.RECOVERY_ACTION),
+            fabric=backend.slow(
+                self._state, "fabric", lambda: fabric.read_fabric(backend.calls, self._d)
+            ),
+        )
 
     def nvlink(self) -> NvLinkReading | None:
         """Each link's state and error counters, their sums per type (`nvlink_totals`),
@@ -1026,6 +1064,12 @@ def _idle(utilization: Any) -> bool:
 def _at(maximum: int | None) -> Callable[[Any], bool]:
     """Is a current PCIe link value at its maximum (so a slow re-read will do)?"""
     return lambda value: maximum is not None and int(value) >= maximum
+
+
+def _branch(driver_version: str | None) -> int | None:
+    """The major version of a driver version string ("590.48.01" -> 590), or None."""
+    major = (driver_version or "").split(".", 1)[0]
+    return int(major) if major.isascii() and major.isdigit() and len(major) <= 6 else None
 
 
 def _throttle_reasons(mask: int) -> dict[str, bool]:

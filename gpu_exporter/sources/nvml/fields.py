@@ -4,7 +4,13 @@ call per device and interval.
 Each request has a key (unique per device, used to remember unsupported fields), an
 `NVML_FI_*` id, and a scope: the NVLink link for per-link fields (`scopeId`).
 
-A device's batch (about 90 fields on an H100 with 18 NVLink links) is a C array kept
+Which ids a field has can depend on the driver's branch: R575 numbered three clocks-event
+counters 251-253 and R580 269-271, each range meaning something else on the other branch
+(`clock_event_fields`), so the interval's requests are made for the driver's branch
+(`device_requests`); a field older drivers lack (the recovery action before R570) is not
+asked of them.
+
+A device's batch (about 100 fields on an H100 with 18 NVLink links) is a C array kept
 between intervals (`FieldBatch`), its field ids written once; each interval is one call
 through pynvml's function-pointer lookup into it and a `struct` pass over the runs of
 entries whose answers changed since the last call (`FieldBatch.read`: compared as bytes,
@@ -35,6 +41,8 @@ from typing import Any, NamedTuple
 
 import pynvml
 
+from gpu_exporter.model import PCIE_ERRORS
+from gpu_exporter.sources.nvml import nvml_h
 from gpu_exporter.sources.nvml.buffers import unpack
 from gpu_exporter.sources.nvml.calls import Device, NvmlCalls, Outcome, classify
 
@@ -65,6 +73,71 @@ _DEVICE_FIELDS: dict[str, tuple[int, str]] = {
     "power_average_milliwatts": (pynvml.NVML_FI_DEV_POWER_AVERAGE, "power"),
     "power_instant_milliwatts": (pynvml.NVML_FI_DEV_POWER_INSTANT, "power"),
 }
+
+# PCIe link error counters, in PCIE_ERRORS' order (nvml.h: NVML_FI_DEV_PCIE_COUNT_*)
+_PCIE_ERROR_FIELDS: tuple[int, ...] = (
+    pynvml.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS,  # 173
+    pynvml.NVML_FI_DEV_PCIE_COUNT_NAKS_RECEIVED,  # 174
+    pynvml.NVML_FI_DEV_PCIE_COUNT_NAKS_SENT,  # 177
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RECEIVER_ERROR,  # 175
+    pynvml.NVML_FI_DEV_PCIE_COUNT_BAD_TLP,  # 176
+    pynvml.NVML_FI_DEV_PCIE_COUNT_BAD_DLLP,  # 178
+    pynvml.NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR,  # 179
+    pynvml.NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR,  # 180
+    pynvml.NVML_FI_DEV_PCIE_COUNT_UNSUPPORTED_REQ,  # 181
+    pynvml.NVML_FI_DEV_PCIE_COUNT_LCRC_ERROR,  # 182
+)
+
+
+def pcie_error_key(error_type: str) -> str:
+    """The key of a PCIe error counter's field (`PCIE_ERRORS` name)."""
+    return f"pcie_errors/{error_type}"
+
+
+_DEVICE_FIELDS.update(
+    {
+        pcie_error_key(name): (field_id, "pcie")
+        for name, field_id in zip(PCIE_ERRORS, _PCIE_ERROR_FIELDS, strict=True)
+    }
+)
+
+RECOVERY_ACTION = "recovery_action"
+RECOVERY_ACTION_SINCE = 570  # the first branch whose nvml.h has field 230 (12.570.86 has it)
+
+
+def clock_event_key(reason: str) -> str:
+    """The key of a clocks-event reason's duration counter (ns), a CLOCK_EVENT_REASONS name."""
+    return f"clock_event/{reason}"
+
+
+def clock_event_fields(branch: int) -> dict[str, int]:
+    """CLOCK_EVENT_REASONS name -> field id on a driver of `branch`: none before R575 (no
+    header before it says these ids count nanoseconds), the R575 ids on R575, nvml.h 13's
+    from R580 on. R575 gave 251-253 to three of them and 269-271 to power-smoothing
+    settings; R580 swapped them back, so an id asked of the wrong branch would read a
+    setting as a duration."""
+    if branch < 575:
+        return {}
+    if branch < 580:
+        thermal = (
+            nvml_h.R575_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+            nvml_h.R575_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+            nvml_h.R575_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+        )
+    else:
+        thermal = (
+            nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+            nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+            nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+        )
+    return {
+        "sw_power_cap": nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+        "sync_boost": nvml_h.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+        "sw_thermal_slowdown": thermal[0],
+        "hw_thermal_slowdown": thermal[1],
+        "hw_power_brake_slowdown": thermal[2],
+    }
+
 
 NVLINK_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
 
@@ -118,17 +191,27 @@ _NVLINK_DATA_FIELDS: dict[str, int] = {
 ALL_LINKS = 0xFFFFFFFF  # scopeId UINT_MAX
 
 
-def device_requests(collectors: Collection[str]) -> tuple[FieldRequest, ...]:
-    return _device_requests(frozenset(collectors))
+def device_requests(collectors: Collection[str], branch: int | None) -> tuple[FieldRequest, ...]:
+    """The interval's device fields for the enabled `collectors` on a driver of `branch`
+    (its major version; None: unknown, so no field whose id depends on it)."""
+    return _device_requests(frozenset(collectors), branch or 0)
 
 
 @functools.lru_cache(maxsize=16)
-def _device_requests(collectors: frozenset[str]) -> tuple[FieldRequest, ...]:
-    return tuple(
+def _device_requests(collectors: frozenset[str], branch: int) -> tuple[FieldRequest, ...]:
+    out = [
         FieldRequest(key, field_id)
         for key, (field_id, collector) in _DEVICE_FIELDS.items()
         if collector in collectors
-    )
+    ]
+    if "clocks" in collectors:
+        out += [
+            FieldRequest(clock_event_key(reason), field_id)
+            for reason, field_id in clock_event_fields(branch).items()
+        ]
+    if "health" in collectors and branch >= RECOVERY_ACTION_SINCE:
+        out.append(FieldRequest(RECOVERY_ACTION, nvml_h.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION))
+    return tuple(out)
 
 
 def nvlink_key(link: int | str, name: str) -> str:

@@ -76,7 +76,8 @@
     X(nvmlGpmSampleFree, 0) X(nvmlGpmSampleGet, 1) X(nvmlGpmMigSampleGet, 1)              \
     X(nvmlGpmMetricsGet, 1) X(nvmlEventSetCreate, 0)                                      \
     X(nvmlDeviceGetSupportedEventTypes, 1) X(nvmlDeviceRegisterEvents, 1)                 \
-    X(nvmlEventSetWait_v2, 0) X(nvmlEventSetFree, 0)
+    X(nvmlEventSetWait_v2, 0) X(nvmlEventSetFree, 0) X(nvmlDeviceGetGpuFabricInfo, 1)        \
+    X(nvmlDeviceGetGpuFabricInfoV, 1)
 
 #define AS_ID(name, on_gpu) F_##name,
 enum { FUNCTIONS(AS_ID) F_COUNT };
@@ -236,6 +237,17 @@ static const struct {
     {NVML_FI_DEV_POWER_AVERAGE, 512345, UNSIGNED},
     {NVML_FI_DEV_POWER_INSTANT, 530000, UNSIGNED},
     {NVML_FI_DEV_NVLINK_LINK_COUNT, NVLINK_LINKS, UNSIGNED},
+    /* the PCIe link error counters: a few correctable errors, none of the others */
+    {NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 12, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_NAKS_RECEIVED, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_RECEIVER_ERROR, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_BAD_TLP, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_NAKS_SENT, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_BAD_DLLP, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_UNSUPPORTED_REQ, 0, UNSIGNED},
+    {NVML_FI_DEV_PCIE_COUNT_LCRC_ERROR, 0, UNSIGNED},
     /* the legacy per-lane data-CRC fields pynvml names (L0-L11): a false 0 */
     {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0, 0, UNSIGNED},
     {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L1, 0, UNSIGNED},
@@ -1032,4 +1044,20 @@ EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     set->magic = 0;
     free(set);
     RETURN(NVML_SUCCESS);
+}
+
+/* ---- fabric ---------------------------------------------------------------------- */
+
+/* an H100 without an NVLink fabric (no NVSwitch), as the Python fake's busy H100 */
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
+    DEVICE(nvmlDeviceGetGpuFabricInfo);
+    (void)info;
+    RETURN(NVML_ERROR_NOT_SUPPORTED);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
+                                                nvmlGpuFabricInfoV_t *info) {
+    DEVICE(nvmlDeviceGetGpuFabricInfoV);
+    (void)info;
+    RETURN(NVML_ERROR_NOT_SUPPORTED);
 }

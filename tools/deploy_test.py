@@ -493,7 +493,13 @@ class Machine:
             return False
 
         wait_for("systemd in the container", leader, 30)
+        # systemctl answers nothing (stderr: no bus) while systemd has not yet made its
+        # private socket: asked again until it names a state, as --wait then waits
+        deadline = time.monotonic() + 90
         state = self.sh("systemctl is-system-running --wait", check=False, timeout=90)
+        while not state.stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.5)
+            state = self.sh("systemctl is-system-running --wait", check=False, timeout=90)
         require(
             state.stdout.strip() in ("running", "degraded"),
             f"boot: {state.stdout}{state.stderr}",

@@ -50,12 +50,12 @@ def _fill(head: str, unit: str, tail: str = "") -> str:
 
 def cases() -> list[Case]:
     """The parsers, imported when asked (the kubelet's needs grpcio)."""
+    from gpu_exporter import systemd_fds
     from gpu_exporter.attribution import cgroups, dra
     from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES, is_expected
     from gpu_exporter.config import parse_duration
     from gpu_exporter.self_check import nvidia_smi
     from gpu_exporter.serving import basic_auth, negotiation, request_framing, request_head
-    from gpu_exporter import systemd_fds
     from gpu_exporter.serving.rate_limit import parse_go_duration
     from gpu_exporter.sources import kernel_log_records
     from gpu_exporter.yamlfile import YamlFileError, parse_yaml

@@ -944,6 +944,42 @@ def rule_queries() -> list[Panel]:
     return [Panel(group, name, expr, True) for group, name, expr, _i in rules()]
 
 
+def what_is_read(
+    nodes: int,
+    viewed_nodes: set[int],
+    samples: list[tuple[str, str, float]],
+    end: int,
+    origin: float,
+) -> tuple[dict[str, list[tuple[str, float, float]]], dict[str, int], dict[str, int]]:
+    """The history to backfill before `end` (see write_history): (families, when each
+    family starts, when each series of `viewed_nodes` starts). Every family the rules
+    or the fleet dashboard (at 24 h) read, over what they read of it, rounded up to the
+    hour, for every node; every family the node dashboard (at 24 h) reads, over what it
+    reads, for `viewed_nodes` only (it shows one node). A family counts as read over the
+    longest window of an expression that names it."""
+    known = {name for name, _l, _v in samples} | {n for _g, n, _e, _i in rules() if ":" in n}
+    known |= {"gpu_xid_errors_total", "gpu_xid_error_timestamp_seconds"}
+    every, _ = dashboard_reads(rule_queries() + panels(DASHBOARD, DAY_SECONDS), known)
+    node_q = panels(NODE_DASHBOARD, DAY_SECONDS, instance=node_name(VIEWED))
+    viewed, _ = dashboard_reads(node_q, known)
+
+    def first(span: int) -> int:
+        return end - math.ceil(span / 3600) * 3600
+
+    families: dict[str, list[tuple[str, float, float]]] = {}
+    since = {family: first(span) for family, span in every.items()}
+    first_of: dict[str, int] = {}
+    names = [f'instance="{node_name(i)}"' for i in viewed_nodes]
+    for name, members in history_families(nodes, samples, origin).items():
+        for text, base, slope in members:
+            if name in viewed and any(n in text for n in names):
+                first_of[text] = min(since.get(name, end), first(viewed[name]))
+            elif name not in every:
+                continue
+            families.setdefault(name, []).append((text, base, slope))
+    return families, since, first_of
+
+
 @dataclass
 class Day:
     gpus: int
@@ -990,29 +1026,11 @@ def day(
     the rules scrapes every node on for `minutes`, and both dashboards are queried at
     24 hours, the node dashboard on node VIEWED (one of the first `view_nodes`)."""
     load = Path("/proc/loadavg").read_text().split()[:3]
-    known = {name for name, _l, _v in samples} | {n for _g, n, _e, _i in rules() if ":" in n}
-    known |= {"gpu_xid_errors_total", "gpu_xid_error_timestamp_seconds"}
     fleet_q = panels(DASHBOARD, DAY_SECONDS)
     node_q = panels(NODE_DASHBOARD, DAY_SECONDS, instance=node_name(VIEWED))
-    every, _ = dashboard_reads(rule_queries() + fleet_q, known)
-    viewed, _ = dashboard_reads(node_q, known)
     end = int(time.time()) // RULE_SECONDS * RULE_SECONDS
     origin = end - DAY_SECONDS - 3600
-
-    def first(span: int) -> int:
-        return end - math.ceil(span / 3600) * 3600
-
-    families: dict[str, list[tuple[str, float, float]]] = {}
-    since = {family: first(span) for family, span in every.items()}
-    first_of: dict[str, int] = {}
-    for name, members in history_families(nodes, samples, origin).items():
-        for text, base, slope in members:
-            view = any(f'instance="{node_name(i)}"' in text for i in range(view_nodes))
-            if view and name in viewed:
-                first_of[text] = min(since.get(name, end), first(viewed[name]))
-            elif name not in every:
-                continue
-            families.setdefault(name, []).append((text, base, slope))
+    families, since, first_of = what_is_read(nodes, set(range(view_nodes)), samples, end, origin)
     data = workdir / "data"
     started = time.monotonic()
     start = min([*since.values(), *first_of.values()])
@@ -1386,14 +1404,10 @@ def victoria(
     the firing alerts, compared. The node dashboard shows node VIEWED."""
     global FAULT_TIME
     FAULT_TIME = float(int(time.time()))  # the faulty GPUs' Xid: just now
-    known = {name for name, _l, _v in samples} | {n for _g, n, _e, _i in rules() if ":" in n}
-    known |= {"gpu_xid_errors_total", "gpu_xid_error_timestamp_seconds"}
-    reads, _ = dashboard_reads(rule_queries(), known)
     end = int(time.time()) // RULE_SECONDS * RULE_SECONDS
     origin = end - DAY_SECONDS - 3600
-    since = {family: end - math.ceil(span / 3600) * 3600 for family, span in reads.items()}
-    families = {n: m for n, m in history_families(nodes, samples, origin).items() if n in reads}
-    start = min(since.values())
+    families, since, first_of = what_is_read(nodes, {VIEWED}, samples, end, origin)
+    start = min([*since.values(), *first_of.values()])
     stack = Victorias(workdir)
     server = None
     prometheus = None
@@ -1403,9 +1417,9 @@ def victoria(
         for first in (start, end):
             last = end if first == start else int(time.time()) // SCRAPE_SECONDS * SCRAPE_SECONDS
             history = workdir / "victoria.om"
-            write_history(history, families, first, last, origin, since)
+            write_history(history, families, first, last, origin, since, first_of)
             stack.import_history(history)
-            backfill(workdir / "data", workdir, families, first, last, origin, since)
+            backfill(workdir / "data", workdir, families, first, last, origin, since, first_of)
         server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
         prometheus = Prometheus(
             workdir,
@@ -1518,6 +1532,14 @@ def victoria_report(found: Victoria, nodes: int) -> str:
         + (
             " (" + ", ".join(f"{n} {state}" for state, n in sorted(states.items())) + ")"
             if states
+            else ""
+        )
+        + (
+            "; held back by the example's inhibitions: "
+            + ", ".join(
+                sorted({k[0] for k, v in found.alertmanager_alerts.items() if v != "active"})
+            )
+            if any(v != "active" for v in found.alertmanager_alerts.values())
             else ""
         )
         + f"; the example's receivers were sent {', '.join(sorted(found.notified)) or 'nothing'}."

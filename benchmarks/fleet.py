@@ -424,15 +424,15 @@ def panels(
     """Every query of the dashboard with Grafana's values at a range of `range_seconds`
     (`chosen` sets a variable, e.g. instance, to one value); a panel's minimum interval
     ("interval": "1m") raises $__interval, and so $__rate_interval and the step, as
-    Grafana does. Panels inside rows included."""
+    Grafana does, and so does its maximum of data points (the panel's width, 1,000
+    points, where it sets none). Panels inside rows included."""
     dashboard = json.loads(path.read_text())
-    base_step = grafana_interval(range_seconds)
     out = []
     for panel in _walk(dashboard["panels"]):
         values = {**GRAFANA, **chosen}
-        step = base_step
+        step = grafana_interval(range_seconds, panel.get("maxDataPoints", 1000))
         if "interval" in panel:
-            step = max(base_step, int(_seconds(panel["interval"])))
+            step = max(step, int(_seconds(panel["interval"])))
         values.update(
             __range=f"{range_seconds // 3600}h",
             __range_s=str(range_seconds),
@@ -459,7 +459,7 @@ def grafana_interval(range_seconds: int, width: int = 1000) -> int:
     range over the width, rounded as Grafana's rangeutil rounds it."""
     raw = range_seconds / width
     for below, rounded in ((17.5, 15), (25, 20), (45, 30), (90, 60), (210, 120), (450, 300)):
-        if raw < below:
+        if raw <= below:
             return rounded
     return 1800
 

@@ -709,6 +709,9 @@ def history_families(
             inner = s.labels[1:-1]
             text = f"{s.name}{{{instance}{',' + inner if inner else ''}}}"
             families.setdefault(s.name, {})[text] = (s.base, s.slope)
+            if s.name == "gpu_ecc_errors_total":  # its copy once a minute (a counter)
+                copy = "instance_gpu:gpu_ecc_errors_total:sampled1m"
+                families.setdefault(copy, {})[copy + text[len(s.name) :]] = (s.base, s.slope)
         for text, value in recorded(node, samples):  # one series per label set
             families.setdefault(text.split("{", 1)[0], {})[text] = (value, 0.0)
     return {name: [(t, b, sl) for t, (b, sl) in m.items()] for name, m in families.items()}

@@ -11,7 +11,10 @@ them at their repository paths, which is what a wheel built from it needs.
 from setuptools import find_namespace_packages, setup
 
 SHIPPED = {  # repository folder -> the files of it that the package carries
-    "deploy/systemd": ["gpu-exporter.service", "gpu-exporter.env", "gpu-exporter-textfile.*"],
+    "deploy/systemd": [
+        *("gpu-exporter.service", "gpu-exporter.env", "gpu-exporter-textfile.*"),
+        "gpu-exporter*.socket",
+    ],
     "deploy/prometheus": ["prometheus.yml", "federation.yml"],
     "deploy/prometheus/rules": ["*.yml"],
     "deploy/alertmanager": ["alertmanager.yml"],

@@ -1,24 +1,30 @@
 """Measure the exporter's cost, side by side with nvitop-exporter, and record it in
 benchmarks/README.md.
 
-Two parts, in one run:
+Three parts, in one run:
 
 1. Side by side (issues 14 and 24), a scale matrix: gpu-exporter (its real NVML
    backend) and nvitop-exporter 1.7.2 (pip-installed into benchmarks/.venv-nvitop on
-   first use) against the same simulated host: the fake libnvidia-ml of the tests
-   (`tests/support/fake_host.py`: busy H100s with GPM and 18 NVLink links), put in
-   pynvml's place in each program by `benchmarks/fake_nvml_site/sitecustomize.py`, with
+   first use) against the same simulated host: a compiled stand-in libnvidia-ml
+   (`benchmarks/standin_nvml/standin_nvml.c`, built by `standin.py` with the system
+   compiler; the host of the tests' `tests/support/fake_host.py`: busy H100s with GPM
+   and 18 NVLink links), loaded by each program's pynvml through LD_LIBRARY_PATH as a
+   driver is (issue 38: nothing patched, every call a ctypes foreign call), with
    real process trees (a parent with 4 children each) as the GPU processes. At each
    point of POINTS (GPUs x processes per GPU), REPETITIONS pairs, ours then
    nvitop-exporter in each (issue 31's method): CPU at a 1 s interval with no scrapes,
    per thread from schedstat, after WARM_UP_SECONDS, and how much of each thread's went
-   into the fake's answers (timed inside the fake on the calling thread's CPU clock: the
-   stand-in driver's cost), so each program's own CPU; resident memory; scrape latency
+   into the stand-in's answers (timed inside the library on the calling thread's CPU
+   clock, CLOCK_THREAD_CPUTIME_ID: the stand-in driver's cost), so each program's own
+   CPU; resident memory; scrape latency
    p50/p99 on a keep-alive connection and on a fresh connection each; series count;
-   NVML calls per GPU per second, every call and by function (counted by the fake, read
-   through SIGUSR1), and the time from SIGTERM to exit. Ratios are the median of the
+   NVML calls per GPU per second, every call and by function (counted by the stand-in in
+   a file it maps), and the time from SIGTERM to exit. Ratios are the median of the
    pairs' ratios; the tables give the min and median of each figure.
-2. The simulated host (`--simulate 8`, issues 2 and 12) with 64 real processes (8 per
+2. MIG hosts (issue 38): ours alone on GPUS stand-in H100s with 1, 3 or 7 MIG devices
+   each (MIG_LAYOUTS), busy and idle: NVML calls per GPU per interval against the budget
+   of CALLS_PER_GPU plus CALLS_PER_MIG_DEVICE per MIG device.
+3. The simulated host (`--simulate 8`, issues 2 and 12) with 64 real processes (8 per
    GPU, each a parent with 4 children) placed on the GPUs through a scenario file:
    scrape latency (p50, p99, max) over 1000 scrapes on loopback, one keep-alive client;
    sampler CPU; resident memory; series; with `--compat.dcgm` the scrape p99 and the
@@ -27,8 +33,9 @@ Two parts, in one run:
 Targets (issue 2): p99 <= 2 ms, sampler CPU <= 1% of a core, RSS <= 40 MiB; issue 12:
 scrape p99 <= 2 ms in compat mode; issue 31 (side by side): own CPU <= 0.9x
 nvitop-exporter's on an idle host (8 x 0), <= 0.3x at 8 x 8, <= 0.2x at 8 x 40; RSS <=
-0.85x; <= 16 NVML calls per GPU per interval; scrape p99 on a fresh connection <= 1 ms
-at 8 x 0 and 8 x 8; idle SIGTERM to exit <= 0.3 s.
+0.85x; <= 16 NVML calls per GPU per interval, plus <= 4 per MIG device (issue 38);
+scrape p99 on a fresh connection <= 1 ms at 8 x 0 and 8 x 8; idle SIGTERM to exit
+<= 0.3 s.
 `make bench` prints the figures and writes them between the markers of README.md.
 Figures are measured, never asserted in tests.
 """
@@ -52,11 +59,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import standin
 
 REPO = Path(__file__).resolve().parents[1]
 NVITOP_VENV = REPO / "benchmarks" / ".venv-nvitop"
 NVITOP_VERSION = "1.7.2"
-FAKE_SITE = REPO / "benchmarks" / "fake_nvml_site"
 GPUS = 8
 PROCESSES_PER_GPU = 8
 CHILDREN_PER_PROCESS = 4
@@ -71,7 +78,7 @@ SIDE_SCRAPES = 300
 SIDE_SCRAPE_SECONDS = 5.0
 CPU_WINDOW_SECONDS = 20.0
 WARM_UP_SECONDS = 5.0  # after the program answers, before the CPU window
-# the program's own CPU (the fake's in-call CPU taken out), ours / nvitop-exporter's: the
+# the program's own CPU (the stand-in's in-call CPU taken out), ours / nvitop-exporter's: the
 # median of the pairs' ratios (issue 31)
 CPU_TARGETS = {(8, 0): 0.9, (8, 8): 0.3, (8, 40): 0.2}
 FRESH_SCRAPE_P99_TARGET_MS = 1.0  # at 8 x 0 and 8 x 8 (issue 31)
@@ -82,7 +89,12 @@ PROMETHEUS_HEADERS = {  # what Prometheus 2.x sends by default
     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
     "Accept-Encoding": "gzip",
 }
-NVLINK_LINKS = 18  # of each fake H100 (tests/support/fake_host.py)
+NVLINK_LINKS = 18  # of each stand-in H100 (standin_nvml/standin_nvml.c)
+# the NVML call budget (issue 38): per GPU per interval, and on top per MIG device
+CALLS_PER_GPU = 16
+CALLS_PER_MIG_DEVICE = 4
+MIG_LAYOUTS = (1, 3, 7)  # MIG devices per GPU (standin_nvml.c: 7g; 3g+3g+1g; 7 x 1g)
+MIG_WINDOW_SECONDS = 10.0
 
 # a shell with sleeping children: a tree of CHILDREN_PER_PROCESS + 1 light processes
 CHILD_TREE = " ".join(["sleep 3600 &"] * CHILDREN_PER_PROCESS) + " wait"
@@ -324,13 +336,14 @@ def render_cost(scenario_path: Path, *extra: str, renders: int = 200) -> float:
 
 @dataclass
 class Side:
-    """One program's figures on the fake NVML host, one repetition."""
+    """One program's figures on the stand-in NVML host, one repetition."""
 
     name: str
     gpus: int
     cpu_cores: float
-    fake_cpu_cores: float  # of cpu_cores: inside the fake library's answers
-    threads: dict[str, tuple[float, float]]  # thread name -> (CPU, of it the fake's) ms/s
+    standin_cpu_cores: float  # of cpu_cores: inside the stand-in library's answers
+    # thread name -> (CPU, of it inside the stand-in) ms/s
+    threads: dict[str, tuple[float, float]]
     scraped_cpu_cores: float | None  # scraped as Prometheus does (cpu_share_scraped)
     rss_mib: float
     scrape_p50_ms: float
@@ -341,8 +354,9 @@ class Side:
     series: int
     nvml_calls_per_gpu_per_second: float  # for one GPU: on its handle, GPM metrics
     nvml_library_calls_per_second: float  # the others: device count, event waits
-    nvml_missing_per_gpu_per_second: float  # lookups of functions the fake lacks
     nvml_by_function: dict[str, float]  # calls per second of each function
+    # CPU microseconds per second inside each function (the stand-in's, not the program's)
+    nvml_cpu_us_by_function: dict[str, float]
     sigterm_exit_seconds: float
 
     @property
@@ -357,12 +371,13 @@ class Side:
 
     @property
     def own_cpu_ms(self) -> float:
-        """CPU milliseconds per 1 s interval less the fake's answers (the driver's part)."""
-        return 1000 * (self.cpu_cores - self.fake_cpu_cores)
+        """CPU milliseconds per 1 s interval less the stand-in's answers (the driver's
+        part)."""
+        return 1000 * (self.cpu_cores - self.standin_cpu_cores)
 
     @property
-    def fake_cpu_ms(self) -> float:
-        return 1000 * self.fake_cpu_cores
+    def standin_cpu_ms(self) -> float:
+        return 1000 * self.standin_cpu_cores
 
     @property
     def scraped_cpu_ms(self) -> float | None:
@@ -381,67 +396,23 @@ def ensure_nvitop() -> Path:
     return program
 
 
-def fake_env(pids: Sequence[int], calls_file: Path, gpus: int = GPUS) -> dict[str, str]:
-    """The environment that puts the fake host into a Python program (sitecustomize)."""
-    return dict(
-        os.environ,
-        PYTHONPATH=str(FAKE_SITE),
-        FAKE_NVML_GPUS=str(gpus),
-        FAKE_NVML_REPO=str(REPO),
-        FAKE_NVML_PIDS=",".join(str(p) for p in pids),
-        FAKE_NVML_CALLS=str(calls_file),
-    )
-
-
-@dataclass
-class Calls:
-    """The fake library's counts in a program at one moment."""
-
-    at: float  # monotonic seconds
-    answered: int
-    on_gpus: int  # of `answered`: for one GPU
-    missing: int  # lookups of functions the fake lacks
-    fake_cpu_seconds: float  # spent inside the fake's answers
-    fake_cpu_by_thread: dict[str, float]  # the same per native thread id
-    thread_names: dict[str, str]  # native thread id -> the thread's Python name
-    by_function: dict[str, int]
-
-
-def nvml_calls(proc: psutil.Process, calls_file: Path) -> Calls:
-    """The program's NVML call counts now (written by the fake on SIGUSR1)."""
-    calls_file.unlink(missing_ok=True)
-    at = time.monotonic()
-    proc.send_signal(signal.SIGUSR1)
-    deadline = at + 10
-    while not calls_file.exists():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{proc.pid} wrote no NVML call counts")
-        time.sleep(0.02)
-    counts = json.loads(calls_file.read_text())
-    return Calls(
-        at,
-        int(counts["answered"]),
-        int(counts["on_gpus"]),
-        int(counts["missing"]),
-        float(counts["fake_cpu_seconds"]),
-        {tid: float(v) for tid, v in counts["fake_cpu_seconds_by_thread"].items()},
-        {tid: str(name) for tid, name in counts["thread_names"].items()},
-        {name: int(n) for name, n in counts["by_function"].items()},
-    )
-
-
 def per_thread(
-    cpu0: dict[str, float], cpu1: dict[str, float], c0: Calls, c1: Calls, seconds: float
+    cpu0: dict[str, float],
+    cpu1: dict[str, float],
+    c0: standin.Counts,
+    c1: standin.Counts,
+    names: dict[str, str],
+    seconds: float,
 ) -> dict[str, tuple[float, float]]:
-    """Thread name -> (CPU, of it inside the fake's answers) in ms per second between
+    """Thread name -> (CPU, of it inside the stand-in's answers) in ms per second between
     two readings; threads of one name (none, in either program) are summed."""
     out: dict[str, tuple[float, float]] = {}
     for tid, cpu in cpu1.items():
-        name = c1.thread_names.get(tid, f"thread {tid}")
+        name = names.get(tid, f"thread {tid}")
         ran = (cpu - cpu0.get(tid, 0.0)) / seconds * 1000
-        fake = c1.fake_cpu_by_thread.get(tid, 0.0) - c0.fake_cpu_by_thread.get(tid, 0.0)
+        inside = c1.cpu_by_thread.get(tid, 0.0) - c0.cpu_by_thread.get(tid, 0.0)
         before = out.get(name, (0.0, 0.0))
-        out[name] = (before[0] + ran, before[1] + fake / seconds * 1000)
+        out[name] = (before[0] + ran, before[1] + inside / seconds * 1000)
     return out
 
 
@@ -454,9 +425,10 @@ def measure_side(
     *,
     scraped: bool,
 ) -> Side:
-    """One program on the fake host: CPU not scraped, then (with `scraped`) scraped as
+    """One program on the stand-in host: CPU not scraped, then (with `scraped`) scraped as
     Prometheus does, then back-to-back scrapes, then SIGTERM when idle."""
     calls_file = Path(env["FAKE_NVML_CALLS"])
+    names_file = Path(env["BENCH_THREAD_NAMES"])
     gpus = int(env["FAKE_NVML_GPUS"])
     program = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -465,12 +437,13 @@ def measure_side(
         wait_ready(port, timeout=60.0, path=ready_path)
         proc = psutil.Process(program.pid)
         time.sleep(WARM_UP_SECONDS)  # start-up done, steady state
-        c0 = nvml_calls(proc, calls_file)
+        c0 = standin.read_counts(calls_file)
         cpu0, wall0 = thread_cpu_seconds(proc.pid), time.monotonic()
         time.sleep(CPU_WINDOW_SECONDS)
         cpu1, wall1 = thread_cpu_seconds(proc.pid), time.monotonic()
-        c1 = nvml_calls(proc, calls_file)
-        threads = per_thread(cpu0, cpu1, c0, c1, wall1 - wall0)
+        c1 = standin.read_counts(calls_file)
+        names = standin.thread_names(proc.pid, names_file)
+        threads = per_thread(cpu0, cpu1, c0, c1, names, wall1 - wall0)
         share = sum(cpu for cpu, _ in threads.values()) / 1000
         rss = proc.memory_info().rss / 2**20
         scraped_share = cpu_share_scraped(proc, port) if scraped else None
@@ -491,7 +464,7 @@ def measure_side(
         name=name,
         gpus=gpus,
         cpu_cores=share,
-        fake_cpu_cores=sum(fake for _, fake in threads.values()) / 1000,
+        standin_cpu_cores=sum(inside for _, inside in threads.values()) / 1000,
         threads=threads,
         scraped_cpu_cores=scraped_share,
         rss_mib=rss,
@@ -504,11 +477,15 @@ def measure_side(
         nvml_calls_per_gpu_per_second=(c1.on_gpus - c0.on_gpus) / per,
         nvml_library_calls_per_second=((c1.answered - c1.on_gpus) - (c0.answered - c0.on_gpus))
         / seconds,
-        nvml_missing_per_gpu_per_second=(c1.missing - c0.missing) / per,
         nvml_by_function={
-            function: (n - c0.by_function.get(function, 0)) / seconds
-            for function, n in c1.by_function.items()
-            if n > c0.by_function.get(function, 0)
+            function: (n - c0.calls.get(function, 0)) / seconds
+            for function, n in c1.calls.items()
+            if n > c0.calls.get(function, 0)
+        },
+        nvml_cpu_us_by_function={
+            function: (cpu - c0.cpu_seconds.get(function, 0.0)) / seconds * 1e6
+            for function, cpu in c1.cpu_seconds.items()
+            if c1.calls[function] > c0.calls.get(function, 0)
         },
         sigterm_exit_seconds=exit_seconds,
     )
@@ -553,7 +530,7 @@ class Point:
 
 
 def measure_point(gpus: int, per_gpu: int, repetitions: int, tmp: Path) -> Point:
-    """Both programs on one fake host of `gpus` GPUs with `per_gpu` process trees each:
+    """Both programs on one stand-in host of `gpus` GPUs with `per_gpu` process trees each:
     `repetitions` pairs, ours then nvitop-exporter in each, so the pairs alternate
     between the two. CPU while scraped is measured at 8 x 8 in the first pair only (it
     takes 50 s per program)."""
@@ -562,7 +539,7 @@ def measure_point(gpus: int, per_gpu: int, repetitions: int, tmp: Path) -> Point
     point = Point(gpus, per_gpu, [], [])
     try:
         pids = [job.pid for job in jobs]
-        env = fake_env(pids, tmp / "calls.json", gpus)
+        env = standin.environment(pids, tmp / "calls.bin", tmp / "names.json", gpus)
         for r in range(repetitions):
             scraped = (gpus, per_gpu) == (GPUS, PROCESSES_PER_GPU) and r == 0
             point.ours.append(ours(env, scraped=scraped))
@@ -570,7 +547,8 @@ def measure_point(gpus: int, per_gpu: int, repetitions: int, tmp: Path) -> Point
             print(
                 f"{gpus}x{per_gpu} pair {r + 1}: own CPU {point.ours[-1].own_cpu_ms:.2f} / "
                 f"{point.theirs[-1].own_cpu_ms:.2f} ms per second "
-                f"(with the fake's {point.ours[-1].cpu_ms:.2f} / {point.theirs[-1].cpu_ms:.2f})",
+                f"(with the stand-in's {point.ours[-1].cpu_ms:.2f} / "
+                f"{point.theirs[-1].cpu_ms:.2f})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -581,8 +559,63 @@ def measure_point(gpus: int, per_gpu: int, repetitions: int, tmp: Path) -> Point
 
 def matrix(points: Sequence[tuple[int, int]], repetitions: int) -> list[Point]:
     ensure_nvitop()
+    standin.build()
     with tempfile.TemporaryDirectory() as tmp:
         return [measure_point(g, p, repetitions, Path(tmp)) for g, p in points]
+
+
+@dataclass
+class MigHost:
+    """Our NVML calls on a stand-in host whose every GPU has `devices` MIG devices."""
+
+    devices: int
+    busy: bool  # a process on every MIG device (else on none)
+    calls_per_gpu: float  # per interval, for one GPU (its handle, its MIG devices' handles)
+    all_calls_per_gpu: float  # every call, the library's own shared out
+    by_function: dict[str, float]  # per GPU per interval
+
+    @property
+    def budget(self) -> int:
+        return CALLS_PER_GPU + CALLS_PER_MIG_DEVICE * self.devices
+
+
+def mig_host(devices: int, busy: bool, tmp: Path) -> MigHost:
+    """Ours alone on GPUS GPUs with `devices` MIG devices each: NVML calls over
+    MIG_WINDOW_SECONDS after WARM_UP_SECONDS."""
+    calls_file = tmp / f"mig-{devices}-{busy}.bin"
+    env = standin.environment(
+        [], calls_file, tmp / "names.json", GPUS, mig=devices, mig_idle=not busy
+    )
+    port = free_port()
+    program = subprocess.Popen(exporter_command(port), cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+    try:
+        wait_ready(port, timeout=60.0)
+        time.sleep(WARM_UP_SECONDS)
+        c0 = standin.read_counts(calls_file)
+        time.sleep(MIG_WINDOW_SECONDS)
+        c1 = standin.read_counts(calls_file)
+    finally:
+        program.terminate()
+        program.wait(10)
+    seconds = c1.at - c0.at
+    return MigHost(
+        devices,
+        busy,
+        (c1.on_gpus - c0.on_gpus) / GPUS / seconds,
+        (c1.answered - c0.answered) / GPUS / seconds,
+        {
+            f: (n - c0.calls.get(f, 0)) / GPUS / seconds
+            for f, n in c1.calls.items()
+            if n > c0.calls.get(f, 0)
+        },
+    )
+
+
+def mig_hosts() -> list[MigHost]:
+    """Each MIG layout of MIG_LAYOUTS, busy and idle."""
+    standin.build()
+    with tempfile.TemporaryDirectory() as tmp:
+        return [mig_host(n, busy, Path(tmp)) for n in MIG_LAYOUTS for busy in (True, False)]
 
 
 def simulated() -> Figures:
@@ -645,11 +678,15 @@ def min_median(values: Sequence[float]) -> tuple[float, float]:
 # figure, Side field, format (rows of each point's detail table)
 DETAIL_ROWS: tuple[tuple[str, str, str], ...] = (
     ("CPU per second, not scraped (ms)", "cpu_ms", "{:.2f}"),
-    ("of which inside the fake library's answers (ms)", "fake_cpu_ms", "{:.2f}"),
-    ("CPU per second less the fake's answers, the program's own (ms)", "own_cpu_ms", "{:.2f}"),
+    ("of which inside the stand-in library's answers (ms)", "standin_cpu_ms", "{:.2f}"),
+    (
+        "CPU per second less the stand-in's answers, the program's own (ms)",
+        "own_cpu_ms",
+        "{:.2f}",
+    ),
     (
         f"CPU per interval, scraped every {PROMETHEUS_EVERY_SECONDS:g} s as Prometheus does "
-        "(ms, fake's answers included)",
+        "(ms, stand-in's answers included)",
         "scraped_cpu_ms",
         "{:.2f}",
     ),
@@ -666,11 +703,6 @@ DETAIL_ROWS: tuple[tuple[str, str, str], ...] = (
     (
         "NVML calls per second not on a GPU (device count, event waits)",
         "nvml_library_calls_per_second",
-        "{:.2f}",
-    ),
-    (
-        "NVML lookups of functions the fake lacks, per GPU per second",
-        "nvml_missing_per_gpu_per_second",
         "{:.2f}",
     ),
     ("resident memory after warm-up and the CPU window (MiB)", "rss_mib", "{:.1f}"),
@@ -731,7 +763,7 @@ def summary_table(points: Sequence[Point]) -> list[str]:
     """One row per point: the medians of the pairs' ratios and issue 31's verdicts."""
     lines = [
         "| GPUs x processes | own CPU ms/s, ours / nvitop (medians) | own CPU ratio, median "
-        "of pairs (range) | target | CPU with the fake's answers, ratio | RSS ratio "
+        "of pairs (range) | target | CPU with the stand-in's answers, ratio | RSS ratio "
         "(<= 0.85) | scrape p99 ms, fresh connection, ours / nvitop | keep-alive p99 ms, "
         "ours / nvitop | NVML calls per GPU per interval, all / for the GPU (<= 16) "
         "| SIGTERM s (<= 0.3) |",
@@ -760,26 +792,26 @@ def summary_table(points: Sequence[Point]) -> list[str]:
             f"| {rss:.2f}: {verdict(rss <= 0.85)} "
             f"| {fresh:.3f} / {fresh_theirs:.3f}{fresh_judged} "
             f"| {p99_ours:.3f} / {p99_theirs:.3f} "
-            f"| {calls:.2f} / {gpu_calls:.2f}: {verdict(calls <= 16)} "
+            f"| {calls:.2f} / {gpu_calls:.2f}: {verdict(calls <= CALLS_PER_GPU)} "
             f"| {sigterm:.3f}: {verdict(sigterm <= 0.3)} |"
         )
     return lines
 
 
 def thread_table(point: Point) -> list[str]:
-    """Each thread's CPU, the fake's part of it and the thread's own: medians of the
+    """Each thread's CPU, the stand-in's part of it and the thread's own: medians of the
     pairs, in ms per second."""
     lines = [
-        "| program | thread | CPU ms/s | of it the fake's answers | own |",
+        "| program | thread | CPU ms/s | of it the stand-in's answers | own |",
         "|---|---|---|---|---|",
     ]
     for sides in (point.ours, point.theirs):
         for name in sorted({name for side in sides for name in side.threads}):
             ran = [side.threads.get(name, (0.0, 0.0)) for side in sides]
             cpu = statistics.median(c for c, _ in ran)
-            fake = statistics.median(f for _, f in ran)
+            inside = statistics.median(f for _, f in ran)
             own = statistics.median(c - f for c, f in ran)
-            lines.append(f"| {sides[0].name} | {name} | {cpu:.2f} | {fake:.2f} | {own:.2f} |")
+            lines.append(f"| {sides[0].name} | {name} | {cpu:.2f} | {inside:.2f} | {own:.2f} |")
     return lines
 
 
@@ -804,10 +836,11 @@ def calls_table(point: Point) -> list[str]:
 
 def matrix_report(points: Sequence[Point], repetitions: int) -> list[str]:
     lines = [
-        f"**Side by side**, a scale matrix on one fake NVML host (busy H100s with GPM and "
-        f"{NVLINK_LINKS} NVLink links; the tests' fake libnvidia-ml in pynvml's place in both "
-        "programs, its in-call CPU timed on the calling thread's CPU clock and taken out of "
-        f"the programs' own), GPU processes each a shell with {CHILDREN_PER_PROCESS} "
+        f"**Side by side**, a scale matrix on one stand-in NVML host (busy H100s with GPM and "
+        f"{NVLINK_LINKS} NVLink links; a compiled stand-in libnvidia-ml loaded by both "
+        "programs' pynvml through LD_LIBRARY_PATH, its in-call CPU timed on the calling "
+        "thread's CPU clock and taken out of the programs' own), GPU processes each a "
+        f"shell with {CHILDREN_PER_PROCESS} "
         f"children, a 1 s interval, {repetitions} pairs per point (ours then "
         f"nvitop-exporter), CPU from each thread's schedstat over {CPU_WINDOW_SECONDS:g} s "
         f"after {WARM_UP_SECONDS:g} s of warm-up, not scraped; ratios are the median of "
@@ -826,6 +859,30 @@ def matrix_report(points: Sequence[Point], repetitions: int) -> list[str]:
         ]
         if (point.gpus, point.per_gpu) == (GPUS, 0):
             lines += ["", *calls_table(point)]
+    return lines
+
+
+def mig_report(hosts: Sequence[MigHost]) -> list[str]:
+    """Our calls on each MIG host against the budget, and the costliest functions."""
+    lines = [
+        f"**MIG hosts** (issue 38's budget: {CALLS_PER_GPU} NVML calls per GPU per interval "
+        f"plus at most {CALLS_PER_MIG_DEVICE} per MIG device): gpu-exporter alone on "
+        f"{GPUS} stand-in H100s with MIG on, the same MIG layout on each, a 1 s interval, "
+        f"calls counted over {MIG_WINDOW_SECONDS:g} s after {WARM_UP_SECONDS:g} s of warm-up; "
+        "busy: a process on every MIG device; idle: on none.",
+        "",
+        "| MIG devices per GPU | processes | calls per GPU per interval, for the GPU "
+        "| every call (the library's own shared out) | budget | main calls per GPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for h in hosts:
+        top = sorted(h.by_function.items(), key=lambda item: -item[1])[:5]
+        named = ", ".join(f"`{f}` {n:.1f}" for f, n in top)
+        lines.append(
+            f"| {h.devices} | {'busy' if h.busy else 'idle'} | {h.calls_per_gpu:.2f} "
+            f"| {h.all_calls_per_gpu:.2f} | {h.budget}: {verdict(h.calls_per_gpu <= h.budget)} "
+            f"| {named} |"
+        )
     return lines
 
 
@@ -884,12 +941,15 @@ def main() -> int:
     parser.add_argument(
         "--no-simulated", action="store_true", help="leave out part 2 (the simulated host)"
     )
+    parser.add_argument("--no-mig", action="store_true", help="leave out the MIG hosts")
     args = parser.parse_args()
     started = time.monotonic()
     points = matrix(parse_points(args.points), args.repetitions)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     lines = [f"Measured {time.strftime('%Y-%m-%d')} on {machine}.", ""]
     lines += matrix_report(points, args.repetitions)
+    if not args.no_mig:
+        lines += ["", *mig_report(mig_hosts())]
     if not args.no_simulated:
         lines += ["", *simulated_report(simulated())]
     minutes = (time.monotonic() - started) / 60

@@ -305,7 +305,9 @@ OPTIONS: tuple[Option, ...] = (
         _text,
         "the kernel log the xid collector reads every Xid since boot from (records in "
         "/dev/kmsg's format: the device, a file or a FIFO); needs CAP_SYSLOG where "
-        "kernel.dmesg_restrict is 1; '' reads none; where it cannot be read, Xids come from "
+        "kernel.dmesg_restrict is 1, except for the default /dev/kmsg when systemd passes it "
+        "open (a file named kmsg by sd_listen_fds, as deploy/systemd's socket units do): "
+        "that file is read instead; '' reads none; where it cannot be read, Xids come from "
         "NVML's events alone, since the exporter started (default /dev/kmsg; none with "
         "--simulate)",
         "PATH",

@@ -21,6 +21,7 @@ from gpu_exporter import __version__, logs
 from gpu_exporter.attribution.kubernetes import KubernetesAttributor
 from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.config import (
+    DEFAULT_KERNEL_LOG,
     ConfigError,
     Settings,
     describe_changes,
@@ -43,11 +44,15 @@ from gpu_exporter.serving.web_config import WebConfigError, load_web_config
 from gpu_exporter.sources.backend import Backend
 from gpu_exporter.sources.host import HostReader
 from gpu_exporter.sources.kernel_log import KernelLogReader
+from gpu_exporter.sources.kernel_log_files import open_inherited_kernel_log
 from gpu_exporter.sources.kubelet.watch import KubeletWatcher
 from gpu_exporter.sources.xid import XidListener
+from gpu_exporter.systemd_fds import inherited_fds
 from gpu_exporter.systemd_notify import Notifier, Watchdog
 
 log = logging.getLogger("gpu_exporter")
+
+KMSG_FD_NAME = "kmsg"  # FileDescriptorName= of the socket units that pass /dev/kmsg
 
 EXIT_USAGE = 2
 # How long a thread may hold the interpreter lock while another waits for it, in seconds.
@@ -73,9 +78,21 @@ def make_backend(settings: Settings) -> Backend:
 
 
 def make_kernel_log(settings: Settings) -> KernelLogReader | None:
-    """The kernel-log reader of `--collector.xid.kernel-log`; None for none."""
+    """The kernel-log reader of `--collector.xid.kernel-log`; None for none.
+
+    The one place that decides what it reads: the file systemd passed open under the name
+    `kmsg` (deploy/systemd/gpu-exporter-kmsg.socket) where the flag names the default
+    /dev/kmsg, else the path the flag names.
+    """
+    passed = inherited_fds()  # taken (and the variables unset) even when not read
     path = kernel_log_path(settings)
-    return KernelLogReader(path) if path is not None else None
+    if path is None:
+        return None
+    fd = passed.get(KMSG_FD_NAME) if path == DEFAULT_KERNEL_LOG else None
+    if fd is None:
+        return KernelLogReader(path)
+    log.info("reading the kernel log from the file systemd opened", extra={"path": path, "fd": fd})
+    return KernelLogReader(path, opener=lambda _path: open_inherited_kernel_log(fd))
 
 
 def warn_if_simulated(settings: Settings) -> None:

@@ -21,8 +21,10 @@ EXIT_USAGE = 2
 CONFIGS: dict[tuple[str, ...], str] = {
     ("systemd",): "deploy/systemd/gpu-exporter.service",
     ("systemd", "env"): "deploy/systemd/gpu-exporter.env",
+    ("systemd", "kmsg-socket"): "deploy/systemd/gpu-exporter-kmsg.socket",
     ("systemd", "textfile-service"): "deploy/systemd/gpu-exporter-textfile.service",
     ("systemd", "textfile-timer"): "deploy/systemd/gpu-exporter-textfile.timer",
+    ("systemd", "textfile-kmsg-socket"): "deploy/systemd/gpu-exporter-textfile-kmsg.socket",
     ("prometheus",): "deploy/prometheus/prometheus.yml",
     ("prometheus", "federation"): "deploy/prometheus/federation.yml",
     ("rules", "alerts"): "deploy/prometheus/rules/gpu-alerts.yml",

@@ -51,6 +51,9 @@ MIB = 1024 * 1024
 
 # Exporter series with no nvidia-smi counterpart in a capture (or the exporter's own).
 UNCOMPARED = {"gpu_up"}
+# Derived from several values a capture shows (docs/actions.md), not printed by nvidia-smi:
+# the test checks it apart (every captured board is healthy: it needs nothing done).
+RECOMMENDED = "gpu_recommended_action"
 # Counters the exporter integrates from a value nvidia-smi shows: never printed without it.
 DERIVED = {
     "gpu_busy_seconds_total": "gpu_utilization_ratio",
@@ -347,6 +350,11 @@ def test_exporter_prints_what_nvidia_smi_printed_for_the_same_board(
         assert labels["cuda_driver_version"] == (captured.cuda_version or "").split()[0]
     wrong, compared = disagreements(samples, captured)
     assert not wrong, "\n".join(wrong)
+    recommended = {dict(ls)["gpu"]: dict(ls) for (n, ls) in samples if n == RECOMMENDED}
+    assert {g: (r["action"], r["reason"]) for g, r in recommended.items()} == {
+        str(i): ("none", "none") for i in range(len(captured.rows))
+    }
+    compared.add(RECOMMENDED)
     # every device series the exporter printed is one nvidia-smi had a value for
     unexplained = _device_series(samples) - compared - {"gpu_info"}
     assert not unexplained, (

@@ -16,8 +16,10 @@ SYSTEMD = REPO / "deploy" / "systemd"
 SERVICE = SYSTEMD / "gpu-exporter.service"
 TEXTFILE_SERVICE = SYSTEMD / "gpu-exporter-textfile.service"
 TEXTFILE_TIMER = SYSTEMD / "gpu-exporter-textfile.timer"
+KMSG_SOCKET = SYSTEMD / "gpu-exporter-kmsg.socket"
+TEXTFILE_KMSG_SOCKET = SYSTEMD / "gpu-exporter-textfile-kmsg.socket"
 ENV_FILE = SYSTEMD / "gpu-exporter.env"
-UNITS = (SERVICE, TEXTFILE_SERVICE, TEXTFILE_TIMER)
+UNITS = (SERVICE, TEXTFILE_SERVICE, TEXTFILE_TIMER, KMSG_SOCKET, TEXTFILE_KMSG_SOCKET)
 SHIPPED_BINARY = "/opt/gpu-exporter/bin/gpu-exporter"
 
 
@@ -184,3 +186,27 @@ def test_units_use_the_shipped_install_path(unit: Path) -> None:
     starts = [v for v in parse_unit(unit).get("Service", {}).get("ExecStart", [])]
     for start in starts:
         assert start.split()[0] == SHIPPED_BINARY
+
+
+@pytest.mark.parametrize(
+    ("service", "socket"), [(SERVICE, KMSG_SOCKET), (TEXTFILE_SERVICE, TEXTFILE_KMSG_SOCKET)]
+)
+def test_systemd_opens_the_kernel_log_for_a_service_without_privileges(
+    service: Path, socket: Path
+) -> None:
+    """/dev/kmsg comes open from a socket unit bound to the service (never enabled on its
+    own, so it cannot start a stopped service); the service keeps ProtectKernelLogs=yes
+    and no capability."""
+    unit = parse_unit(service)
+    assert unit["Service"]["Sockets"] == [socket.name]
+    assert socket.name in unit["Unit"]["Wants"] and socket.name in unit["Unit"]["After"]
+    assert unit["Service"]["ProtectKernelLogs"] == ["yes"]
+    assert unit["Service"]["CapabilityBoundingSet"] == [""]
+    assert "AmbientCapabilities" not in unit["Service"]
+    assert not any("kmsg" in device for device in unit["Service"]["DeviceAllow"])
+    passed = parse_unit(socket)
+    assert passed["Socket"]["ListenSpecial"] == ["/dev/kmsg"]
+    assert passed["Socket"]["FileDescriptorName"] == ["kmsg"]
+    assert passed["Socket"]["Service"] == [service.name]
+    assert passed["Unit"]["BindsTo"] == [service.name]
+    assert "Install" not in passed and "Accept" not in passed["Socket"]

@@ -460,7 +460,8 @@ def test_alerts_reach_the_webhook_through_a_real_alertmanager(fleet: Fleet) -> N
     """Placed last: it raises an Xid on node-c's GPU 0 and loses its GPU 1 (lost after
     its UUID was read, as a GPU that falls off the bus does), then restores the scenario.
 
-    GPUIdleWhileAllocated, GPUMemoryNearFull, GPULost and GPUXidCritical arrive at the
+    GPUIdleWhileAllocated, GPUMemoryNearFull and GPUNeedsReboot (for the Xid 79 and for
+    the lost GPU, each holding back its GPULost and GPUXidCritical) arrive at the
     receiver of their severity with node, GPU, UUID, the user of the process that holds
     the memory (container and pod too where it has them), a summary naming them, and a
     runbook link that the exporter under test serves, at a section that exists.
@@ -474,8 +475,8 @@ def test_alerts_reach_the_webhook_through_a_real_alertmanager(fleet: Fleet) -> N
         ("GPUIdleWhileAllocated", "node-a", "1"),
         ("GPUMemoryNearFull", "node-a", "2"),
         ("GPUMemoryNearFull", "node-b", "2"),
-        ("GPULost", XID_NODE, LOST_GPU),
-        ("GPUXidCritical", XID_NODE, XID_GPU),
+        ("GPUNeedsReboot", XID_NODE, LOST_GPU),
+        ("GPUNeedsReboot", XID_NODE, XID_GPU),
     }
 
     def arrived(alerts: list[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str, str], Any]:
@@ -521,5 +522,14 @@ def test_alerts_reach_the_webhook_through_a_real_alertmanager(fleet: Fleet) -> N
     assert tenant["labels"]["user"] == "carol", json.dumps(tenant["labels"])
     assert "user carol" in tenant["annotations"]["summary"]
     assert "held by a process of user carol" in tenant["annotations"]["description"]
-    xid = got[("GPUXidCritical", XID_NODE, XID_GPU)][1]
-    assert xid["labels"]["xid"] == "79" and "Xid 79" in xid["annotations"]["summary"]
+    xid = got[("GPUNeedsReboot", XID_NODE, XID_GPU)][1]
+    assert xid["labels"]["reason"] == "xid_79" and "(xid_79)" in xid["annotations"]["summary"]
+    lost = got[("GPUNeedsReboot", XID_NODE, LOST_GPU)][1]
+    assert lost["labels"]["reason"] == "gpu_lost"
+    # the faults behind the actions were held back: one page per GPU
+    paged = {
+        (a["labels"]["alertname"], a["labels"].get("gpu", ""))
+        for _, a in fleet.webhook.alerts()
+        if a["labels"].get("node") == XID_NODE
+    }
+    assert not paged & {("GPULost", LOST_GPU), ("GPUXidCritical", XID_GPU)}, paged

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,5 +118,53 @@ def test_a_kernel_log_it_may_not_read_leaves_nvml_events_counting(
         warnings = [line for line in exporter.log().splitlines() if "kernel log" in line]
         assert len(warnings) == 1, exporter.log()
         assert "permission denied" in warnings[0] and "CAP_SYSLOG" in warnings[0]
+    finally:
+        exporter.stop()
+
+
+def test_the_kernel_log_systemd_passes_open_is_read_and_kept_across_a_reload(
+    tmp_path: Path,
+) -> None:
+    """As under gpu-exporter-kmsg.socket: the default /dev/kmsg comes open as fd 3, named
+    kmsg; that file is read, not the path. A SIGHUP turning the collector off and on
+    reads the same file again from its start, counting nothing twice."""
+    passed = tmp_path / "passed-kmsg"
+    passed.write_text(record(0, 1, f"NVRM: Xid (PCI:{GPU0}): 79, pid=1, fallen off the bus"))
+    config = tmp_path / "config.yml"
+    config.write_text("collect.interval: 0.2s\n")
+    scenario = tmp_path / "scenario.json"
+    write_scenario(scenario, {})
+    port = free_port()
+    args = ["--simulate", "2", "--simulate.scenario", str(scenario), "--config.file", str(config)]
+    args += ["--collector.xid.kernel-log", "/dev/kmsg", "--web.listen-address", f"127.0.0.1:{port}"]
+    log_path = tmp_path / "exporter.log"
+    systemd = 'LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=kmsg exec "$@" 3<"$PASSED"'
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            ["sh", "-c", systemd, "sh", sys.executable, "-m", "gpu_exporter", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", PASSED=str(passed)),
+        )
+    exporter = Exporter(process, port, log_path, args)
+    try:
+        s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="0"), timeout=30)
+        assert values(s, "gpu_xid_errors_total", gpu="0", xid="79") == [1.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_up") == [1.0]
+        assert "reading the kernel log from the file systemd opened" in exporter.log()
+
+        config.write_text("collect.interval: 0.2s\ncollector.xid: false\n")
+        exporter.signal(signal.SIGHUP)
+        exporter.wait_for(lambda s: not values(s, "gpu_xid_errors_total"))
+        config.write_text("collect.interval: 0.2s\n")
+        exporter.signal(signal.SIGHUP)
+        with passed.open("a") as log:  # logged while the reader was off, or since
+            log.write(record(1, 2, f"NVRM: Xid (PCI:{GPU1}): 48, pid=7, DBE"))
+        s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="1"))
+        assert values(s, "gpu_xid_errors_total", gpu="1", xid="48") == [1.0]
+        assert values(s, "gpu_xid_errors_total", gpu="0", xid="79") == [1.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_up") == [1.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_lost_records_total") == [0.0]
     finally:
         exporter.stop()

@@ -371,6 +371,33 @@ def test_an_unprivileged_exporter_sees_a_swap_at_once_and_a_new_instance_within_
     assert lib.count("nvmlDeviceGetGpuInstanceRemainingCapacity") == 3
 
 
+def test_a_mig_config_change_event_shows_a_new_instance_to_an_unprivileged_exporter_at_once(
+    install: Install,
+) -> None:
+    """nvmlEventMigConfigChange, where the driver raises it, is an addition to the check
+    every interval: an instance made in free space shows at the next sample, not at the
+    refresh a minute later."""
+    gpu = mig_hopper()
+    gpu.fail["nvmlDeviceGetGpuInstanceRemainingCapacity"] = M.NVML_ERROR_NO_PERMISSION
+    gpu.supported_events |= M.nvmlEventMigConfigChange
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, MIG_GPM)
+    events = backend.open_events()
+    assert events is not None
+    for _ in range(3):
+        clock.now += 1.0
+        sampler.sample_once()
+    gpu.mig_devices.append(FakeMigDevice(6, 11, 0, "MIG-g", MIG_NAME + "1g.10gb", (10 * GIB, 0)))
+    lib.push_event(0, M.nvmlEventMigConfigChange)
+    assert events.wait(1000) is None  # the backend's own: nothing for the Xid listener
+    clock.now += 1.0
+    snapshot = sampler.sample_once()
+    events.close()
+    sampler.stop(0)
+    assert 'mig_uuid="MIG-g"' in text(snapshot)
+    assert snapshot.nvml_errors == {}
+
+
 def test_gpm_of_a_reused_gpu_instance_id_starts_afresh_and_gone_streams_are_freed(
     install: Install,
 ) -> None:

@@ -8,6 +8,7 @@ needs when a buffer is too small). Counts, never times.
 from __future__ import annotations
 
 import ctypes
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -19,7 +20,7 @@ from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
 from gpu_exporter.sources.nvml import PynvmlBackend, buffers, fields, gpm
 from tests.support.clock import FakeClock
-from tests.support.fake_host import advance, busy_h100, busy_mig_h100
+from tests.support.fake_host import MIG_LAYOUTS, advance, busy_h100, busy_mig_h100
 from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install, h100
 from tests.support.fake_sampling import one_second_sampler, started
 
@@ -117,6 +118,18 @@ def test_a_mig_gpu_pays_for_its_instances_data_and_one_call_per_idle_device_to_s
     assert three["nvmlDeviceGetGpuInstanceRemainingCapacity"] == 1
     extra = sum(three.values()) - sum(busy.values())
     assert extra == pytest.approx(3 * 1 + 2 + 1, abs=0.2), extra
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
+@pytest.mark.parametrize("layout", list(MIG_LAYOUTS))
+def test_a_mig_gpu_stays_within_16_calls_plus_4_per_mig_device(
+    install: Install, layout: str, busy: bool
+) -> None:
+    """Issue 38's budget: 16 calls per GPU per interval, plus at most 4 per MIG device
+    (its memory, GPM sample and metrics, and its process list or UUID to see a swap)."""
+    gpu = busy_mig_h100(layout, busy=busy)
+    calls = _mig_calls(install, gpu)
+    assert sum(calls.values()) <= 16 + 4 * len(gpu.mig_devices), calls
 
 
 # Single-call buffers ------------------------------------------------------------------
@@ -353,6 +366,51 @@ def test_the_field_batch_is_one_array_kept_between_intervals(
     assert first.nvlink == second.nvlink and first.nvlink is not None
     assert len(first.nvlink.links) == 18 and first.nvlink.links[17].up
     assert second.power is not None and second.power.watts == pytest.approx(512.345)
+
+
+def test_fields_and_links_answering_as_before_are_not_decoded_or_rebuilt_again(
+    install: Install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stamps = itertools.count(1)
+    answer = FakeNvmlLib.c_nvmlDeviceGetFieldValues
+
+    def stamped(self: FakeNvmlLib, handle: Any, count: Any, ptr: Any) -> int:
+        code = answer(self, handle, count, ptr)
+        for entry in ptr._obj[: count.value]:  # as a driver stamps every entry, every call
+            entry.timestamp, entry.latencyUsec = next(stamps), 3
+        return code
+
+    decoded: list[str] = []
+    decode = fields.FieldBatch.answers
+
+    def counted(self: fields.FieldBatch, *args: Any) -> Any:
+        for request, code, value in decode(self, *args):
+            decoded.append(request.key)
+            yield request, code, value
+
+    monkeypatch.setattr(FakeNvmlLib, "c_nvmlDeviceGetFieldValues", stamped)
+    monkeypatch.setattr(fields.FieldBatch, "answers", counted)
+    gpu = busy_h100()
+    _lib, backend, _clock = started(install, gpu)
+    backend.device_static(0)  # the link count
+    collectors = DEFAULT_COLLECTORS | {"nvlink"}
+    first = backend.device_reading(0, collectors)
+    every = len(decoded)
+    decoded.clear()
+    again = backend.device_reading(0, collectors)
+    assert again == first
+    assert decoded == []  # new timestamps, the same answers: nothing decoded again
+    assert again.nvlink is not None and first.nvlink is not None
+    assert again.nvlink.links is first.nvlink.links  # the same links: not built again
+    gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 17)] = 5
+    gpu.fields[M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION] += 1000
+    changed = backend.device_reading(0, collectors)
+    assert "nvlink/17/replay" in decoded and len(decoded) <= 2 * fields.RUN < every
+    assert changed.nvlink is not None and changed.nvlink.links[17].errors["replay"] == 5
+    assert changed.nvlink.links[16].errors["replay"] == 0
+    assert changed.power is not None and first.power is not None
+    assert changed.power.energy_joules == pytest.approx(first.power.energy_joules + 1)
+    assert changed.ecc == first.ecc
 
 
 def test_a_field_that_becomes_unsupported_leaves_the_kept_batch(install: Install) -> None:

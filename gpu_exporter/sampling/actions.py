@@ -202,6 +202,7 @@ RULES: tuple[Rule, ...] = (
 """Every way to a recommendation, in the order that breaks a tie between equal actions."""
 
 _BY_SIGNAL: dict[str, Rule] = {rule.signal: rule for rule in RULES}
+_ROW: dict[str, int] = {rule.signal: i for i, rule in enumerate(RULES)}
 _STRENGTH: dict[Action, int] = {action: i for i, action in enumerate(ACTIONS)}
 
 
@@ -212,10 +213,9 @@ def recommend(snapshot: Snapshot, device: DeviceSample) -> Recommendation | None
     if not read:
         return None
     best: tuple[int, int, str] | None = None  # (strength, -row, reason)
-    order = {rule.signal: i for i, rule in enumerate(RULES)}
     for signal, reason in fired:
         rule = _BY_SIGNAL[signal]
-        key = (_STRENGTH[rule.action], -order[signal], reason)
+        key = (_STRENGTH[rule.action], -_ROW[signal], reason)
         if best is None or key[:2] > best[:2]:
             best = key
     if best is None:

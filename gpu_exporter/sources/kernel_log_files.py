@@ -1,5 +1,6 @@
 """The kernel log opened for reading, one record at a time: `/dev/kmsg`, or a regular
-file or FIFO of records in its format (tests, a copy of another host's log).
+file or FIFO of records in its format (tests, a copy of another host's log), opened by
+path or passed open by systemd.
 
 `/dev/kmsg` hands out one record per read(2), from the oldest still in the ring, and
 answers EPIPE when records were overwritten before this reader got to them (it then
@@ -42,7 +43,36 @@ class RecordFile(Protocol):
 def open_kernel_log(path: str) -> RecordFile:
     """Open `path` without blocking (a FIFO with no writer yet included); OSError when
     it cannot be (EACCES or EPERM without the right, ENOENT, or not a log)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    return _record_file(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), path)
+
+
+def open_inherited_kernel_log(fd: int) -> RecordFile:
+    """The kernel log systemd opened for the exporter (file descriptor `fd`, which stays
+    open), read as opening the path again would be: from its oldest record.
+
+    The reader gets a copy (dup(2)) to close when it stops, so a reader started again
+    (a SIGHUP turning the collector off and on) copies it again. The copy shares the
+    open file's position, so it is moved to the start: lseek(0, SEEK_SET) is
+    /dev/kmsg's oldest record still in the ring (a FIFO stays where it is). Non-blocking:
+    systemd clears O_NONBLOCK on the files it passes (NonBlocking=no). OSError (EBADF
+    when `fd` is not open) as for `open_kernel_log`.
+    """
+    copy = os.dup(fd)  # close-on-exec, as every file Python opens
+    try:
+        os.set_blocking(copy, False)
+        try:
+            os.lseek(copy, 0, os.SEEK_SET)
+        except OSError as error:
+            if error.errno != errno.ESPIPE:
+                raise
+    except OSError:
+        os.close(copy)
+        raise
+    return _record_file(copy, f"file descriptor {fd}")
+
+
+def _record_file(fd: int, name: str) -> RecordFile:
+    """The open `fd` read as a kernel log; closed and OSError when it is none."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
@@ -53,7 +83,7 @@ def open_kernel_log(path: str) -> RecordFile:
     if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
         return LineLog(fd)
     os.close(fd)
-    raise OSError(errno.EINVAL, "not /dev/kmsg, a file or a FIFO", path)
+    raise OSError(errno.EINVAL, "not /dev/kmsg, a file or a FIFO", name)
 
 
 class DeviceLog:

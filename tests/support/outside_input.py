@@ -55,7 +55,9 @@ def cases() -> list[Case]:
     from gpu_exporter.config import parse_duration
     from gpu_exporter.self_check import nvidia_smi
     from gpu_exporter.serving import basic_auth, negotiation, request_framing, request_head
+    from gpu_exporter import systemd_fds
     from gpu_exporter.serving.rate_limit import parse_go_duration
+    from gpu_exporter.sources import kernel_log_records
     from gpu_exporter.yamlfile import YamlFileError, parse_yaml
     from tools import webhook_receiver
 
@@ -77,6 +79,26 @@ def cases() -> list[Case]:
             "YAML file",
             _fill("a: ", "[" * 1 + "1, "),
             _raises(lambda t: parse_yaml(t.encode()), YamlFileError),
+            _is_error,
+        ),
+        # the kernel log: any driver, and any local user with /dev/kmsg writable, adds lines
+        Case(
+            "kernel log record",
+            _fill("4,1,1,-;", "9"),
+            lambda t: kernel_log_records.parse_record(t.encode()),
+            lambda r: r is None or len(r.message) <= kernel_log_records.MAX_RECORD_BYTES,
+        ),
+        Case(
+            "kernel log Xid line",
+            _fill("NVRM: Xid (PCI:0000:3b:00): ", "7"),
+            kernel_log_records.parse_driver_error,
+            lambda r: not isinstance(r, kernel_log_records.DriverError),
+        ),
+        # systemd's sd_listen_fds variables, from the environment
+        Case(
+            "LISTEN_FDNAMES",
+            _fill("", "kmsg:"),
+            _raises(lambda t: systemd_fds.parse_listen_fds("1", "1", t, 1), ValueError),
             _is_error,
         ),
         # /proc, written by any process on the host

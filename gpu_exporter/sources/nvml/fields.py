@@ -12,7 +12,10 @@ asked of them.
 
 A device's batch (about 100 fields on an H100 with 18 NVLink links) is a C array kept
 between intervals (`FieldBatch`), its field ids written once; each interval is one call
-through pynvml's function-pointer lookup into it and one `struct` pass over the answer.
+through pynvml's function-pointer lookup into it and a `struct` pass over the runs of
+entries whose answers changed since the last call (`FieldBatch.read`: compared as bytes,
+the driver's per-entry timestamps left out), which on a healthy GPU are the one or two
+runs holding energy and power.
 pynvml's wrapper builds a new array of its `_PrintableStructure` each time and every
 field access goes through Python, which cost more than the rest of a device's reading.
 
@@ -224,6 +227,16 @@ def nvlink_link_keys(link: int, names: tuple[str, ...]) -> tuple[str, tuple[tupl
     return nvlink_key(link, "state"), tuple((name, nvlink_key(link, name)) for name in names)
 
 
+@functools.lru_cache(maxsize=16)
+def nvlink_all_link_keys(links: int, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys of every link's state and error fields in `names`, links in order."""
+    out: list[str] = []
+    for link in range(links):
+        state, errors = nvlink_link_keys(link, names)
+        out += [state, *(key for _, key in errors)]
+    return tuple(out)
+
+
 def nvlink_data_key(direction: str, link: int | str = "all") -> str:
     """The key of a data counter (KiB) in `direction`, "tx" or "rx"."""
     return nvlink_key(link, f"data_{direction}_kib")
@@ -288,6 +301,18 @@ _DEFAULT_DECODER = _DECODERS[pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG]
 NOT_POPULATED = pynvml.NVML_ERROR_UNKNOWN
 
 
+# Entries compared at once with the last call's answers (`FieldBatch.read`): a run whose
+# answers did not change is not decoded again. An H100's 90 fields are 12 runs; per-link
+# NVLink state and error counters, ECC and remapped rows rarely change, energy and power
+# every interval.
+RUN = 8
+_WORD = 8  # bytes: the array is compared as 64-bit words
+# (valueType, nvmlReturn) and the value are the 4th and 5th words of each 40-byte entry;
+# the driver's timestamp and latency (2nd, 3rd), which change every call, are skipped
+_ENTRY_WORDS = ctypes.sizeof(FieldValue) // _WORD
+_ANSWER_WORDS = (FieldValue.valueType.offset // _WORD, FieldValue.value.offset // _WORD)
+
+
 class FieldBatch:
     """One device's wanted fields as a C array, and a pristine copy of it: the ids and
     scopes, every other member cleared (`NOT_POPULATED` in nvmlReturn)."""
@@ -300,6 +325,12 @@ class FieldBatch:
             entry.scopeId = request.scope
             entry.nvmlReturn = NOT_POPULATED
         self._pristine = bytes(self.array)
+        self._words = memoryview(self.array).cast("B").cast("Q")
+        # each run of RUN entries: its answers' words at the last read, what they said
+        self._runs = [
+            (start, min(start + RUN, len(requests))) for start in range(0, len(requests), RUN)
+        ]
+        self._last: list[tuple[bytes, dict[str, float], tuple[tuple[FieldRequest, int], ...]]] = []
 
     def fetch(self, handle: Any) -> bool:
         """Clear the array, then one `nvmlDeviceGetFieldValues` into it: True, or raises
@@ -311,17 +342,54 @@ class FieldBatch:
             raise pynvml.NVMLError(ret)
         return True
 
-    def answers(self) -> Iterator[tuple[FieldRequest, int, float]]:
-        """(request, nvmlReturn, value) of each request, in order, read off the array in
-        one pass; the value means something only where nvmlReturn is NVML_SUCCESS."""
+    def answers(
+        self, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[FieldRequest, int, float]]:
+        """(request, nvmlReturn, value) of each request from `start` to `stop`, in order,
+        read off the array in one pass; the value means something only where nvmlReturn
+        is NVML_SUCCESS."""
+        stop = len(self.requests) if stop is None else stop
         decoders = _DECODERS
         success = pynvml.NVML_SUCCESS
-        entries = unpack(self.array, _ENTRY, len(self.requests))
-        for request, (value_type, code, value) in zip(self.requests, entries, strict=True):
+        entries = unpack(self.array, _ENTRY, stop - start, start * ctypes.sizeof(FieldValue))
+        for request, (value_type, code, value) in zip(
+            self.requests[start:stop], entries, strict=True
+        ):
             if code == success:
                 yield request, code, float(decoders.get(value_type, _DEFAULT_DECODER)(value)[0])
             else:
                 yield request, code, 0.0
+
+    def read(self) -> tuple[dict[str, float], list[tuple[FieldRequest, int]]]:
+        """After a `fetch`: key -> value of each entry answered SUCCESS, and (request,
+        nvmlReturn) of each other entry. A run of entries whose answers (valueType,
+        nvmlReturn and value, as bytes) are those of the last read is not decoded again:
+        the same bytes say the same thing."""
+        values: dict[str, float] = {}
+        failures: list[tuple[FieldRequest, int]] = []
+        words, first, last = self._words, *_ANSWER_WORDS
+        success = pynvml.NVML_SUCCESS
+        for i, (start, stop) in enumerate(self._runs):
+            low, high = start * _ENTRY_WORDS, stop * _ENTRY_WORDS
+            answered = words[low + first : high : _ENTRY_WORDS].tobytes()
+            answered += words[low + last : high : _ENTRY_WORDS].tobytes()
+            if i < len(self._last) and self._last[i][0] == answered:
+                _, run_values, run_failures = self._last[i]
+            else:
+                run_values, failed = {}, []
+                for request, code, value in self.answers(start, stop):
+                    if code == success:
+                        run_values[request.key] = value
+                    else:
+                        failed.append((request, code))
+                run_failures = tuple(failed)
+                if i < len(self._last):
+                    self._last[i] = (answered, run_values, run_failures)
+                else:
+                    self._last.append((answered, run_values, run_failures))
+            values.update(run_values)
+            failures += run_failures
+        return values, failures
 
 
 _BATCHES_PER_DEVICE = 4  # the interval's batch, the device-static one, a few in between
@@ -351,13 +419,11 @@ def read_fields(calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]) -
     )
     if not fetched:
         return {}
-    out: dict[str, float] = {}
-    for request, code, value in batch.answers():
-        if code == pynvml.NVML_SUCCESS:
-            out[request.key] = value
-        elif classify(code) is Outcome.UNSUPPORTED:
+    values, failures = batch.read()
+    for request, code in failures:
+        if classify(code) is Outcome.UNSUPPORTED:
             unsupported.add(request.key)
         else:
             message = f"field {request.key}: {pynvml.NVMLError(code)}"
             calls.entry_failed("nvmlDeviceGetFieldValues", code, message, d)
-    return out
+    return values

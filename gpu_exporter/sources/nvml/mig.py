@@ -23,6 +23,12 @@ once when the check a GPU with MIG on makes every interval (`unchanged`) sees a 
 
 MIG mode itself is read at each enumeration (`layout`), not every interval.
 
+Where the driver raises `nvmlEventMigConfigChange` (the event set of the Xid listener
+registers it), the GPU is enumerated again at its next reading (`PynvmlBackend.
+wait_event`): an addition only, since no MIG GPU has shown that the driver raises it for
+every change, so the check above stays. The budget (issue 38): 16 calls per GPU per
+interval plus at most 4 per MIG device.
+
 GPU instance ids are reused after a repartition; a MIG device is known by its UUID.
 """
 

@@ -101,9 +101,14 @@ bench-http: $(STAMP)
 bench-kubelet: $(STAMP)
 	$(BIN)/python benchmarks/kubelet_refresh.py --write benchmarks/README.md
 
-# the fleet's Prometheus with the shipped rules and the fleet dashboard at 1,000-4,000
-# simulated GPUs, and 24 h of backfilled history (benchmarks/fleet.py; about 25 minutes)
+# the fleet's Prometheus with the shipped rules and both dashboards at 1,000-4,000
+# simulated GPUs, a day of backfilled history at 4,000, and the same rules and dashboards
+# on VictoriaMetrics (vmalert, Alertmanager) (benchmarks/fleet.py; about an hour)
 bench-fleet: $(STAMP) system-deps
+	@command -v victoria-metrics >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    victoria-metrics >/dev/null; }
 	$(BIN)/python benchmarks/fleet.py --write benchmarks/README.md
 
 soak: $(STAMP)

@@ -58,9 +58,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from gpu_exporter.docs import write_section  # noqa: E402
+from tests.support.alertmanager import (  # noqa: E402
+    loopback_config,
+    start_alertmanager,
+    start_webhook,
+)
 
 RULE_FILES = sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.yml"))
 DASHBOARD = REPO / "grafana" / "dashboards" / "gpu-fleet.json"
+NODE_DASHBOARD = REPO / "grafana" / "dashboards" / "gpu-node.json"
+DAY_SECONDS = 24 * 3600
 GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
 RULE_SECONDS = 60  # the recording groups' interval
@@ -134,12 +141,55 @@ def template() -> list[tuple[str, str, float]]:
     return samples
 
 
-def node_series(node: int, samples: list[tuple[str, str, float]]) -> list[Series]:
-    out = []
+FAULT_EVERY = 25  # one node in 25 has a GPU that needs action
+FAULT_TIME = float(int(time.time()))  # when the faulty GPUs logged their Xid (this run's start)
+
+
+def fault_gpu(node: int) -> int | None:
+    """The GPU of `node` with a fault, or None: one node in FAULT_EVERY."""
+    return node % GPUS_PER_NODE if node % FAULT_EVERY == 3 else None
+
+
+def with_faults(node: int, samples: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+    """`samples` with the node's faults, so that the health series, alerts and panels
+    have something to show: the faulty GPU (fault_gpu) logged Xid 79 at FAULT_TIME (its
+    count and time), so its recommended action is reboot_node, reason xid_79; on every
+    other faulty node its NVLink fabric is also unhealthy. (Its uncorrected ECC counter
+    grows: node_series.)"""
+    gpu = fault_gpu(node)
+    if gpu is None:
+        return samples
+    out, uuid = [], ""
     for name, labels, value in samples:
+        if _gpu(labels) == gpu:
+            found = re.search(r'uuid="([^"]*)"', labels)
+            uuid = found[1] if found else uuid
+            if name == "gpu_recommended_action":
+                labels = labels.replace('action="none"', 'action="reboot_node"')
+                labels = labels.replace('reason="none"', 'reason="xid_79"')
+            elif name == "gpu_fabric_healthy" and node % (2 * FAULT_EVERY) == 3:
+                labels, value = labels.replace('summary="healthy"', 'summary="unhealthy"'), 0.0
+        out.append((name, labels, value))
+    xid = f'{{gpu="{gpu}",uuid="{uuid}",xid="79"}}'
+    out.append(("gpu_xid_errors_total", xid, 1.0))
+    out.append(("gpu_xid_error_timestamp_seconds", xid, FAULT_TIME))
+    return out
+
+
+def node_series(
+    node: int, samples: list[tuple[str, str, float]], origin: float = 0.0
+) -> list[Series]:
+    """The node's series; values at `origin` (seconds), where the clock that
+    gpu_exporter_last_sample_timestamp_seconds reads (a second behind) starts."""
+    out = []
+    for name, labels, value in with_faults(node, samples):
         gpu = _gpu(labels)
         slope = 0.0
-        if gpu is not None and ACTIVITY_COUNTER.search(name) and name.startswith("gpu_"):
+        if name == "gpu_exporter_last_sample_timestamp_seconds":
+            value, slope = origin - 1, 1.0
+        elif gpu is not None and gpu == fault_gpu(node) and 'error_type="uncorrected"' in labels:
+            slope = 0.01  # an uncorrectable ECC error every 100 s
+        elif gpu is not None and ACTIVITY_COUNTER.search(name) and name.startswith("gpu_"):
             slope = activity(node, gpu) * (1.0 if "busy" in name else 0.8)
         elif name.endswith("_bytes_total"):
             slope = 1e8 * _fraction("bytes", node, name, labels)
@@ -225,7 +275,11 @@ class Prometheus:
         data: Path,
         remote_write: str = "",
         rule_files: list[Path] = RULE_FILES,
+        forward: str = "",
     ) -> None:
+        """Scrapes `nodes` nodes of the server at `server_port` with `rule_files`,
+        storing in `data`; sends to `remote_write` (where given) the series whose names
+        match `forward` (all where empty)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         targets = [
@@ -255,7 +309,11 @@ class Prometheus:
             ],
         }
         if remote_write:
-            config["remote_write"] = [{"url": remote_write}]
+            writer: dict[str, Any] = {"url": remote_write}
+            if forward:
+                keep = {"source_labels": ["__name__"], "regex": forward, "action": "keep"}
+                writer["write_relabel_configs"] = [keep]
+            config["remote_write"] = [writer]
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = (workdir / "prometheus.log").open("w")
         self.process = subprocess.Popen(
@@ -311,9 +369,10 @@ class Prometheus:
         repeats: int = 3,
         step: int = STEP_SECONDS,
         at: float | None = None,
+        range_seconds: int = RANGE_SECONDS,
     ) -> tuple[float, int]:
-        """Median seconds of `expr` (instant at `at`, or over the 6-hour range that ends
-        there; `at` is now unless given), and the number of series it returned."""
+        """Median seconds of `expr` (instant at `at`, or over the range that ends there;
+        `at` is now unless given), and the number of series it returned."""
         times, count = [], 0
         for _ in range(repeats):
             now = time.time() if at is None else at
@@ -322,7 +381,7 @@ class Prometheus:
                 params["time"] = f"{now:.3f}"
                 path = "query"
             else:
-                params.update(start=f"{now - RANGE_SECONDS:.3f}", end=f"{now:.3f}", step=str(step))
+                params.update(start=f"{now - range_seconds:.3f}", end=f"{now:.3f}", step=str(step))
                 path = "query_range"
             started = time.perf_counter()
             result = self.api(path, **params)["result"]
@@ -356,29 +415,53 @@ class Panel:
     expr: str
     instant: bool
     step: int = STEP_SECONDS  # seconds between a range query's points ($__interval)
+    range_seconds: int = RANGE_SECONDS  # the dashboard's time range
 
 
-def panels(path: Path = DASHBOARD) -> list[Panel]:
-    """Every query of the dashboard with Grafana's values; a panel's minimum interval
+def panels(
+    path: Path = DASHBOARD, range_seconds: int = RANGE_SECONDS, **chosen: str
+) -> list[Panel]:
+    """Every query of the dashboard with Grafana's values at a range of `range_seconds`
+    (`chosen` sets a variable, e.g. instance, to one value); a panel's minimum interval
     ("interval": "1m") raises $__interval, and so $__rate_interval and the step, as
-    Grafana does."""
+    Grafana does, and so does its maximum of data points (the panel's width, 1,000
+    points, where it sets none). Panels inside rows included."""
     dashboard = json.loads(path.read_text())
     out = []
-    for panel in dashboard["panels"]:
-        values = dict(GRAFANA)
-        step = STEP_SECONDS
+    for panel in _walk(dashboard["panels"]):
+        values = {**GRAFANA, **chosen}
+        step = grafana_interval(range_seconds, panel.get("maxDataPoints", 1000))
         if "interval" in panel:
-            step = max(STEP_SECONDS, int(_seconds(panel["interval"])))
-            values.update(
-                __interval=f"{step}s",
-                __interval_ms=str(step * 1000),
-                __rate_interval=f"{max(step + SCRAPE_SECONDS, 4 * SCRAPE_SECONDS)}s",
-            )
+            step = max(step, int(_seconds(panel["interval"])))
+        values.update(
+            __range=f"{range_seconds // 3600}h",
+            __range_s=str(range_seconds),
+            __range_ms=str(range_seconds * 1000),
+            __interval=f"{step}s",
+            __interval_ms=str(step * 1000),
+            __rate_interval=f"{max(step + SCRAPE_SECONDS, 4 * SCRAPE_SECONDS)}s",
+        )
         for target in panel.get("targets", []):
             expr = _substitute(target["expr"], values)
             instant = bool(target.get("instant"))
-            out.append(Panel(panel["title"], target["refId"], expr, instant, step))
+            out.append(Panel(panel["title"], target["refId"], expr, instant, step, range_seconds))
     return out
+
+
+def _walk(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for item in items:
+        yield item
+        yield from _walk(item.get("panels", []))
+
+
+def grafana_interval(range_seconds: int, width: int = 1000) -> int:
+    """Grafana's $__interval in seconds for a range on a panel `width` points wide: the
+    range over the width, rounded as Grafana's rangeutil rounds it."""
+    raw = range_seconds / width
+    for below, rounded in ((17.5, 15), (25, 20), (45, 30), (90, 60), (210, 120), (450, 300)):
+        if raw <= below:
+            return rounded
+    return 1800
 
 
 def _substitute(expr: str, values: dict[str, str]) -> str:
@@ -398,7 +481,7 @@ def rules() -> list[tuple[str, str, str, float]]:
 
 
 def _seconds(duration: str) -> float:
-    unit = {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[duration[-1]]
     return float(duration[:-1]) * unit
 
 
@@ -427,7 +510,10 @@ def refresh(
 ) -> tuple[list[tuple[Panel, float, int]], float, float]:
     """Every query timed alone (median of 3), their sum, and the seconds of one refresh
     that sends them all at once; at `at` (now unless given)."""
-    timed = [(p, *prometheus.timed(p.expr, p.instant, step=p.step, at=at)) for p in queries]
+    timed = [
+        (p, *prometheus.timed(p.expr, p.instant, step=p.step, at=at, range_seconds=p.range_seconds))
+        for p in queries
+    ]
     return timed, sum(t for _p, t, _n in timed), at_once(prometheus, queries, at)
 
 
@@ -436,7 +522,9 @@ def at_once(prometheus: Prometheus, queries: list[Panel], at: float | None = Non
     runs up to 20 together)."""
     started = time.perf_counter()
     threads = [
-        threading.Thread(target=prometheus.timed, args=(p.expr, p.instant, 1, p.step, at))
+        threading.Thread(
+            target=prometheus.timed, args=(p.expr, p.instant, 1, p.step, at, p.range_seconds)
+        )
         for p in queries
     ]
     for thread in threads:
@@ -449,7 +537,7 @@ def at_once(prometheus: Prometheus, queries: list[Panel], at: float | None = Non
 def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path) -> Live:
     nodes = gpus // GPUS_PER_NODE
     origin = time.time() - 3600
-    server = NodeServer([Node(node_series(i, samples), origin) for i in range(nodes)])
+    server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
     prometheus = Prometheus(workdir, nodes, server.port, workdir / "data")
     rss_peak = 0
     try:
@@ -534,6 +622,39 @@ def recorded(node: int, samples: list[tuple[str, str, float]]) -> Iterator[tuple
             yield text % node_labels, float(count)
     for text, total in sums.items():
         yield text % node_labels, total
+    yield from _recorded_rule_inputs(node, series)
+
+
+def _recorded_rule_inputs(node: int, series: list[Series]) -> Iterator[tuple[str, float]]:
+    """The recorded series that rules read over a window (an hour of the wasted ratio
+    and the headroom, 30 minutes of the MIG process count), as gpu-recording.yml
+    computes them from the node's values."""
+    instance = f'instance="node-{node:04d}:9872",job="gpu-exporter"'
+    busy: dict[str, float] = {}  # inner labels -> busy ratio (the busy counter first)
+    for name in ("gpu_busy_seconds_total", "gpu_graphics_engine_active_seconds_total"):
+        for s in series:
+            if s.name == name:
+                busy.setdefault(s.labels[1:-1], s.slope)
+    by_name: dict[str, dict[str, float]] = {}
+    for s in series:
+        by_name.setdefault(s.name, {})[s.labels[1:-1]] = s.base
+    processes = by_name.get("gpu_processes", {})
+    for inner, ratio in busy.items():
+        if inner in processes:
+            wasted = (1 - ratio) * float(processes[inner] > 0)
+            yield f"instance_gpu:gpu_wasted:ratio_rate5m{{{instance},{inner}}}", wasted
+    total = by_name.get("gpu_memory_total_bytes", {})
+    for inner, free in by_name.get("gpu_memory_free_bytes", {}).items():
+        if total.get(inner):
+            ratio = free / total[inner]
+            yield f"instance_gpu:gpu_memory_headroom:ratio{{{instance},{inner}}}", ratio
+    holders = [s.labels for s in series if s.name == "gpu_process_memory_used_bytes"]
+    for inner in by_name.get("gpu_mig_memory_total_bytes", {}):
+        gpu_instance = re.search(r'gpu_instance="([^"]*)"', inner)
+        key = f'gpu_instance="{gpu_instance[1] if gpu_instance else ""}"'
+        gpu = f'gpu="{_gpu("{" + inner + "}")}"'
+        count = sum(key in h and gpu in h for h in holders)
+        yield f"instance_gpu_instance:gpu_mig_processes:count{{{instance},{inner}}}", float(count)
 
 
 def _recorded_per_gpu(
@@ -577,17 +698,20 @@ def _recorded_per_gpu(
 
 
 def history_families(
-    nodes: int, samples: list[tuple[str, str, float]]
+    nodes: int, samples: list[tuple[str, str, float]], origin: float
 ) -> dict[str, list[tuple[str, float, float]]]:
     """{family: [(name and labels, value at the origin, slope per second)]} of `nodes`
     nodes: the exposition's series and the dashboard rules' series."""
     families: dict[str, dict[str, tuple[float, float]]] = {}
     for node in range(nodes):
         instance = f'instance="node-{node:04d}:9872",job="gpu-exporter"'
-        for s in node_series(node, samples):
+        for s in node_series(node, samples, origin):
             inner = s.labels[1:-1]
             text = f"{s.name}{{{instance}{',' + inner if inner else ''}}}"
             families.setdefault(s.name, {})[text] = (s.base, s.slope)
+            if s.name == "gpu_ecc_errors_total":  # its copy once a minute (a counter)
+                copy = "instance_gpu:gpu_ecc_errors_total:sampled1m"
+                families.setdefault(copy, {})[copy + text[len(s.name) :]] = (s.base, s.slope)
         for text, value in recorded(node, samples):  # one series per label set
             families.setdefault(text.split("{", 1)[0], {})[text] = (value, 0.0)
     return {name: [(t, b, sl) for t, (b, sl) in m.items()] for name, m in families.items()}
@@ -606,24 +730,30 @@ def write_history(
     end: int,
     origin: float,
     since: dict[str, int] | None = None,
+    first_of: dict[str, int] | None = None,
 ) -> int:
     """OpenMetrics text of every series from `start` to `end` (seconds; a family in
-    `since` from that time on), at its resolution; returns samples."""
+    `since` from that time on, a series in `first_of` from its own time on), at its
+    resolution; returns samples."""
     count = 0
     with path.open("w") as out:
         for name, members in families.items():
             step = resolution(name)
             first = max(start, (since or {}).get(name, start))
             steps = range(-(-first // step) * step, end, step)
-            if not steps:
-                continue
-            if name.endswith("_total"):  # OpenMetrics names a counter without _total
-                out.write(f"# TYPE {name.removesuffix('_total')} counter\n")
-            else:
-                out.write(f"# TYPE {name} gauge\n")
+            typed = False
             for text, base, slope in members:
-                out.writelines(f"{text} {base + slope * (t - origin)!r} {t}\n" for t in steps)
-                count += len(steps)
+                own = steps
+                if first_of and text in first_of:
+                    own = range(-(-max(start, first_of[text]) // step) * step, end, step)
+                if not own:
+                    continue
+                if not typed:  # OpenMetrics names a counter without _total
+                    kind = "counter" if name.endswith("_total") else "gauge"
+                    out.write(f"# TYPE {name.removesuffix('_total')} {kind}\n")
+                    typed = True
+                out.writelines(f"{text} {base + slope * (t - origin)!r} {t}\n" for t in own)
+                count += len(own)
         out.write("# EOF\n")
     return count
 
@@ -636,6 +766,7 @@ def backfill(
     end: int,
     origin: float,
     since: dict[str, int] | None = None,
+    first_of: dict[str, int] | None = None,
 ) -> int:
     """Blocks in `data` of `families` from `start` to `end` (see write_history), with
     promtool; returns samples. One file per 2-hour block: promtool reads its whole input
@@ -646,7 +777,13 @@ def backfill(
     block = 2 * 3600
     for first in range(start // block * block, end, block):
         written = write_history(
-            openmetrics, families, max(first, start), min(first + block, end), origin, since
+            openmetrics,
+            families,
+            max(first, start),
+            min(first + block, end),
+            origin,
+            since,
+            first_of,
         )
         if not written:
             continue
@@ -678,11 +815,11 @@ class History:
 def history(nodes: int, samples: list[tuple[str, str, float]], workdir: Path) -> History:
     end = int(time.time()) // SCRAPE_SECONDS * SCRAPE_SECONDS
     origin = end - HISTORY_HOURS * 3600 - 3600
-    families = history_families(nodes, samples)
+    families = history_families(nodes, samples, origin)
     data = workdir / "data"
     count = backfill(data, workdir, families, end - HISTORY_HOURS * 3600, end, origin)
     print(f"  history: {count / 1e6:.1f} M samples backfilled", file=sys.stderr)
-    server = NodeServer([Node(node_series(i, samples), origin) for i in range(nodes)])
+    server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
     prometheus = Prometheus(workdir, nodes, server.port, data)
     try:
         time.sleep(150)  # every group evaluated a few times (the 1-minute ones twice)
@@ -716,18 +853,27 @@ def history(nodes: int, samples: list[tuple[str, str, float]], workdir: Path) ->
 
 LOOKBACK_SECONDS = 300  # Prometheus' lookback: an instant selector reads 5 minutes back
 SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
-WINDOW = re.compile(r"\[(\d+[smh])[:\]]")
+NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+WINDOW = re.compile(r"\[(\d+[smhd])[:\]]")
 
 
-def dashboard_reads(queries: list[Panel]) -> tuple[dict[str, int], int]:
-    """{family: seconds before "now" that the dashboard reads of it} and the longest of
+def dashboard_reads(
+    queries: list[Panel], known: set[str] | None = None
+) -> tuple[dict[str, int], int]:
+    """{family: seconds before "now" that the queries read of it} and the longest of
     them: the range and its windows for a family a range query or a `$__range` window
-    reads; the lookback and its window for one only read at the instant."""
+    reads; the lookback and its window for one only read at the instant. A family is a
+    name followed by `{`, or with `known`, any of those names the query mentions (the
+    rules' bare selectors)."""
     reads: dict[str, int] = {}
     for query in queries:
         window = max((int(_seconds(w)) for w in WINDOW.findall(query.expr)), default=0)
-        span = window + LOOKBACK_SECONDS + (0 if query.instant else RANGE_SECONDS)
-        for family in SELECTOR.findall(query.expr):
+        span = window + LOOKBACK_SECONDS + (0 if query.instant else query.range_seconds)
+        if known is None:
+            found = set(SELECTOR.findall(query.expr))
+        else:
+            found = set(NAME.findall(query.expr)) & known
+        for family in found:
             reads[family] = max(reads.get(family, 0), span)
     return reads, max(reads.values())
 
@@ -758,12 +904,15 @@ def dashboard_history(
     end = int(time.time()) // RULE_SECONDS * RULE_SECONDS
     start = end - hours * 3600
     since = {family: end - math.ceil(span / 3600) * 3600 for family, span in reads.items()}
+    origin = start - 3600
     families = {
-        name: members for name, members in history_families(nodes, samples).items() if name in reads
+        name: members
+        for name, members in history_families(nodes, samples, origin).items()
+        if name in reads
     }
     data = workdir / "data"
     started = time.monotonic()
-    count = backfill(data, workdir, families, start, end, start - 3600, since)
+    count = backfill(data, workdir, families, start, end, origin, since)
     took = time.monotonic() - started
     print(
         f"  dashboard history: {count / 1e6:.1f} M samples of {len(families)} families"
@@ -783,6 +932,296 @@ def dashboard_history(
     )
 
 
+# --- a day of history under the rules and both dashboards ----------------------------
+
+
+VIEWED = 3  # the node the node dashboard shows: the first with a faulty GPU
+
+
+def node_name(node: int) -> str:
+    return f"node-{node:04d}:9872"
+
+
+def rule_queries() -> list[Panel]:
+    """Every rule's expression as an instant query (what one evaluation reads)."""
+    return [Panel(group, name, expr, True) for group, name, expr, _i in rules()]
+
+
+def what_is_read(
+    nodes: int,
+    viewed_nodes: set[int],
+    samples: list[tuple[str, str, float]],
+    end: int,
+    origin: float,
+) -> tuple[dict[str, list[tuple[str, float, float]]], dict[str, int], dict[str, int]]:
+    """The history to backfill before `end` (see write_history): (families, when each
+    family starts, when each series of `viewed_nodes` starts). Every family the rules
+    or the fleet dashboard (at 24 h) read, over what they read of it, rounded up to the
+    hour, for every node; every family the node dashboard (at 24 h) reads, over what it
+    reads, for `viewed_nodes` only (it shows one node). A family counts as read over the
+    longest window of an expression that names it."""
+    known = {name for name, _l, _v in samples} | {n for _g, n, _e, _i in rules() if ":" in n}
+    known |= {"gpu_xid_errors_total", "gpu_xid_error_timestamp_seconds"}
+    every, _ = dashboard_reads(rule_queries() + panels(DASHBOARD, DAY_SECONDS), known)
+    node_q = panels(NODE_DASHBOARD, DAY_SECONDS, instance=node_name(VIEWED))
+    viewed, _ = dashboard_reads(node_q, known)
+
+    def first(span: int) -> int:
+        return end - math.ceil(span / 3600) * 3600
+
+    families: dict[str, list[tuple[str, float, float]]] = {}
+    since = {family: first(span) for family, span in every.items()}
+    first_of: dict[str, int] = {}
+    names = [f'instance="{node_name(i)}"' for i in viewed_nodes]
+    for name, members in history_families(nodes, samples, origin).items():
+        for text, base, slope in members:
+            if name in viewed and any(n in text for n in names):
+                first_of[text] = min(since.get(name, end), first(viewed[name]))
+            elif name not in every:
+                continue
+            families.setdefault(name, []).append((text, base, slope))
+    return families, since, first_of
+
+
+@dataclass
+class Day:
+    gpus: int
+    view_nodes: int  # nodes with a day of every family the node dashboard reads
+    minutes: float  # of scraping and rule evaluation before the measurement
+    samples: int  # backfilled
+    families: int  # backfilled
+    backfill_seconds: float
+    groups: dict[str, tuple[float, float, float]]  # mean s, max s, interval s
+    window: str  # over which the group figures are taken
+    missed: float
+    evaluations: float  # of every group, during the run
+    fleet: list[tuple[Panel, float, int]]
+    fleet_sum: float
+    fleet_parallel: float
+    node: list[tuple[Panel, float, int]]
+    node_sum: float
+    node_parallel: float
+    head_series: float
+    rss_gib: float  # after the dashboards
+    rss_peak_gib: float
+    blocks_bytes: int  # the backfilled blocks on disk
+    samples_per_day: float  # appended per day at this fleet size (scrapes and rules)
+    continuity: list[tuple[str, int, int, int]]  # recorded family, backfilled, live, both
+    load: str  # the machine's load average before the run
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def day(
+    nodes: int,
+    view_nodes: int,
+    minutes: float,
+    samples: list[tuple[str, str, float]],
+    workdir: Path,
+) -> Day:
+    """`nodes` nodes with the history the rules and both dashboards read at a 24-hour
+    range: every family read over a window or a range gets what it reads (rounded up to
+    the hour: the fleet dashboard's over 24 h, GPUMissing's day of gpu_exporter_gpus,
+    the rules' 30 minutes of most families), and the first `view_nodes` nodes a day of
+    every family the node dashboard reads (it shows one node). Then a Prometheus with
+    the rules scrapes every node on for `minutes`, and both dashboards are queried at
+    24 hours, the node dashboard on node VIEWED (one of the first `view_nodes`)."""
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    fleet_q = panels(DASHBOARD, DAY_SECONDS)
+    node_q = panels(NODE_DASHBOARD, DAY_SECONDS, instance=node_name(VIEWED))
+    end = int(time.time()) // RULE_SECONDS * RULE_SECONDS
+    origin = end - DAY_SECONDS - 3600
+    families, since, first_of = what_is_read(nodes, set(range(view_nodes)), samples, end, origin)
+    data = workdir / "data"
+    started = time.monotonic()
+    start = min([*since.values(), *first_of.values()])
+    count = backfill(data, workdir, families, start, end, origin, since, first_of)
+    print(f"  day: {count / 1e6:.0f} M samples to {end}", file=sys.stderr)
+    # the minutes that backfilling took, so that no window has a hole
+    gap_end = int(time.time()) // SCRAPE_SECONDS * SCRAPE_SECONDS
+    count += backfill(data, workdir, families, end, gap_end, origin)
+    took = time.monotonic() - started
+    blocks = du(data)
+    print(
+        f"  day: {count / 1e6:.0f} M samples of {len(families)} families backfilled in"
+        f" {took / 60:.0f} min, {blocks / 2**30:.2f} GiB",
+        file=sys.stderr,
+    )
+    server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
+    prometheus = Prometheus(workdir, nodes, server.port, data)
+    rss_peak = 0
+    try:
+        deadline = time.monotonic() + minutes * 60
+        while time.monotonic() < deadline:
+            time.sleep(15)
+            rss_peak = max(rss_peak, prometheus.rss_bytes())
+        settled = int(max(min(minutes - 3, 10), 2) * 60)  # the first minutes warm up
+        window = f"{settled}s"
+        mean = prometheus.by(
+            f"avg_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
+        )
+        peak = prometheus.by(
+            f"max_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
+        )
+        interval = prometheus.by("prometheus_rule_group_interval_seconds", "rule_group")
+        groups = {g.split(";")[-1]: (mean[g], peak[g], interval[g]) for g in sorted(mean)}
+        missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
+        evaluations = prometheus.value("sum(prometheus_rule_group_iterations_total)")
+        per_day = 86400 * prometheus.value(
+            f"rate(prometheus_tsdb_head_samples_appended_total[{window}])"
+        )
+        continuity = []
+        for family in sorted(f for f in families if ":" in f):
+            before = f"{family} @ {end - 120}"
+            both = f"count_over_time({family}[{int(time.time()) - end + 180}s])"
+            continuity.append(
+                (
+                    family,
+                    int(prometheus.value(f"count({before})") or 0),
+                    int(prometheus.value(f"count({family})") or 0),
+                    int(prometheus.value(f"count({both})") or 0),
+                )
+            )
+        fleet, fleet_sum, _p = refresh(prometheus, fleet_q)
+        fleet_parallel = statistics.median(at_once(prometheus, fleet_q) for _ in range(3))
+        node, node_sum, _p = refresh(prometheus, node_q)
+        node_parallel = statistics.median(at_once(prometheus, node_q) for _ in range(3))
+        head = prometheus.value("prometheus_tsdb_head_series")
+        rss = prometheus.rss_bytes()
+    finally:
+        prometheus.stop()
+        server.stop()
+    return Day(
+        nodes * GPUS_PER_NODE,
+        view_nodes,
+        minutes,
+        count,
+        len(families),
+        took,
+        groups,
+        window,
+        missed,
+        evaluations,
+        fleet,
+        fleet_sum,
+        fleet_parallel,
+        node,
+        node_sum,
+        node_parallel,
+        head,
+        rss / 2**30,
+        max(rss, rss_peak) / 2**30,
+        blocks,
+        per_day,
+        continuity,
+        " ".join(load),
+    )
+
+
+def _per_panel(timed: list[tuple[Panel, float, int]]) -> dict[str, float]:
+    """{panel title: its queries' seconds, one by one}"""
+    out: dict[str, float] = {}
+    for panel, seconds, _n in timed:
+        out[panel.title] = out.get(panel.title, 0.0) + seconds
+    return out
+
+
+def day_report(found: Day) -> str:
+    """The day's tables: rule groups against their interval, both dashboards at 24 h."""
+    slowest = max(found.groups.items(), key=lambda kv: kv[1][1] / kv[1][2])
+    worst = slowest[1][1] / slowest[1][2]
+    fleet_panels, node_panels = _per_panel(found.fleet), _per_panel(found.node)
+    fleet_slow = max(fleet_panels, key=lambda t: fleet_panels[t])
+    node_slow = max(node_panels, key=lambda t: node_panels[t])
+    per_sample = found.blocks_bytes / max(found.samples, 1)
+    thousands = found.gpus / 1000
+    broken = [c for c in found.continuity if c[3] > max(c[1], c[2])]
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    lines = [
+        f"`make bench-fleet` on {date.today().isoformat()}, a day of history: Debian's"
+        f" Prometheus {_prometheus_version()}, {os.cpu_count()} cores shared with other"
+        f" work (load average {found.load} when it began). {found.gpus:,} GPUs"
+        f" ({found.gpus // GPUS_PER_NODE} nodes, one in {FAULT_EVERY} with a GPU that logged"
+        " Xid 79 and needs a reboot, every other such node's GPU also out of the NVLink"
+        " fabric); every family the rules and the fleet dashboard read, over what they"
+        " read of it at a 24-hour range, rounded up to the hour, and for"
+        f" {found.view_nodes} node(s) a day of every family the node dashboard reads:"
+        f" {found.samples / 1e6:,.0f} M samples of {found.families} families in"
+        f" {found.backfill_seconds / 60:.0f} minutes, {found.blocks_bytes / 2**30:.2f} GiB"
+        f" of 2-hour blocks ({per_sample:.2f} bytes per sample). Then a Prometheus with"
+        f" the shipped rules scraped every node on for {found.minutes:g} minutes: every"
+        " window full. Groups over the last"
+        f" {int(_seconds(found.window)) // 60} minutes (the first ones warm the head up).",
+        "",
+        f"| {found.gpus:,} GPUs, a day of history | measured | target | |",
+        "|---|---|---|---|",
+        f"| slowest rule group, worst evaluation / interval | `{slowest[0]}` {slowest[1][1]:.2f}"
+        f" s / {slowest[1][2]:.0f} s ({worst:.0%}) | within 25% | {met(worst <= 0.25)} |",
+        f"| missed iterations | {found.missed:.0f} of {found.evaluations:.0f} evaluations"
+        f" | none | {met(found.missed == 0)} |",
+        f"| fleet dashboard, slowest panel (its queries one by one) | {fleet_slow}"
+        f" {fleet_panels[fleet_slow]:.2f} s | <= 1 s | {met(fleet_panels[fleet_slow] <= 1)} |",
+        f"| fleet dashboard, whole refresh: one by one / all at once | {found.fleet_sum:.2f}"
+        f" s / {found.fleet_parallel:.2f} s | <= 5 s | {met(found.fleet_parallel <= 5)} |",
+        f"| node dashboard, slowest panel | {node_slow} {node_panels[node_slow]:.2f} s"
+        f" | <= 1 s | {met(node_panels[node_slow] <= 1)} |",
+        f"| node dashboard, whole refresh: one by one / all at once | {found.node_sum:.2f}"
+        f" s / {found.node_parallel:.2f} s | <= 5 s | {met(found.node_parallel <= 5)} |",
+        f"| head series | {found.head_series / 1e3:,.0f} k | | |",
+        f"| Prometheus RSS, peak / after the dashboards | {found.rss_peak_gib:.2f} GiB /"
+        f" {found.rss_gib:.2f} GiB ({found.rss_peak_gib / thousands:.2f} GiB per 1,000"
+        " GPUs) | | |",
+        f"| samples appended per day | {found.samples_per_day / 1e9:.2f} G"
+        f" ({found.samples_per_day / thousands / 1e6:,.0f} M per 1,000 GPUs; at"
+        f" {per_sample:.2f} bytes per sample"
+        f" {found.samples_per_day / thousands * per_sample / 1e9:.2f} GB per 1,000 GPUs"
+        " per day) | | |",
+        "",
+        "Rule groups (seconds per evaluation, mean and worst; the share is the worst over"
+        " the interval):",
+        "",
+        "| group | mean | worst | interval | worst / interval |",
+        "|---|---|---|---|---|",
+    ]
+    for group, (mean, peak, interval) in found.groups.items():
+        lines.append(
+            f"| `{group}` | {mean:.3f} s | {peak:.3f} s | {interval:.0f} s"
+            f" | {peak / interval:.1%} |"
+        )
+    for title, timed, total, parallel in (
+        ("Fleet", found.fleet, found.fleet_sum, found.fleet_parallel),
+        ("Node", found.node, found.node_sum, found.node_parallel),
+    ):
+        lines += [
+            "",
+            f"{title} dashboard at a 24-hour range (median of 3; a range query's step is"
+            " Grafana's $__interval at 24 h on a 1,000-point panel, 60 s, or the panel's"
+            f" minimum; whole refresh {total:.2f} s one by one, {parallel:.2f} s all at once):",
+            "",
+            "| panel | query | kind | seconds | series |",
+            "|---|---|---|---|---|",
+        ]
+        for panel, seconds, count in timed:
+            kind = "instant" if panel.instant else f"range, {panel.step} s step"
+            lines.append(f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | {count} |")
+    lines += [
+        "",
+        "Backfilled and live recorded series join up (the same label sets before and"
+        " after the bench's Prometheus started):"
+        + (
+            " every family."
+            if not broken
+            else " not for " + ", ".join(f"`{c[0]}` ({c[1]} / {c[2]} / {c[3]})" for c in broken)
+        ),
+    ]
+    return "\n".join(lines)
+
+
 # --- VictoriaMetrics -----------------------------------------------------------------
 
 
@@ -796,7 +1235,9 @@ class Comparison:
     unmatched: int = 0  # series (label sets) in one answer and not in the other
 
 
-def _results(api: Any, expr: str, at: float, instant: bool) -> dict[str, float]:
+def _results(
+    api: Any, expr: str, at: float, instant: bool, range_seconds: int = RANGE_SECONDS
+) -> dict[str, float]:
     """{label set: value (the last point of a range)} of `expr` at `at`."""
     if instant:
         data = api("query", query=expr, time=f"{at:.3f}")
@@ -806,9 +1247,9 @@ def _results(api: Any, expr: str, at: float, instant: bool) -> dict[str, float]:
     data = api(
         "query_range",
         query=expr,
-        start=f"{at - RANGE_SECONDS:.3f}",
+        start=f"{at - range_seconds:.3f}",
         end=f"{at:.3f}",
-        step=str(STEP_SECONDS),
+        step=str(grafana_interval(range_seconds)),
     )
     return {
         json.dumps(r["metric"], sort_keys=True): float(r["values"][-1][1])
@@ -828,78 +1269,246 @@ def _compare(what: str, ours: dict[str, float], theirs: dict[str, float], error:
     return Comparison(what, len(ours), len(theirs), worst, error, unmatched)
 
 
-def victoria(
-    nodes: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path
-) -> list[Comparison]:
-    """The recording rules' outputs and the fleet dashboard's queries on VictoriaMetrics
-    (fed by remote_write from a Prometheus scraping `nodes` nodes) against Prometheus."""
-    port = free_port()
-    log = (workdir / "victoria.log").open("w")
-    vm = subprocess.Popen(
-        [
-            "nice",
-            "-n",
-            "10",
+@dataclass
+class Victoria:
+    comparisons: list[Comparison]
+    rule_errors: list[tuple[str, str]]  # vmalert: rule, its last error
+    rules_loaded: int  # rules vmalert evaluates
+    prometheus_alerts: set[tuple[str, str, str]]  # firing: alertname, instance, gpu
+    alertmanager_alerts: dict[tuple[str, str, str], str]  # from vmalert: key -> AM's state
+    notified: set[str]  # alert names the example's receivers were sent
+    minutes: float
+    nodes: int
+    vmalert_log: str  # where vmalert did not start: its log
+
+
+class Victorias:
+    """VictoriaMetrics, vmalert and Alertmanager (the shipped example, its receivers a
+    local webhook) on 127.0.0.1, with the workdir's logs."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._start(
             "victoria-metrics",
-            f"-httpListenAddr=127.0.0.1:{port}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
             f"-storageDataPath={workdir / 'victoria'}",
             "-retentionPeriod=2d",
             "-search.disableCache",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    origin = time.time() - 3600
-    server = NodeServer([Node(node_series(i, samples), origin) for i in range(nodes)])
-    prometheus = Prometheus(
-        workdir, nodes, server.port, workdir / "data", f"http://127.0.0.1:{port}/api/v1/write"
-    )
+        )
+        self._wait(f"{self.url}/health")
+        self.webhook = start_webhook()
+        self.alertmanager = start_alertmanager(loopback_config(self.webhook.url), workdir)
+        self.vmalert_port = 0
 
-    def vm_api(path: str, **params: str) -> Any:
-        url = f"http://127.0.0.1:{port}/api/v1/{path}?" + urllib.parse.urlencode(params)
+    def _start(self, *command: str) -> None:
+        log = (self.workdir / f"{command[0]}.log").open("w")
+        self.processes.append(
+            subprocess.Popen(["nice", "-n", "10", *command], stdout=log, stderr=subprocess.STDOUT)
+        )
+
+    @staticmethod
+    def _wait(url: str) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def vmalert(self) -> bool:
+        """vmalert with the shipped rule files, reading and writing VictoriaMetrics and
+        sending to Alertmanager; False where it did not start (its log says why)."""
+        self.vmalert_port = free_port()
+        self._start(
+            "vmalert",
+            *(f"-rule={path}" for path in RULE_FILES),
+            f"-datasource.url={self.url}",
+            f"-remoteWrite.url={self.url}",
+            f"-notifier.url={self.alertmanager.url}",
+            f"-httpListenAddr=127.0.0.1:{self.vmalert_port}",
+            f"-evaluationInterval={SCRAPE_SECONDS}s",
+        )
+        try:
+            self._wait(f"http://127.0.0.1:{self.vmalert_port}/health")
+        except OSError:
+            return False
+        return True
+
+    def import_history(self, path: Path) -> None:
+        """The OpenMetrics file `path` (seconds) into VictoriaMetrics' Prometheus text
+        import (milliseconds)."""
+        with path.open() as lines:
+            batch: list[str] = []
+            for line in lines:
+                if line.startswith("#"):
+                    continue
+                text, stamp = line.rsplit(" ", 1)
+                batch.append(f"{text} {int(stamp) * 1000}\n")
+                if len(batch) >= 100_000:
+                    self._post(batch)
+                    batch = []
+            self._post(batch)
+        with urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=60):
+            pass
+
+    def _post(self, batch: list[str]) -> None:
+        if batch:
+            request = urllib.request.Request(
+                f"{self.url}/api/v1/import/prometheus", data="".join(batch).encode()
+            )
+            with urllib.request.urlopen(request, timeout=120):
+                pass
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"{self.url}/api/v1/{path}?" + urllib.parse.urlencode(params)
         with urllib.request.urlopen(url, timeout=120) as response:
             payload = json.loads(response.read())
         if payload.get("status") != "success":
             raise RuntimeError(str(payload))
         return payload["data"]
 
-    out = []
+    def vmalert_rules(self) -> list[dict[str, Any]]:
+        url = f"http://127.0.0.1:{self.vmalert_port}/api/v1/rules"
+        with urllib.request.urlopen(url, timeout=60) as response:
+            groups = json.loads(response.read())["data"]["groups"]
+        return [rule for group in groups for rule in group["rules"]]
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.alertmanager.stop()
+        self.webhook.stop()
+
+
+def _alert_key(labels: dict[str, str]) -> tuple[str, str, str]:
+    return labels.get("alertname", ""), labels.get("instance", ""), labels.get("gpu", "")
+
+
+def victoria(
+    nodes: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path
+) -> Victoria:
+    """The shipped rules and both dashboards on VictoriaMetrics against Prometheus. The
+    rules' windows (an hour; GPUMissing's day) are backfilled into both; then Prometheus
+    scrapes `nodes` nodes with the rules and sends the exposition's series over
+    remote_write, and vmalert evaluates the same rule files on VictoriaMetrics, writing
+    its recorded series there and sending its alerts to Alertmanager. After `minutes`:
+    every recorded series, every fleet- and node-dashboard query at 24 h, and
+    the firing alerts, compared. The node dashboard shows node VIEWED."""
+    global FAULT_TIME
+    FAULT_TIME = float(int(time.time()))  # the faulty GPUs' Xid: just now
+    end = int(time.time()) // RULE_SECONDS * RULE_SECONDS
+    origin = end - DAY_SECONDS - 3600
+    families, since, first_of = what_is_read(nodes, {VIEWED}, samples, end, origin)
+    start = min([*since.values(), *first_of.values()])
+    stack = Victorias(workdir)
+    server = None
+    prometheus = None
     try:
+        # both stores get the same history; then the minutes that took, so that no
+        # window has a hole when Prometheus starts scraping
+        for first in (start, end):
+            last = end if first == start else int(time.time()) // SCRAPE_SECONDS * SCRAPE_SECONDS
+            history = workdir / "victoria.om"
+            write_history(history, families, first, last, origin, since, first_of)
+            stack.import_history(history)
+            backfill(workdir / "data", workdir, families, first, last, origin, since, first_of)
+        server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
+        prometheus = Prometheus(
+            workdir,
+            nodes,
+            server.port,
+            workdir / "data",
+            f"{stack.url}/api/v1/write",
+            forward="gpu_.+|up",  # the recorded series and alerts are vmalert's
+        )
+        started = stack.vmalert()
+        log = "" if started else (workdir / "vmalert.log").read_text()[-3000:]
         time.sleep(minutes * 60)
         at = time.time() - 60  # past VictoriaMetrics' 30 s latency offset
         recorded_names = dict.fromkeys(name for _g, name, _e, _i in rules() if ":" in name)
-        checks = [(name, name, True) for name in recorded_names]
-        checks += [(f"{p.title} ({p.ref})", p.expr, p.instant) for p in panels()]
-        for what, expr, instant in checks:
-            ours = _results(prometheus.api, expr, at, instant)
+        checks = [(name, name, True, RANGE_SECONDS) for name in recorded_names]
+        for path, chosen in ((DASHBOARD, {}), (NODE_DASHBOARD, {"instance": node_name(VIEWED)})):
+            checks += [
+                (f"{path.stem}: {p.title} ({p.ref})", p.expr, p.instant, p.range_seconds)
+                for p in panels(path, DAY_SECONDS, **chosen)
+            ]
+        comparisons = []
+        for what, expr, instant, range_seconds in checks:
+            ours = _results(prometheus.api, expr, at, instant, range_seconds)
             try:
-                theirs, error = _results(vm_api, expr, at, instant), ""
+                theirs, error = _results(stack.api, expr, at, instant, range_seconds), ""
             except (OSError, RuntimeError, ValueError) as problem:
                 theirs, error = {}, str(problem)[:200]
-            out.append(_compare(what, ours, theirs, error))
+            comparisons.append(_compare(what, ours, theirs, error))
+        vm_rules = stack.vmalert_rules() if started else []
+        errors = [(r["name"], r["lastError"]) for r in vm_rules if r.get("lastError")]
+        firing = {
+            _alert_key(a["labels"])
+            for a in prometheus.api("alerts")["alerts"]
+            if a["state"] == "firing"
+        }
+        received = {
+            _alert_key(a["labels"]): a["status"]["state"] for a in stack.alertmanager.alerts()
+        }
+        notified = {a["labels"]["alertname"] for _path, a in stack.webhook.alerts()}
     finally:
-        prometheus.stop()
-        server.stop()
-        vm.terminate()
-        vm.wait(60)
-        log.close()
-    return out
+        if prometheus is not None:
+            prometheus.stop()
+        if server is not None:
+            server.stop()
+        stack.stop()
+    return Victoria(
+        comparisons, errors, len(vm_rules), firing, received, notified, minutes, nodes, log
+    )
 
 
-def victoria_report(comparisons: list[Comparison], nodes: int) -> str:
+def victoria_report(found: Victoria, nodes: int) -> str:
+    comparisons = found.comparisons
     differing = [c for c in comparisons if c.error or c.unmatched or c.worst > 0.01]
     empty = [c for c in comparisons if not c.error and c.prometheus == c.victoria == 0]
     series = sum(c.prometheus for c in comparisons)
     lines = [
-        f"**VictoriaMetrics** {_victoria_version()} (Debian's package), fed by remote_write from"
-        f" the bench's Prometheus scraping {nodes * GPUS_PER_NODE} GPUs for 4 minutes:"
-        f" {len(comparisons)} checks (every recording rule's series, every fleet-dashboard"
-        " query; instant queries a minute back, range queries over the 6 hours before it,"
-        f" compared by their last point), {series} series in Prometheus' answers."
+        f"`make bench-fleet` on {date.today().isoformat()}, **VictoriaMetrics**"
+        f" {_victoria_version()} (Debian's package: victoria-metrics, vmalert) and"
+        f" Debian's Alertmanager {_alertmanager_version()} with the shipped example"
+        " configuration (its receivers a local webhook), all on 127.0.0.1. The rules'"
+        " windows backfilled into both stores (an hour, a day of `gpu_exporter_gpus` for"
+        " GPUMissing); Prometheus scrapes"
+        f" {nodes * GPUS_PER_NODE} GPUs with the shipped rules and sends the exposition's"
+        " series (not its recorded series or alerts) over remote_write; vmalert evaluates"
+        " deploy/prometheus/rules/*.yml unchanged on VictoriaMetrics, writes its recorded"
+        f" series there and sends its alerts to Alertmanager; {found.minutes:g} minutes.",
+        "",
+    ]
+    if found.vmalert_log:
+        lines += ["vmalert did not start:", "", "```", found.vmalert_log, "```", ""]
+    lines += [
+        f"- **vmalert**: {found.rules_loaded} rules loaded and evaluated,"
+        f" {len(found.rule_errors)} with an error"
+        + (
+            ": " + "; ".join(f"`{name}`: {error}" for name, error in found.rule_errors)
+            if found.rule_errors
+            else "."
+        ),
+        f"- **Queries**: {len(comparisons)} checks (every recorded series, vmalert's in"
+        " VictoriaMetrics against Prometheus' own; every query of the fleet dashboard and"
+        " of the node dashboard on one node at a 24-hour range: instant queries a minute"
+        " back, range queries compared by their last point), "
+        f"{series} series in Prometheus' answers."
         f" {len(comparisons) - len(differing) - len(empty)} answer the same (the same"
-        f" series, values within 1%), {len(empty)} are empty in both (no MIG instance or"
-        " Kubernetes allocation in this fleet, nothing lost or throttled),"
-        f" {len(differing)} differ or fail:",
+        f" series, values within 1%), {len(empty)} are empty in both (nothing of that"
+        f" kind in this fleet), {len(differing)} differ or fail" + (":" if differing else "."),
     ]
     if differing:
         lines += [
@@ -913,7 +1522,55 @@ def victoria_report(comparisons: list[Comparison], nodes: int) -> str:
                 f"| {c.what} | {c.prometheus} | {c.victoria} | {c.unmatched} | {c.worst:.1%}"
                 f" | {c.error or ''} |"
             )
+        lines.append("")
+    both = found.prometheus_alerts & found.alertmanager_alerts.keys()
+    states: dict[str, int] = {}
+    for key in both:
+        states[found.alertmanager_alerts[key]] = states.get(found.alertmanager_alerts[key], 0) + 1
+    names = sorted({key[0] for key in found.prometheus_alerts})
+    lines.append(
+        f"- **Alerts**: {len(found.prometheus_alerts)} firing in Prometheus ({', '.join(names)}),"
+        f" {len(found.alertmanager_alerts)} in Alertmanager from vmalert, {len(both)} the"
+        " same (alert name, instance, GPU)"
+        + (
+            " (" + ", ".join(f"{n} {state}" for state, n in sorted(states.items())) + ")"
+            if states
+            else ""
+        )
+        + (
+            "; held back by the example's inhibitions: "
+            + ", ".join(
+                sorted({k[0] for k, v in found.alertmanager_alerts.items() if v != "active"})
+            )
+            if any(v != "active" for v in found.alertmanager_alerts.values())
+            else ""
+        )
+        + f"; the example's receivers were sent {', '.join(sorted(found.notified)) or 'nothing'}."
+        + (
+            " Only in Prometheus: "
+            + ", ".join("/".join(k) for k in sorted(found.prometheus_alerts - both))
+            + "."
+            if found.prometheus_alerts - both
+            else ""
+        )
+        + (
+            " Only in Alertmanager: "
+            + ", ".join("/".join(k) for k in sorted(found.alertmanager_alerts.keys() - both))
+            + "."
+            if found.alertmanager_alerts.keys() - both
+            else ""
+        )
+    )
     return "\n".join(lines)
+
+
+def _alertmanager_version() -> str:
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "prometheus-alertmanager"],
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip() or "(version unknown)"
 
 
 def _victoria_version() -> str:
@@ -1082,8 +1739,21 @@ def main() -> int:
         help="nodes for the fleet dashboard with its range of history; 0 skips it",
     )
     parser.add_argument(
+        "--day-nodes", type=int, default=500, help="nodes with a day of history; 0 skips it"
+    )
+    parser.add_argument(
+        "--day-view-nodes", type=int, default=4, help="nodes with a day of the node dashboard's"
+    )
+    parser.add_argument(
+        "--day-minutes", type=float, default=12.0, help="scraping on the day of history"
+    )
+    parser.add_argument(
         "--victoria-nodes", type=int, default=10, help="0 skips the VictoriaMetrics comparison"
     )
+    parser.add_argument(
+        "--victoria-minutes", type=float, default=7.0, help="scraping for VictoriaMetrics"
+    )
+    parser.add_argument("--tmp", help="where the day's blocks go (default: the system's)")
     parser.add_argument("--write", metavar="README", help="write the tables between markers")
     args = parser.parse_args()
     for tool in ("prometheus", "promtool"):
@@ -1091,6 +1761,7 @@ def main() -> int:
             print(f"{tool} is not installed: run `make system-deps`", file=sys.stderr)
             return 2
     samples = template()
+    sections: dict[str, str] = {}
     lives = []
     for gpus in (int(s) for s in args.sizes.split(",") if s):
         print(f"live: {gpus} GPUs for {args.minutes:g} minutes", file=sys.stderr)
@@ -1101,22 +1772,31 @@ def main() -> int:
         print(f"history: {args.history_nodes} nodes, {HISTORY_HOURS} h", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="bench-fleet-history-") as tmp:
             hist = history(args.history_nodes, samples, Path(tmp))
-    text = report(lives, hist, args.minutes)
+    if lives or hist:
+        sections["fleet"] = report(lives, hist, args.minutes)
     if args.dashboard_history_nodes:
         print(f"dashboard history: {args.dashboard_history_nodes} nodes", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="bench-fleet-dashboard-") as tmp:
             found = dashboard_history(args.dashboard_history_nodes, samples, Path(tmp))
-        text += "\n\n" + dashboard_report(found)
+        sections["fleet"] = sections.get("fleet", "") + "\n\n" + dashboard_report(found)
+    if args.day_nodes:
+        print(f"day: {args.day_nodes} nodes", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-day-", dir=args.tmp) as tmp:
+            today = day(args.day_nodes, args.day_view_nodes, args.day_minutes, samples, Path(tmp))
+        sections["fleet-day"] = day_report(today)
     if args.victoria_nodes and shutil.which("victoria-metrics") is None:
-        text += "\n\nVictoriaMetrics: not installed (`apt-get install victoria-metrics`), skipped."
+        sections["fleet-victoria"] = (
+            "VictoriaMetrics: not installed (`apt-get install victoria-metrics`), skipped."
+        )
     elif args.victoria_nodes:
         print(f"victoria-metrics: {args.victoria_nodes} nodes", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="bench-fleet-victoria-") as tmp:
-            found = victoria(args.victoria_nodes, max(args.minutes, 4.0), samples, Path(tmp))
-        text += "\n\n" + victoria_report(found, args.victoria_nodes)
-    print(text)
-    if args.write:
-        write_section(args.write, "fleet", text)
+            found_vm = victoria(args.victoria_nodes, args.victoria_minutes, samples, Path(tmp))
+        sections["fleet-victoria"] = victoria_report(found_vm, args.victoria_nodes)
+    for name, text in sections.items():
+        print(f"<!-- {name} -->\n{text}\n")
+        if args.write:
+            write_section(args.write, name, text.strip())
     return 0
 
 

@@ -362,6 +362,15 @@ class Prometheus:
             for r in self.api("query", query=expr)["result"]
         }
 
+    def rule_groups(self, window: str) -> dict[str, tuple[float, float, float]]:
+        """Each rule group (by its name, less the file) -> (mean and worst evaluation
+        seconds over the last `window`, its interval in seconds), in name order."""
+        duration = "prometheus_rule_group_last_duration_seconds"
+        mean = self.by(f"avg_over_time({duration}[{window}])", "rule_group")
+        peak = self.by(f"max_over_time({duration}[{window}])", "rule_group")
+        interval = self.by("prometheus_rule_group_interval_seconds", "rule_group")
+        return {g.split(";")[-1]: (mean[g], peak[g], interval[g]) for g in sorted(mean)}
+
     def timed(
         self,
         expr: str,
@@ -551,15 +560,8 @@ def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workd
                 file=sys.stderr,
             )
         window = f"{int(min(minutes, 3) * 60)}s"
-        mean = prometheus.by(
-            f"avg_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
-        )
-        peak = prometheus.by(
-            f"max_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
-        )
-        interval = prometheus.by("prometheus_rule_group_interval_seconds", "rule_group")
+        groups = prometheus.rule_groups(window)
         missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
-        groups = {g.split(";")[-1]: (mean[g], peak[g], interval[g]) for g in sorted(mean)}
         timed, total, parallel = refresh(prometheus, panels())
         head = prometheus.value("prometheus_tsdb_head_series")
         rss_peak = max(rss_peak, prometheus.rss_bytes())
@@ -830,14 +832,7 @@ def history(nodes: int, samples: list[tuple[str, str, float]], workdir: Path) ->
         per_group: dict[str, float] = {}
         for group, _name, seconds in costs:
             per_group[group] = per_group.get(group, 0.0) + seconds
-        mean = prometheus.by(
-            "avg_over_time(prometheus_rule_group_last_duration_seconds[2m])", "rule_group"
-        )
-        peak = prometheus.by(
-            "max_over_time(prometheus_rule_group_last_duration_seconds[2m])", "rule_group"
-        )
-        interval = prometheus.by("prometheus_rule_group_interval_seconds", "rule_group")
-        reported = {g.split(";")[-1]: (mean[g], peak[g], interval[g]) for g in mean}
+        reported = prometheus.rule_groups("2m")
         timed, _total, _parallel = refresh(prometheus, panels())
         fixed = min(
             prometheus.timed("vector(1)", instant=True, repeats=9)[0],
@@ -1059,14 +1054,7 @@ def day(
             rss_peak = max(rss_peak, prometheus.rss_bytes())
         settled = int(max(min(minutes - 3, 10), 2) * 60)  # the first minutes warm up
         window = f"{settled}s"
-        mean = prometheus.by(
-            f"avg_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
-        )
-        peak = prometheus.by(
-            f"max_over_time(prometheus_rule_group_last_duration_seconds[{window}])", "rule_group"
-        )
-        interval = prometheus.by("prometheus_rule_group_interval_seconds", "rule_group")
-        groups = {g.split(";")[-1]: (mean[g], peak[g], interval[g]) for g in sorted(mean)}
+        groups = prometheus.rule_groups(window)
         missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
         evaluations = prometheus.value("sum(prometheus_rule_group_iterations_total)")
         per_day = 86400 * prometheus.value(

@@ -285,7 +285,7 @@ def _fabric(
     out = []
     if fabric.healthy is False:
         out.append(("fabric_unhealthy", "fabric_unhealthy"))
-    if fabric.state == "completed" and fabric.status not in (None, "success"):
+    if fabric.status is not None and not fabric.registered:  # completed, with an error
         out.append(("fabric_registration_failed", "fabric_registration_failed"))
     return out
 

@@ -31,6 +31,7 @@ machine's, shared with other work: compare them with each other, not across mach
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -71,6 +72,7 @@ DAY_SECONDS = 24 * 3600
 GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
 RULE_SECONDS = 60  # the recording groups' interval
+ROLLUP_SECONDS = 300  # gpu-exporter.recording.rollup's interval and window
 HISTORY_HOURS = 24
 # Grafana's values for the fleet dashboard's default range (6 h) on a ~1,000-pixel panel
 GRAFANA = {
@@ -677,6 +679,10 @@ def _recorded_per_gpu(
             ratio = held.get("gpu_memory_used_bytes", 0) / held.get("gpu_memory_total_bytes", 1)
             idle = float(busy < 0.05) * float(ratio > 0.01)
             yield f"instance_gpu:gpu_idle_holding_memory:bool_rate1m{{{instance},{inner}}}", idle
+            # the 5-minute roll-ups: five 1-minute points of 60 s each, and their average
+            rolled = f"instance_gpu:gpu_idle_holding_memory_seconds:sum5m{{{instance},{inner}}}"
+            yield rolled, idle * ROLLUP_SECONDS
+            yield f"instance_gpu:gpu_busy:ratio_avg5m{{{instance},{inner}}}", busy
         elif name == "gpu_throttle_active" and value == 1:
             yield f"instance_gpu:gpu_throttle_active:active{{{instance},{inner}}}", 1.0
         elif name == "gpu_process_memory_used_bytes":
@@ -687,9 +693,14 @@ def _recorded_per_gpu(
             }
             busy = activity(node, gpu or 0)
             labels_text = ",".join(f'{k}="{v}"' for k, v in owner.items())
+            owner_labels = f"{{{instance},{labels_text}}}"
             yield (
-                f"instance_gpu_owner:gpu_idle_holding_memory:bool_rate1m{{{instance},{labels_text}}}",
+                f"instance_gpu_owner:gpu_idle_holding_memory:bool_rate1m{owner_labels}",
                 float(busy < 0.05),
+            )
+            yield (
+                f"instance_gpu_owner:gpu_idle_holding_memory_seconds:sum5m{owner_labels}",
+                float(busy < 0.05) * ROLLUP_SECONDS,
             )
     for s in node_series(node, samples):  # GPM's activity: the counters' rates
         if s.name == "gpu_sm_active_seconds_total":
@@ -721,8 +732,15 @@ def history_families(
 
 def resolution(family: str) -> int:
     """Seconds between two samples of `family`: the scrape interval for the exposition's,
-    a minute for a recording rule's (the groups run once a minute)."""
-    return RULE_SECONDS if ":" in family else SCRAPE_SECONDS
+    its group's interval for a recording rule's (a minute; five for the roll-ups)."""
+    if ":" not in family:
+        return SCRAPE_SECONDS
+    return int(_recording_intervals().get(family, RULE_SECONDS))
+
+
+@functools.cache
+def _recording_intervals() -> dict[str, float]:
+    return {name: interval for _g, name, _e, interval in rules() if ":" in name}
 
 
 def write_history(

@@ -50,6 +50,7 @@ KUBERNETES_SERIES = {
     "gpu_allocation_info",
     "gpu_unallocated_processes",
     "instance_gpu_pod:gpu_allocated_idle:bool_rate1m",
+    "instance_gpu_pod:gpu_allocated_idle_seconds:sum5m",
 }
 
 

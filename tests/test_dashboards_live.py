@@ -27,6 +27,7 @@ range (`STEADY_RANGE`) that starts after the warm-up.
 from __future__ import annotations
 
 import getpass
+import itertools
 import json
 import os
 import signal
@@ -229,14 +230,16 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 SHORT_RATE_S = 20  # the recording rules' 1-minute rates, over this many seconds here
+ROLLUP_S = 2  # the 5-minute roll-up's interval and window here
 
 
 def minute_rates_in_seconds(dest: Path) -> Path:
-    """The recording rules, every group at the test's 1 s evaluation, with their 1-minute
+    """The recording rules, every group at the test's 1 s evaluation but the 5-minute
+    roll-up (every ROLLUP_S, over the ROLLUP_S that end 0.5 s before), with their 1-minute
     rates taken over SHORT_RATE_S seconds: a 1-minute rate of a counter younger than a
     minute reads low, and waiting a minute of warm-up for each of them cost 45 s of every
     test run. The expressions are otherwise the shipped ones."""
-    every_evaluation_rules(RECORDING_RULES, dest)
+    every_evaluation_rules(RECORDING_RULES, dest, rollup_seconds=ROLLUP_S)
     text = dest.read_text()
     shorter = text.replace("[1m])", f"[{SHORT_RATE_S}s])")
     assert shorter != text
@@ -340,8 +343,9 @@ def test_idle_allocated_gpu_hours_per_node(fleet: Fleet) -> None:
     a, b, c = fleet.instances
     assert hours[(a,)] > 0 and hours[(b,)] > 0
     assert hours[(c,)] == 0  # C's idle GPU is lost, its others are busy
-    # no more than one GPU for as long as Prometheus has been up
-    assert hours[(a,)] <= 5 / 3600  # one GPU, 4 s of range (5 steps of 1 s)
+    # no more than one GPU for as long as the range: the 2 s roll-ups whose evaluation
+    # falls in the 4 s (2, at most 3), each of 2 one-second points
+    assert hours[(a,)] <= 6 / 3600
 
 
 def test_top_offender_gpus_are_the_idle_allocated_ones(fleet: Fleet) -> None:
@@ -352,6 +356,38 @@ def test_top_offender_gpus_are_the_idle_allocated_ones(fleet: Fleet) -> None:
         assert sorted(_by(result, "instance", "gpu")) == sorted([(a, "1"), (b, "1")]), ref
     busy = fleet.run(_panel("gpu-fleet.json", title, "C"), **STEADY_RANGE)
     assert all(_value(r) < 0.05 for r in busy)
+
+
+def test_the_rollup_counts_every_point_once(fleet: Fleet) -> None:
+    """The roll-up that the long-range panels add up (shipped: every 5 minutes, over the 5
+    that end 30 s before; here every 2 s over the 2 s that end 0.5 s before, 1 s points):
+    Prometheus runs it at exactly its interval, so consecutive evaluations tile the
+    1-minute group's points, each counted once, as the seconds it stands for."""
+    a = fleet.instances[0]
+    at = time.time()
+
+    def samples(expr: str) -> list[tuple[float, float]]:
+        (series,) = fleet.prometheus.query(expr, at)
+        return [(float(t), float(v)) for t, v in series["values"]]
+
+    for gpu, rolled, point, total in (
+        ("1", "gpu_idle_holding_memory_seconds:sum5m", "gpu_idle_holding_memory:bool_rate1m", 1),
+        ("0", "gpu_busy:ratio_avg5m", "gpu_busy:ratio_rate1m", 0),
+    ):
+        selector = f'{{instance="{a}", gpu="{gpu}"}}'
+        buckets = samples(f"instance_gpu:{rolled}{selector}[12s]")
+        points = samples(f"instance_gpu:{point}{selector}[20s]")
+        assert len(buckets) >= 5
+        stamps = [t for t, _v in buckets]
+        assert {round(b - a, 3) for a, b in itertools.pairwise(stamps)} == {ROLLUP_S}
+        for stamp, value in buckets:
+            inside = [v for t, v in points if stamp - ROLLUP_S - 0.5 < t <= stamp - 0.5]
+            assert len(inside) == ROLLUP_S, (stamp, points)
+            expected = sum(inside) if total else sum(inside) / len(inside)
+            assert value == pytest.approx(expected), (stamp, inside)
+        if total:  # the idle GPU: every one of its points in the buckets, once
+            first, last = stamps[0] - ROLLUP_S - 0.5, stamps[-1] - 0.5
+            assert sum(v for _t, v in buckets) == sum(v for t, v in points if first < t <= last)
 
 
 def test_gpu_models_table(fleet: Fleet) -> None:

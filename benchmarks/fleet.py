@@ -949,6 +949,8 @@ def dashboard_history(
 
 
 VIEWED = 3  # the node the node dashboard shows: the first with a faulty GPU
+IDLE_POINTS = "instance_gpu:gpu_idle_holding_memory:bool_rate1m"
+IDLE_ROLLUP = "instance_gpu:gpu_idle_holding_memory_seconds:sum5m"
 
 
 def node_name(node: int) -> str:
@@ -1021,6 +1023,7 @@ class Day:
     samples_per_day: float  # appended per day at this fleet size (scrapes and rules)
     continuity: list[tuple[str, int, int, int]]  # recorded family, backfilled, live, both
     load: str  # the machine's load average before the run
+    rollup_hours: tuple[float, float]  # idle-allocated GPU-hours in 24 h: roll-up, 1-minute
 
 
 def du(path: Path) -> int:
@@ -1090,6 +1093,10 @@ def day(
                     int(prometheus.value(f"count({both})") or 0),
                 )
             )
+        rollup_hours = (
+            prometheus.value(f"sum(sum_over_time({IDLE_ROLLUP}[24h])) / 3600"),
+            prometheus.value(f"sum(sum_over_time({IDLE_POINTS}[24h])) / 60"),
+        )
         fleet, fleet_sum, _p = refresh(prometheus, fleet_q)
         fleet_parallel = statistics.median(at_once(prometheus, fleet_q) for _ in range(3))
         node, node_sum, _p = refresh(prometheus, node_q)
@@ -1123,6 +1130,7 @@ def day(
         per_day,
         continuity,
         " ".join(load),
+        rollup_hours,
     )
 
 
@@ -1215,7 +1223,12 @@ def day_report(found: Day) -> str:
         for panel, seconds, count in timed:
             kind = "instant" if panel.instant else f"range, {panel.step} s step"
             lines.append(f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | {count} |")
+    rolled, points = found.rollup_hours
     lines += [
+        "",
+        f"Idle-allocated GPU-hours in the last 24 hours, added up by the 5-minute roll-up"
+        f" (`{IDLE_ROLLUP}`, what the fleet dashboard reads): {rolled:,.1f}; by the 1-minute"
+        f" points: {points:,.1f} ({(rolled - points) / points:+.2%}).",
         "",
         "Backfilled and live recorded series join up (the same label sets before and"
         " after the bench's Prometheus started):"

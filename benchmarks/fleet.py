@@ -72,7 +72,6 @@ DAY_SECONDS = 24 * 3600
 GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
 RULE_SECONDS = 60  # the recording groups' interval
-ROLLUP_SECONDS = 300  # gpu-exporter.recording.rollup's interval and window
 HISTORY_HOURS = 24
 # Grafana's values for the fleet dashboard's default range (6 h) on a ~1,000-pixel panel
 GRAFANA = {
@@ -697,8 +696,7 @@ def _recorded_per_gpu(
             idle = float(busy < 0.05) * float(ratio > 0.01)
             yield f"instance_gpu:gpu_idle_holding_memory:bool_rate1m{{{instance},{inner}}}", idle
             # the 5-minute roll-ups: five 1-minute points of 60 s each, and their average
-            rolled = f"instance_gpu:gpu_idle_holding_memory_seconds:sum5m{{{instance},{inner}}}"
-            yield rolled, idle * ROLLUP_SECONDS
+            yield f"{IDLE_ROLLUP}{{{instance},{inner}}}", idle * resolution(IDLE_ROLLUP)
             yield f"instance_gpu:gpu_busy:ratio_avg5m{{{instance},{inner}}}", busy
         elif name == "gpu_throttle_active" and value == 1:
             yield f"instance_gpu:gpu_throttle_active:active{{{instance},{inner}}}", 1.0
@@ -717,7 +715,7 @@ def _recorded_per_gpu(
             )
             yield (
                 f"instance_gpu_owner:gpu_idle_holding_memory_seconds:sum5m{owner_labels}",
-                float(busy < 0.05) * ROLLUP_SECONDS,
+                float(busy < 0.05) * resolution(IDLE_ROLLUP),
             )
     for s in node_series(node, samples):  # GPM's activity: the counters' rates
         if s.name == "gpu_sm_active_seconds_total":

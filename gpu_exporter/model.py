@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 # Names shared by readings and metrics ------------------------------------------------
 
@@ -697,6 +697,13 @@ class HostSample:
     load1: float
 
 
+class CallTotals(NamedTuple):
+    """One NVML function's calls so far and the wall seconds spent inside them."""
+
+    calls: int
+    seconds: float
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The exporter's whole view of the host at `timestamp_seconds`."""
@@ -717,6 +724,9 @@ class Snapshot:
     kernel_log: KernelLogState | None = None  # None: no kernel log read (flag empty, xid off)
     nvml_errors: Mapping[tuple[str, str], int] = field(default_factory=dict)
     nvml_init_errors: Mapping[str, int] = field(default_factory=dict)
+    # NVML calls and the seconds inside them, by function, since `nvml_calls_seconds` ago
+    nvml_calls: Mapping[str, CallTotals] = field(default_factory=dict)
+    nvml_calls_seconds: float | None = None  # how long they have been counted
     collectors: frozenset[str] = frozenset()
     stages: Mapping[str, StageResult] = field(default_factory=dict)  # by STAGES name
     # /proc shows the host's PID namespace (None: process attribution off)

@@ -18,7 +18,7 @@ import pytest
 from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
-from gpu_exporter.sources.nvml import PynvmlBackend, buffers, fields, gpm
+from gpu_exporter.sources.nvml import PynvmlBackend, buffers, counter_fields, fields, gpm
 from tests.support.clock import FakeClock
 from tests.support.fake_host import MIG_LAYOUTS, advance, busy_h100, busy_mig_h100
 from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install, h100
@@ -234,7 +234,8 @@ def test_power_draw_falls_back_to_the_call_on_drivers_without_the_fields(
         reading = backend.device_reading(0, frozenset({"power"}))
         assert reading.power is not None and reading.power.watts == pytest.approx(512.345)
     assert lib.count("nvmlDeviceGetPowerUsage") == 2
-    assert M.NVML_FI_DEV_POWER_AVERAGE not in lib.field_requests[-1]  # unsupported: dropped
+    # unsupported: dropped (the second reading wanted no other field: no call at all)
+    assert all(M.NVML_FI_DEV_POWER_AVERAGE not in r for r in lib.field_requests[1:])
 
 
 def test_one_field_call_per_interval_carries_every_field(install: Install) -> None:
@@ -360,7 +361,9 @@ def test_the_field_batch_is_one_array_kept_between_intervals(
     backend.device_static(0)  # the link count
     arrays.clear()
     collectors = DEFAULT_COLLECTORS | {"nvlink"}
-    first = backend.device_reading(0, collectors)
+    backend.device_reading(0, collectors)  # with the counters (`counter_fields.py`)
+    arrays.clear()
+    first = backend.device_reading(0, collectors)  # the intervals between their reads
     second = backend.device_reading(0, collectors)
     assert len(arrays) == 2 and arrays[0] is arrays[1]
     assert first.nvlink == second.nvlink and first.nvlink is not None
@@ -391,10 +394,14 @@ def test_fields_and_links_answering_as_before_are_not_decoded_or_rebuilt_again(
     monkeypatch.setattr(FakeNvmlLib, "c_nvmlDeviceGetFieldValues", stamped)
     monkeypatch.setattr(fields.FieldBatch, "answers", counted)
     gpu = busy_h100()
-    _lib, backend, _clock = started(install, gpu)
+    _lib, backend, clock = started(install, gpu)
     backend.device_static(0)  # the link count
     collectors = DEFAULT_COLLECTORS | {"nvlink"}
-    first = backend.device_reading(0, collectors)
+    backend.device_reading(0, collectors)  # with the counters (`counter_fields.py`)
+    clock.now += counter_fields.MAX_AGE_SECONDS  # and again, GPM's NVLink bytes now read
+    backend.device_reading(0, collectors)
+    decoded.clear()
+    first = backend.device_reading(0, collectors)  # the intervals between their reads
     every = len(decoded)
     decoded.clear()
     again = backend.device_reading(0, collectors)
@@ -404,6 +411,7 @@ def test_fields_and_links_answering_as_before_are_not_decoded_or_rebuilt_again(
     assert again.nvlink.links is first.nvlink.links  # the same links: not built again
     gpu.fields[(M.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 17)] = 5
     gpu.fields[M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION] += 1000
+    clock.now += counter_fields.MAX_AGE_SECONDS  # the counters are due again
     changed = backend.device_reading(0, collectors)
     assert "nvlink/17/replay" in decoded and len(decoded) <= 2 * fields.RUN < every
     assert changed.nvlink is not None and changed.nvlink.links[17].errors["replay"] == 5

@@ -186,24 +186,26 @@ R580_THERMAL = (269, 270, 271)
 
 
 @pytest.mark.parametrize(
-    ("driver", "thermal", "recovery"),
+    ("driver", "thermal"),
     [
-        ("575.57.08", R575_THERMAL, True),
-        ("580.65.06", R580_THERMAL, True),
-        ("570.124.06", (), True),
-        ("560.35.03", (), False),
+        ("575.57.08", R575_THERMAL),
+        ("580.65.06", R580_THERMAL),
+        ("570.124.06", ()),
+        ("565.57.01", ()),
+        ("560.35.03", ()),
     ],
 )
 def test_each_driver_is_asked_the_ids_its_own_header_gives(
     driver: str,
     thermal: tuple[int, ...],
-    recovery: bool,
     install: Install,
     capsysbinary: pytest.CaptureFixture[bytes],
 ) -> None:
     """R575 numbered the thermal and power-brake counters 251-253 and used 269-271 for
     power-smoothing settings; R580 swapped them. A driver answers both ranges here, the
-    wrong one with a setting (3): only the durations may be printed, in seconds."""
+    wrong one with a setting (3): only the durations may be printed, in seconds. The
+    recovery action (230) never meant anything else: every branch is asked for it (a real
+    R565 answers it), and NOT_SUPPORTED decides."""
     g = h100()
     g.fields.update({field_id: 3 for field_id in (*R575_THERMAL, *R580_THERMAL)})
     g.fields.update({74: 4_000_000_000, 76: 0, H.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 1})
@@ -223,10 +225,11 @@ def test_each_driver_is_asked_the_ids_its_own_header_gives(
         }
     else:  # before R575 no header says these fields count nanoseconds
         assert events == {}
-    asked = set(lib.field_requests[-1])
+    asked = {field_id for request in lib.field_requests for field_id in request}
     assert asked & {*R575_THERMAL, *R580_THERMAL} == set(thermal)
+    assert H.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION in asked
     actions = series(samples, "gpu_recovery_action", 0)
-    assert actions == ({(("action", "gpu_reset"),): 1.0} if recovery else {})
+    assert actions == {(("action", "gpu_reset"),): 1.0}
 
 
 def test_the_fabric_is_read_at_enumeration_and_every_minute_and_no_call_is_added_per_interval(

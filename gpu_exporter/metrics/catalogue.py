@@ -430,6 +430,14 @@ def _nvml_errors(s: Snapshot) -> Rows:
     return [((f, e), count) for (f, e), count in sorted(s.nvml_errors.items())]
 
 
+def _nvml_calls(s: Snapshot) -> Rows:
+    return [((f,), totals.calls) for f, totals in sorted(s.nvml_calls.items())]
+
+
+def _nvml_call_seconds(s: Snapshot) -> Rows:
+    return [((f,), totals.seconds) for f, totals in sorted(s.nvml_calls.items())]
+
+
 def _nvml_init_errors(s: Snapshot) -> Rows:
     return [((e,), count) for e, count in sorted(s.nvml_init_errors.items())]
 
@@ -1319,6 +1327,22 @@ METRICS: tuple[MetricSpec, ...] = (
         _nvml_errors,
         "function",
         "error",
+    ),
+    _x(
+        "gpu_exporter_nvml_calls_total",
+        "counter",
+        "NVML calls the exporter made, by function: every entry point it calls, each time.",
+        _nvml_calls,
+        "function",
+    ),
+    _x(
+        "gpu_exporter_nvml_call_seconds_total",
+        "counter",
+        "Seconds spent inside NVML calls, by function: wall time from entry to return, which "
+        "a driver polling its firmware spends on the host's CPU (nvmlEventSetWait_v2 waits "
+        "for events by design). rate() of it is what the driver costs the exporter.",
+        _nvml_call_seconds,
+        "function",
     ),
     _x(
         "gpu_exporter_nvml_init_errors_total",

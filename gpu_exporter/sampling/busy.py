@@ -8,6 +8,12 @@ for minutes), and a buffer read less often than it wraps (about 100 entries, 12 
 has lost its oldest entries. The entry after such a gap says nothing about the gap, so
 an entry is credited for at most one sample period (with slack for timestamp jitter), and
 the rest of the gap is counted as uncovered: neither busy nor idle, but visible.
+
+Reading the buffer is dear (2.3 ms of the host's CPU a call on an H200), so it is read only
+as often as its coverage needs (`buffer_reads.py`): before it wraps while the GPU is in
+use, and not at all while NVML lists no process on it and it reads idle. The counter
+measures the buffer's span from the entries' own timestamps (`span_us`), and a stretch the
+exporter skipped because the GPU held no process (`hold_idle`) is idle time, not a gap.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class BusyCounter:
         self._spacings: deque[int] = deque(maxlen=SPACINGS_KEPT)  # microseconds
         self._entries_monotonic: float | None = None  # when new entries were last read
         self._dry_credited = 0.0  # uncovered seconds already counted for the current gap
+        self.span_us: int | None = None  # the widest the buffer was seen to reach back
+        self.read_monotonic: float | None = None  # when the buffer was last read
+        self._held_idle = False  # reads skipped since the last one: the GPU held no process
 
     @property
     def cursor_us(self) -> int:
@@ -71,15 +80,18 @@ class BusyCounter:
         period, as uncovered at once, so the counters explain a long dry spell as it
         happens; the entry that ends the gap then adds only what was not counted yet.
         """
-        self._last_monotonic = now_monotonic
+        self._last_monotonic = self.read_monotonic = now_monotonic
         previous = self._last_timestamp_us
+        held_idle, self._held_idle = self._held_idle, False
+        self._measure_span(samples, previous)
         new: list[UtilizationSample] = []
         for sample in sorted(samples, key=lambda s: s.timestamp_us):
             newest = new[-1].timestamp_us if new else previous
             if newest is None or sample.timestamp_us > newest:
                 new.append(sample)
         if not new:
-            self._count_dry_spell(now_monotonic)
+            if not held_idle:
+                self._count_dry_spell(now_monotonic)
             return
         self._spacings.extend(b.timestamp_us - a.timestamp_us for a, b in itertools.pairwise(new))
         self._entries_monotonic = now_monotonic
@@ -92,9 +104,30 @@ class BusyCounter:
             covered_us = min(spacing_us, longest_us)
             self.seconds += min(1.0, max(0.0, sample.ratio)) * covered_us / 1e6
             gap = (spacing_us - covered_us) / 1e6
-            self.uncovered_seconds += max(0.0, gap - self._dry_credited)
+            if not held_idle:  # the stretch before the first new entry held no process
+                self.uncovered_seconds += max(0.0, gap - self._dry_credited)
+            held_idle = False
             self._dry_credited = 0.0
             previous = sample.timestamp_us
+
+    def _measure_span(self, samples: Sequence[UtilizationSample], cursor_us: int | None) -> None:
+        """Widen `span_us` to what a read that reached the buffer's oldest entry shows:
+        the first read (which asks for everything) or one whose oldest entry is more than
+        a period past the cursor (the buffer wrapped, or the driver paused)."""
+        if len(samples) < 2:
+            return
+        oldest = min(s.timestamp_us for s in samples)
+        newest = max(s.timestamp_us for s in samples)
+        if cursor_us is None or oldest - cursor_us > JITTER_SLACK * self.period_us:
+            self.span_us = max(self.span_us or 0, newest - oldest)
+
+    def hold_idle(self, now_monotonic: float) -> None:
+        """This interval's read was skipped because NVML listed no process on the GPU and
+        it read idle (`buffer_reads.py`): the time until the next read counts as idle
+        where no entry covers it, never as uncovered."""
+        self._held_idle = True
+        self._dry_credited = 0.0
+        self._entries_monotonic = now_monotonic
 
     def _count_dry_spell(self, now_monotonic: float) -> None:
         """Count as uncovered, now, the wall time beyond one period since entries came."""
@@ -119,3 +152,5 @@ class BusyCounter:
         self._last_monotonic = None
         self._entries_monotonic = None
         self._dry_credited = 0.0
+        self.read_monotonic = None
+        self._held_idle = False

@@ -48,6 +48,7 @@ from gpu_exporter.model import (
     XidState,
 )
 from gpu_exporter.sampling.activity import ActivityCounter
+from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
 from gpu_exporter.sampling.xid_merge import merge_xids
@@ -127,6 +128,8 @@ class _Counters:
     gpu: BusyCounter = field(default_factory=BusyCounter)
     memory_controller: BusyCounter = field(default_factory=BusyCounter)
     process_utilization_us: int = 0  # newest per-process sample already seen
+    idle: bool = False  # the last sample listed no process on the GPU and read it idle
+    buffer_read: BufferRead = BufferRead.READ  # what this sample does with the buffers
     activity: ActivityCounter = field(default_factory=ActivityCounter)  # GPM, NVLink bytes
     # by GPU instance: (GI id, UUID of its first MIG device), as ids are reused
     mig_activity: dict[tuple[int, str], ActivityCounter] = field(default_factory=dict)
@@ -349,6 +352,8 @@ class Sampler:
             xid_unattributed=xid_unattributed,
             kernel_log=kernel_log,
             nvml_errors=self.backend.errors.snapshot(),
+            nvml_calls=self.backend.usage.snapshot(),
+            nvml_calls_seconds=time.monotonic() - self.backend.usage.since,
             nvml_init_errors=dict(self._init_errors),
             collectors=collectors,
             stages=stages,
@@ -486,11 +491,20 @@ class Sampler:
         gpu_since = counters.gpu.cursor_us if counters else 0
         mc_since = counters.memory_controller.cursor_us if counters else 0
         proc_since = counters.process_utilization_us if counters else 0
+        buffers = BufferRead.READ
+        if counters is not None:
+            buffers = counters.buffer_read = buffer_read(
+                counters.gpu,
+                idle=counters.idle,
+                now_monotonic=self._monotonic(),
+                interval_seconds=self.interval_seconds,
+            )
 
         def read() -> DeviceRaw:
             device = static if static is not None else backend.device_static(index)
             gpu_samples = mc_samples = None
-            if "utilization" in collectors:  # first: the reading may take its ratios from them
+            # first: the reading may take its ratios from them; as often as they need
+            if "utilization" in collectors and buffers is BufferRead.READ:
                 gpu_samples = backend.utilization_samples(index, "gpu", gpu_since)
                 mc_samples = backend.utilization_samples(index, "memory_controller", mc_since)
             reading = backend.device_reading(index, collectors)
@@ -539,13 +553,21 @@ class Sampler:
                     raw.gpu_samples,
                     utilization.gpu_ratio if utilization else None,
                     now,
+                    counters.buffer_read,
                 )
                 mc_busy = _integrate(
                     counters.memory_controller,
                     raw.memory_controller_samples,
                     utilization.memory_controller_ratio if utilization else None,
                     now,
+                    counters.buffer_read,
                 )
+            counters.idle = (
+                raw.processes is not None
+                and not raw.processes
+                and utilization is not None
+                and utilization.gpu_ratio == 0
+            )
             if raw.process_utilization:
                 counters.process_utilization_us = max(
                     counters.process_utilization_us,
@@ -610,8 +632,15 @@ def _integrate(
     samples: Sequence[UtilizationSample] | None,
     latest_ratio: float | None,
     now_monotonic: float,
+    buffers: BufferRead = BufferRead.READ,
 ) -> _Busy:
-    """Advance one busy counter; None when neither the buffer nor a reading exists."""
+    """Advance one busy counter; None when neither the buffer nor a reading exists. A
+    buffer left unread this interval (`buffer_reads.py`) keeps its totals: its entries
+    are counted when it is read."""
+    if buffers is not BufferRead.READ and counter.read_monotonic is not None:
+        if buffers is BufferRead.IDLE:
+            counter.hold_idle(now_monotonic)
+        return _Busy(counter.seconds, counter.uncovered_seconds)
     if samples is not None:
         counter.add_samples(samples, now_monotonic)
         return _Busy(counter.seconds, counter.uncovered_seconds)

@@ -22,10 +22,12 @@ lives here, in `read_device`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from gpu_exporter.model import (
+    CallTotals,
     ClocksReading,
     DeviceEvent,
     DeviceReading,
@@ -93,6 +95,35 @@ class ErrorCounts:
     def snapshot(self) -> Mapping[tuple[str, str], int]:
         with self._lock:
             return dict(self._counts)
+
+
+class CallUsage:
+    """Thread-safe tally of NVML calls and the seconds spent inside them, by function:
+    what the driver costs the exporter (`gpu_exporter_nvml_call_seconds_total`).
+
+    The seconds are wall time from the call's entry to its return, taken with the
+    monotonic clock (a few tens of nanoseconds a read, where the thread's CPU clock is a
+    system call): a driver that polls its firmware spends them on the calling thread's
+    CPU, a wedged one waits them out. `nvmlEventSetWait_v2` waits for events by design:
+    its seconds are waiting, not work. `since` is the monotonic time counting began."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[str, list[float]] = {}  # function -> [calls, seconds]
+        self.since = monotonic()
+
+    def add(self, function: str, seconds: float) -> None:
+        with self._lock:
+            totals = self._totals.get(function)
+            if totals is None:
+                self._totals[function] = [1, seconds]
+            else:
+                totals[0] += 1
+                totals[1] += seconds
+
+    def snapshot(self) -> Mapping[str, CallTotals]:
+        with self._lock:
+            return {f: CallTotals(int(t[0]), t[1]) for f, t in self._totals.items()}
 
 
 class DeviceReader(Protocol):
@@ -163,6 +194,7 @@ class Backend(Protocol):
 
     kind: str  # "nvml" or "simulated"
     errors: ErrorCounts
+    usage: CallUsage  # NVML calls and their seconds, by function (none when simulated)
 
     def init(self) -> None:
         """Initialise the library; raises NvmlUnavailable."""

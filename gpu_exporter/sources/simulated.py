@@ -76,6 +76,7 @@ from gpu_exporter.model import (
 from gpu_exporter.sources import simulated_activity as activity
 from gpu_exporter.sources.backend import (
     LOST,
+    CallUsage,
     DeviceLost,
     ErrorCounts,
     NvmlUnavailable,
@@ -145,6 +146,7 @@ class SimulatedBackend:
         host_id: str = "",
     ) -> None:
         self.errors = ErrorCounts()
+        self.usage = CallUsage()  # a simulated host makes no NVML call: stays empty
         self._gpus = gpus
         self._host_id = host_id  # makes UUIDs and serials unique per simulated host
         self._clock = clock

@@ -81,6 +81,7 @@ from gpu_exporter.model import (
 )
 from gpu_exporter.sources.backend import (
     SLOW_REFRESH_SECONDS,
+    CallUsage,
     DeviceLost,
     ErrorCounts,
     NvmlUnavailable,
@@ -96,6 +97,7 @@ from gpu_exporter.sources.nvml.calls import (
     code_name,
     text,
 )
+from gpu_exporter.sources.nvml.counter_fields import CounterCadence
 from gpu_exporter.sources.nvml.mig_lists import MigProcessLists, ReadList
 from gpu_exporter.sources.nvml.nvlink_totals import LinkErrorTotals
 
@@ -144,6 +146,8 @@ class _DeviceState:
     mig_checked: int = -1  # the interval whose layout was last checked
     probed_at: float | None = None  # when the NOT_SUPPORTED answers were last forgotten
     answered: set[str] = field(default_factory=set)  # sample buffers that answered
+    counters: CounterCadence = field(default_factory=CounterCadence)  # counter fields
+    reading_at: float | None = None  # monotonic time of the last device reading
 
     def close(self) -> None:
         for stream in self.gpm_streams.values():
@@ -187,7 +191,8 @@ class PynvmlBackend:
             serialised[function] = Serialiser(
                 field_values_wait_seconds, lambda: self.errors.add(function, "lock_wait_timeout")
             )
-        self.calls = NvmlCalls(self.errors, serialised)
+        self.usage = CallUsage()
+        self.calls = NvmlCalls(self.errors, serialised, self.usage)
         self._monotonic = monotonic  # GPM elapsed time and MIG refreshes
         self._lock = threading.Lock()
         self._devices: dict[int, _DeviceState] = {}
@@ -200,7 +205,7 @@ class PynvmlBackend:
     def init(self) -> None:
         """Initialise the library; every failure here means NVML is unavailable."""
         try:
-            pynvml.nvmlInit()
+            self.calls.timed("nvmlInit", pynvml.nvmlInit)
         except pynvml.NVMLError as error:
             code = getattr(error, "value", None)
             reason = str(error)
@@ -371,6 +376,7 @@ class PynvmlBackend:
             return read_device(reader, collectors)
         except DeviceLost:
             state.slow.clear()  # a device that comes back is asked afresh
+            state.counters.forget()
             state.forget_unsupported()
             raise
         finally:
@@ -416,6 +422,7 @@ class PynvmlBackend:
         if before is not None and layout is not None and before[0] != layout[0]:
             state.forget_unsupported()
             state.slow.clear()
+            state.counters.forget()
         live = {_mig_stream_key(slot) for slot in state.mig_slots}
         for key in [k for k in state.gpm_streams if k.startswith(_MIG_STREAM) and k not in live]:
             state.gpm_streams.pop(key).close()
@@ -737,7 +744,8 @@ class _NvmlReader:
         self._state = state
         self._d = state.device
         self._collectors = collectors
-        requests = fields.device_requests(collectors, backend.driver_branch())
+        branch = backend.driver_branch()
+        requests = fields.device_requests(collectors, branch)
         # NVLink bytes from GPM where it counts them, else from the driver's data counters
         self._gpm_nvlink: frozenset[str] = frozenset()
         if "nvlink" in collectors and state.nvlink_links:
@@ -748,7 +756,29 @@ class _NvmlReader:
             requests += fields.nvlink_requests(
                 state.nvlink_links, data=data, per_link_data=per_link
             )
-        self._fields = fields.read_fields(backend.calls, self._d, requests)
+        self._fields = self._read_fields(requests, fields.counter_requests(collectors, branch))
+
+    def _read_fields(
+        self, requests: tuple[fields.FieldRequest, ...], counters: tuple[fields.FieldRequest, ...]
+    ) -> dict[str, float]:
+        """The interval's one nvmlDeviceGetFieldValues call: `requests`, and `counters`
+        when their cadence says so (`counter_fields.py`); between their reads, the
+        counters' values last read. The call is timed for the cadence."""
+        state, now = self._state, self._backend.now()
+        cadence = state.counters
+        step = now - state.reading_at if state.reading_at is not None else 0.0
+        state.reading_at = now
+        asked = bool(counters) and cadence.due(now, step)
+        started = time.perf_counter()
+        answers = fields.read_fields(
+            self._backend.calls, self._d, requests + counters if asked else requests
+        )
+        cadence.note(time.perf_counter() - started, with_counters=asked)
+        if asked:
+            keys = [request.key for request in counters]
+            cadence.read(now, answers, keys, self._d.unsupported_fields)
+            return answers
+        return {**answers, **cadence.values}
 
     def _q(self, key: str, fn: Callable[..., T], *args: Any) -> T | None:
         return self._backend.calls.query(self._d, key, fn, *args)

@@ -20,6 +20,11 @@ A remembered "unsupported" is not forever: real drivers answer NOT_SUPPORTED by 
 (the parent of a MIG-enabled GPU has no utilization), so the backend calls
 `Device.forget` when MIG mode changes and every SLOW_REFRESH_SECONDS.
 
+Every call is timed here too (`CallUsage`: calls and wall seconds inside, by function),
+so the exporter knows what the driver costs it (`gpu_exporter_nvml_call_seconds_total`)
+and can read a dear value less often (`counter_fields.py`, `buffer_cadence.py`). A
+serialised call is timed from when it holds the lock, not while it waits for it.
+
 Functions named in `NvmlCalls(serialised=...)` run one at a time across all devices
 (`Serialiser`): `nvmlDeviceGetFieldValues`, which a field report says is not safe to call
 concurrently (benchmarks/README.md, "Field values: one call at a time").
@@ -29,12 +34,13 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import pynvml
 
-from gpu_exporter.sources.backend import DeviceLost, ErrorCounts, NvmlUnavailable
+from gpu_exporter.sources.backend import CallUsage, DeviceLost, ErrorCounts, NvmlUnavailable
 
 T = TypeVar("T")
 
@@ -68,6 +74,9 @@ _NVML_DOWN = frozenset(
 )
 NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND})  # nothing newer, or an empty slot
 NO_QUIET: frozenset[int] = frozenset()
+
+
+_clock = time.perf_counter  # the monotonic clock with the finest resolution
 
 
 def classify(code: int | None) -> Outcome:
@@ -149,13 +158,18 @@ class Serialiser:
 
 
 class NvmlCalls:
-    """Calls NVML and classifies every failure; counts unexpected errors in `errors`."""
+    """Calls NVML and classifies every failure; counts unexpected errors in `errors`, and
+    every call with the seconds spent inside it in `usage`."""
 
     def __init__(
-        self, errors: ErrorCounts, serialised: Mapping[str, Serialiser] | None = None
+        self,
+        errors: ErrorCounts,
+        serialised: Mapping[str, Serialiser] | None = None,
+        usage: CallUsage | None = None,
     ) -> None:
         self.errors = errors
         self.serialised = dict(serialised or {})  # function name -> its serialiser
+        self.usage = usage if usage is not None else CallUsage()
 
     def call(
         self,
@@ -177,7 +191,10 @@ class NvmlCalls:
             return None
         serialiser = self.serialised.get(function)
         try:
-            return serialiser.run(fn, *args) if serialiser is not None else fn(*args)
+            if serialiser is not None:
+                answer: T = serialiser.run(self.timed, function, fn, *args)
+                return answer
+            return self.timed(function, fn, *args)
         except pynvml.NVMLLibraryMismatchError:  # the wrapper's versioned symbol is missing
             if device is not None and key is not None:
                 device.unsupported.add(key)
@@ -188,6 +205,15 @@ class NvmlCalls:
                 return None
             self.failed(function, code, str(error), device, key, on_error, cause=error)
             return None
+
+    def timed(self, function: str, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, counted in `usage` under `function` with the seconds it took,
+        whether it returned or raised."""
+        started = _clock()
+        try:
+            return fn(*args)
+        finally:
+            self.usage.add(function, _clock() - started)
 
     def query(self, d: Device, key: str, fn: Callable[..., T], *args: Any) -> T | None:
         """A per-device call, cached as unsupported under `key`."""

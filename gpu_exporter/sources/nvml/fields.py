@@ -7,8 +7,12 @@ Each request has a key (unique per device, used to remember unsupported fields),
 Which ids a field has can depend on the driver's branch: R575 numbered three clocks-event
 counters 251-253 and R580 269-271, each range meaning something else on the other branch
 (`clock_event_fields`), so the interval's requests are made for the driver's branch
-(`device_requests`); a field older drivers lack (the recovery action before R570) is not
-asked of them.
+(`device_requests`). A field whose id never meant anything else (the recovery action) is
+asked of every branch, and NOT_SUPPORTED decides.
+
+The counters (`COUNTER_FIELDS`: energy, the PCIe and ECC error counts, the clocks-event
+durations) are dear on a real driver and are asked for only when their cadence says so
+(`counter_fields.py`), in the same call as the interval's fields.
 
 A device's batch (about 100 fields on an H100 with 18 NVLink links) is a C array kept
 between intervals (`FieldBatch`), its field ids written once; each interval is one call
@@ -89,9 +93,12 @@ _PCIE_ERROR_FIELDS: tuple[int, ...] = (
 )
 
 
+_PCIE_ERROR_PREFIX = "pcie_errors/"
+
+
 def pcie_error_key(error_type: str) -> str:
     """The key of a PCIe error counter's field (`PCIE_ERRORS` name)."""
-    return f"pcie_errors/{error_type}"
+    return _PCIE_ERROR_PREFIX + error_type
 
 
 _DEVICE_FIELDS.update(
@@ -102,7 +109,30 @@ _DEVICE_FIELDS.update(
 )
 
 RECOVERY_ACTION = "recovery_action"
-RECOVERY_ACTION_SINCE = 570  # the first branch whose nvml.h has field 230 (12.570.86 has it)
+"""Field 230, asked of every branch: nvml.h gave the id to nothing else, a real R565's
+nvidia-smi prints "GPU Recovery Action : None", and a driver without it answers
+NOT_SUPPORTED, remembered as for any field."""
+
+COUNTER_FIELDS: frozenset[str] = frozenset(
+    {
+        "energy_millijoules",
+        "ecc_corrected_errors",
+        "ecc_uncorrected_errors",
+        "retired_pages_single_bit",
+        "retired_pages_double_bit",
+        "retired_pages_pending",
+        "remapped_rows_correctable",
+        "remapped_rows_uncorrectable",
+        "remapped_rows_pending",
+        "remapped_rows_failed",
+        "pcie_replay_errors",
+    }
+)
+"""The keys of `_DEVICE_FIELDS` read on the counters' cadence (`counter_fields.py`), with
+the PCIe error counters and the clocks-event counters: the driver's dear fields (energy
+3 ms, each PCIe error counter 175 us, the clocks-event counters 0.7 ms on an H200) and the
+error counts beside them. The rest (power, memory temperature, ECC mode, the recovery
+action at 9 us) are read every interval."""
 
 
 def clock_event_key(reason: str) -> str:
@@ -202,16 +232,36 @@ def _device_requests(collectors: frozenset[str], branch: int) -> tuple[FieldRequ
     out = [
         FieldRequest(key, field_id)
         for key, (field_id, collector) in _DEVICE_FIELDS.items()
-        if collector in collectors
+        if collector in collectors and not _is_counter(key)
+    ]
+    if "health" in collectors:
+        out.append(FieldRequest(RECOVERY_ACTION, nvml_h.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION))
+    return tuple(out)
+
+
+def counter_requests(collectors: Collection[str], branch: int | None) -> tuple[FieldRequest, ...]:
+    """The counter fields (`COUNTER_FIELDS`, the PCIe error and clocks-event counters)
+    for the enabled `collectors` on a driver of `branch`, read on their own cadence."""
+    return _counter_requests(frozenset(collectors), branch or 0)
+
+
+@functools.lru_cache(maxsize=16)
+def _counter_requests(collectors: frozenset[str], branch: int) -> tuple[FieldRequest, ...]:
+    out = [
+        FieldRequest(key, field_id)
+        for key, (field_id, collector) in _DEVICE_FIELDS.items()
+        if collector in collectors and _is_counter(key)
     ]
     if "clocks" in collectors:
         out += [
             FieldRequest(clock_event_key(reason), field_id)
             for reason, field_id in clock_event_fields(branch).items()
         ]
-    if "health" in collectors and branch >= RECOVERY_ACTION_SINCE:
-        out.append(FieldRequest(RECOVERY_ACTION, nvml_h.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION))
     return tuple(out)
+
+
+def _is_counter(key: str) -> bool:
+    return key in COUNTER_FIELDS or key.startswith(_PCIE_ERROR_PREFIX)
 
 
 def nvlink_key(link: int | str, name: str) -> str:

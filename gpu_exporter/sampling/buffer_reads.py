@@ -1,0 +1,59 @@
+"""When a GPU's utilization sample buffers are read: as often as their coverage needs.
+
+`nvmlDeviceGetSamples` is one of the driver's dear calls (2.3 ms of the host's CPU on an
+H200 with driver R580, `../shared/nvml-costs/h200-r580.txt`), and the exporter makes two
+a GPU (the GPU and the memory-controller buffer). Yet each read returns every entry since
+the last one, each with its own timestamp, so a buffer read once before it wraps gives
+the busy counters (`busy.py`) exactly what reading it every interval gave. So:
+
+- **In use** (NVML lists a process on the GPU, or it reads busy): read when the next
+  interval would come later than `SAFETY` of the buffer's span, the span measured from
+  its own timestamps (`BusyCounter.span_us`: about 100 entries of 1/6 s on an H100, 16 s).
+  At a 1 s interval that is every 12 s, at the default 5 s every 10 s; entries are never
+  lost, and `gpu_busy_uncovered_seconds_total` stays where it was.
+- **Idle** (the last sample's process lists named no process and the GPU read idle):
+  not read. A GPU that holds no process runs no kernel; its buffer holds only zeros. The
+  stretch counts as idle (`BusyCounter.hold_idle`). The interval a process appears, the
+  buffer is read again, and its entries still reach back over the whole span, so a job
+  is counted from its first entry. A job that starts and ends between two process-list
+  reads (shorter than one interval) on an otherwise idle GPU is not counted.
+- **Unknown**: a buffer not yet read, or not supported (NVML remembers that and makes no
+  call), or a span not yet measured: read every interval, as before.
+
+Between reads the utilization gauges come from `nvmlDeviceGetUtilizationRates` (a few
+microseconds), and the busy counters hold their last totals: a counter steps forward at
+each read, by the driver's own entries, never by an estimate.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from gpu_exporter.sampling.busy import BusyCounter
+
+SAFETY = 0.75
+"""A buffer is read before the next interval would leave less than a quarter of its span
+between reads (a late sample, a driver that stretches its period)."""
+
+
+class BufferRead(enum.Enum):
+    """What this interval does with a GPU's sample buffers."""
+
+    READ = "read"  # ask the driver for the entries since the last read
+    IDLE = "idle"  # skipped: the GPU holds no process and reads idle
+    WAIT = "wait"  # skipped: the entries keep until a later interval
+
+
+def buffer_read(
+    counter: BusyCounter, *, idle: bool, now_monotonic: float, interval_seconds: float
+) -> BufferRead:
+    """This interval's read of the buffer behind `counter` (the GPU's; the memory
+    controller's is read with it)."""
+    last, span_us = counter.read_monotonic, counter.span_us
+    if last is None or span_us is None:
+        return BufferRead.READ
+    if idle:
+        return BufferRead.IDLE
+    if now_monotonic - last + interval_seconds >= SAFETY * span_us / 1e6:
+        return BufferRead.READ
+    return BufferRead.WAIT

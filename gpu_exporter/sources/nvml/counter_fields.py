@@ -1,0 +1,92 @@
+"""The counter fields' cadence: energy, the error counts and the clocks-event durations
+are read as often as their cost allows, and at least every MAX_AGE_SECONDS.
+
+On a real driver these fields are the dear ones (an H200 on R580, per call: energy 3 ms,
+each PCIe error counter 175 us, the clocks-event counters 0.7 ms; `../shared/nvml-costs/`),
+and an exporter that read them every interval paid the driver ten times what it paid
+itself. They are cumulative counters: a value read later loses nothing (Prometheus takes
+rates of them over minutes), so between reads the exporter serves the value it last
+read, the driver's own at that moment: never interpolated, never run backwards.
+
+When they are read is decided from what they cost, as measured on this host: the
+interval's one `nvmlDeviceGetFieldValues` call is timed with and without them, and the
+difference (the least of the last few of each, which a preempted thread cannot inflate)
+is their cost. They are read every `cost / BUDGET_SECONDS_PER_SECOND` seconds, at least
+every interval and at most MAX_AGE_SECONDS apart: on the H200 every 30 s (0.19 ms of
+the host's CPU a second per GPU), on a driver that answers them in microseconds every
+interval. Asking for them costs no call of its own: when due they ride in the interval's
+call, so the calls per interval do not change.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+MAX_AGE_SECONDS = 30.0
+"""A counter is never served older than this (issue 42: each at least every 30 s)."""
+
+BUDGET_SECONDS_PER_SECOND = 1e-4
+"""The driver time the counters may take per GPU: 0.1 ms of the host's CPU a second."""
+
+KEPT = 5
+"""Timings kept of each kind (with and without the counters): their least is the cost."""
+
+
+class CounterCadence:
+    """One device's counter fields: when they are next read, and the values last read."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}  # key -> the value last read
+        self.read_at: float | None = None  # monotonic time of the last read
+        self._with: deque[float] = deque(maxlen=KEPT)  # call seconds with the counters
+        self._without: deque[float] = deque(maxlen=KEPT)  # and without
+
+    @property
+    def cost_seconds(self) -> float | None:
+        """What asking for the counters adds to the interval's call (seconds); None
+        before they were read once."""
+        if not self._with:
+            return None
+        base = min(self._without) if self._without else 0.0
+        return max(0.0, min(self._with) - base)
+
+    @property
+    def period_seconds(self) -> float:
+        """Seconds between reads that the cost allows, at most MAX_AGE_SECONDS."""
+        cost = self.cost_seconds
+        if cost is None:
+            return 0.0
+        return min(MAX_AGE_SECONDS, cost / BUDGET_SECONDS_PER_SECOND)
+
+    def due(self, now: float, step_seconds: float) -> bool:
+        """Whether this interval's call asks for the counters; `step_seconds` is the
+        time since the device's last reading (the interval), so that the read after
+        this one would not come later than MAX_AGE_SECONDS."""
+        if self.read_at is None:
+            return True
+        elapsed = now - self.read_at
+        return (
+            elapsed + step_seconds > MAX_AGE_SECONDS
+            or elapsed >= self.period_seconds - step_seconds / 2
+        )
+
+    def note(self, call_seconds: float, *, with_counters: bool) -> None:
+        """How long this interval's call took, and whether it asked for the counters."""
+        (self._with if with_counters else self._without).append(call_seconds)
+
+    def read(
+        self, now: float, answers: dict[str, float], keys: Iterable[str], unsupported: set[str]
+    ) -> None:
+        """Keep the counters' values (`keys`) from this interval's `answers`. A counter
+        that failed (neither answered nor `unsupported`) is absent, and asked again at the
+        next interval with the others, as a failed slow value is; a call that answered
+        nothing drops them all."""
+        self.values = {key: answers[key] for key in keys if key in answers}
+        failed = any(key not in answers and key not in unsupported for key in keys)
+        self.read_at = None if failed or not answers else now
+
+    def forget(self) -> None:
+        """Drop the values and read at the next interval (a lost device, a MIG change)."""
+        self.values = {}
+        self.read_at = None

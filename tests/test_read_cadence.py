@@ -1,0 +1,190 @@
+"""Each value read as often as it is worth (issue 42): the counter fields on a cadence
+their measured cost sets, at least every 30 s; the sample buffers before they wrap while
+the GPU is in use, and not while it holds no process; nothing else later than before.
+
+Driven through the real sampler, the real pynvml wrappers and the tests' fake library on
+a fake clock (`tests/support/fake_sampling.py`), one-second intervals.
+"""
+
+from __future__ import annotations
+
+import pynvml as M
+import pytest
+
+from gpu_exporter.model import Snapshot
+from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
+from gpu_exporter.sampling.busy import BusyCounter
+from gpu_exporter.sources.nvml.counter_fields import MAX_AGE_SECONDS, CounterCadence
+from tests.support.clock import FakeClock
+from tests.support.fake_host import SAMPLE_PERIOD_US
+from tests.support.fake_nvml import FakeGpu, Install, h100
+from tests.support.fake_sampling import one_second_sampler, started
+
+COLLECTORS = frozenset({"utilization", "memory", "power", "ecc", "pcie", "clocks", "process"})
+H200_COUNTERS_SECONDS = 5.66e-3  # energy 3 ms, 10 PCIe errors 1.75, clock events 0.7, replay 0.2
+BUFFER_ENTRIES = 100  # an H100's buffers: 100 entries of 1/6 s
+
+
+# The counters' cadence ---------------------------------------------------------------
+
+
+def test_counters_that_cost_milliseconds_are_read_every_30_seconds_not_every_interval() -> None:
+    cadence = CounterCadence()
+    assert cadence.due(0.0, 1.0)  # never read: now
+    cadence.note(0.2e-3 + H200_COUNTERS_SECONDS, with_counters=True)
+    cadence.read(0.0, {"energy": 1.0}, ["energy"], set())
+    cadence.note(0.2e-3, with_counters=False)
+    assert cadence.cost_seconds == pytest.approx(H200_COUNTERS_SECONDS)
+    assert cadence.period_seconds == MAX_AGE_SECONDS  # 57 s by cost, capped at 30
+    due = []
+    for t in range(1, 61):
+        if cadence.due(float(t), 1.0):
+            due.append(t)
+            cadence.read(float(t), {"e": 1.0}, ["e"], set())
+    assert due == [30, 60]  # never older than 30 s: read when the next would be later
+
+
+def test_cheap_counters_are_read_every_interval_and_a_preempted_call_does_not_slow_them() -> None:
+    cadence = CounterCadence()
+    cadence.note(0.25e-3, with_counters=True)
+    cadence.read(0.0, {"e": 1.0}, ["e"], set())
+    cadence.note(0.2e-3, with_counters=False)
+    cadence.note(25e-3, with_counters=True)  # the thread was preempted inside the call
+    assert cadence.cost_seconds == pytest.approx(0.05e-3)  # the least of each kind
+    assert cadence.period_seconds == pytest.approx(0.5)
+    assert cadence.due(1.0, 1.0)
+
+
+def test_a_counter_that_failed_is_asked_again_at_the_next_interval_and_is_absent() -> None:
+    cadence = CounterCadence()
+    cadence.note(10e-3, with_counters=True)
+    cadence.read(0.0, {"power": 1.0}, ["energy", "ecc"], {"ecc"})  # energy failed
+    assert cadence.values == {}  # absent, never a stale or made-up value
+    assert cadence.due(1.0, 1.0)
+
+
+def test_the_exporter_serves_the_counter_it_read_until_the_next_read(install: Install) -> None:
+    gpu = h100()
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, COLLECTORS)
+    energy = M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+    served: list[float | None] = []
+    asked: list[bool] = []
+    for _ in range(62):
+        gpu.fields[energy] += 1000  # one joule a second
+        calls = len(lib.field_requests)
+        snapshot = sampler.sample_once()
+        asked.append(any(energy in r for r in lib.field_requests[calls:]))
+        served.append(energy_joules(snapshot))
+        clock.now += 1
+    sampler.stop(0)
+    reads = [t for t, a in enumerate(asked) if a]
+    assert reads[0] == 0 and len(reads) >= 3  # at least every 30 s
+    assert all(b - a <= MAX_AGE_SECONDS for a, b in zip(reads, reads[1:], strict=False))
+    assert served == sorted(served)  # a counter never runs backwards
+    for t, value in enumerate(served):  # the driver's own value when it was last read
+        last = max(r for r in reads if r <= t)
+        assert value == pytest.approx(123_456.789 + last + 1)
+
+
+def energy_joules(snapshot: Snapshot) -> float | None:
+    reading = snapshot.devices[0].reading
+    assert reading is not None and reading.power is not None
+    return reading.power.energy_joules
+
+
+# The sample buffers --------------------------------------------------------------------
+
+
+def fill(gpu: FakeGpu, clock: FakeClock, percent: int) -> None:
+    """The GPU's buffers up to the clock's now: the last 100 entries of 1/6 s, each the
+    given percent from now on (older entries keep theirs)."""
+    now_us = int(clock.monotonic() * 1e6) + BUFFER_ENTRIES * SAMPLE_PERIOD_US
+    newest = now_us - now_us % SAMPLE_PERIOD_US
+    for kind in (M.NVML_GPU_UTILIZATION_SAMPLES, M.NVML_MEMORY_UTILIZATION_SAMPLES):
+        ring = dict(gpu.samples.get(kind, []))
+        start = max(ring, default=newest - BUFFER_ENTRIES * SAMPLE_PERIOD_US)
+        for ts in range(start + SAMPLE_PERIOD_US, newest + 1, SAMPLE_PERIOD_US):
+            ring[ts] = percent
+        gpu.samples[kind] = sorted(ring.items())[-BUFFER_ENTRIES:]
+    gpu.utilization_percent = (percent, percent // 2)
+
+
+def busy_of(snapshot: Snapshot) -> tuple[float, float]:
+    device = snapshot.devices[0]
+    assert device.busy_seconds is not None and device.busy_uncovered_seconds is not None
+    return device.busy_seconds, device.busy_uncovered_seconds
+
+
+def test_a_busy_gpu_s_buffers_are_read_before_they_wrap_and_cover_every_second(
+    install: Install,
+) -> None:
+    gpu = h100()
+    gpu.compute_processes = [(4242, 1 << 30)]
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, COLLECTORS)
+    for _ in range(2):  # the first read sets the cursor, the second measures the span
+        fill(gpu, clock, 80)
+        sampler.sample_once()
+        clock.now += 1
+    start_busy, _ = busy_of(sampler.sample_once())
+    clock.now += 1
+    before = lib.count("nvmlDeviceGetSamples", gpu=0)
+    for _ in range(120):
+        fill(gpu, clock, 80)
+        snapshot = sampler.sample_once()
+        clock.now += 1
+    sampler.stop(0)
+    reads = (lib.count("nvmlDeviceGetSamples", gpu=0) - before) // 2
+    span = (BUFFER_ENTRIES - 1) * SAMPLE_PERIOD_US / 1e6  # 16.5 s
+    assert 120 / span <= reads <= 120 / (0.75 * span - 1) + 1  # about every 12 s, not 120
+    busy, uncovered = busy_of(snapshot)
+    assert uncovered == 0.0  # not one entry lost between reads
+    # every entry to the last read counted, at 80%: within one read's worth of 120 s
+    assert 0.8 * (120 - 0.75 * span) <= busy - start_busy <= 0.8 * 121
+    reading = snapshot.devices[0].reading
+    assert reading is not None and reading.utilization is not None
+    assert reading.utilization.gpu_ratio == 0.8  # the gauge, every interval
+
+
+def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Install) -> None:
+    gpu = h100()
+    gpu.compute_processes = []
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, COLLECTORS)
+    for _ in range(3):
+        fill(gpu, clock, 0)
+        sampler.sample_once()
+        clock.now += 1
+    before = lib.count("nvmlDeviceGetSamples", gpu=0)
+    for _ in range(300):  # five idle minutes
+        fill(gpu, clock, 0)
+        snapshot = sampler.sample_once()
+        clock.now += 1
+    assert lib.count("nvmlDeviceGetSamples", gpu=0) == before  # not one read
+    idle_busy, idle_uncovered = busy_of(snapshot)
+    assert idle_uncovered == 0.0  # held no process: idle, not a gap
+    gpu.compute_processes = [(4242, 1 << 30)]  # a job starts, busy at once
+    fill(gpu, clock, 90)
+    sampler.sample_once()  # lists it: the buffers are read at the next interval
+    clock.now += 1
+    fill(gpu, clock, 90)
+    snapshot = sampler.sample_once()
+    sampler.stop(0)
+    assert lib.count("nvmlDeviceGetSamples", gpu=0) == before + 2
+    busy, uncovered = busy_of(snapshot)
+    assert uncovered == 0.0
+    assert busy - idle_busy == pytest.approx(0.9 * 2, abs=0.9 * 0.4)  # its first seconds
+
+
+def test_buffer_read_decisions() -> None:
+    counter = BusyCounter()
+    assert buffer_read(counter, idle=True, now_monotonic=0, interval_seconds=1) is BufferRead.READ
+    counter.read_monotonic, counter.span_us = 0.0, 16_500_000
+    assert buffer_read(counter, idle=True, now_monotonic=5, interval_seconds=1) is BufferRead.IDLE
+    assert buffer_read(counter, idle=False, now_monotonic=5, interval_seconds=1) is BufferRead.WAIT
+    decision = buffer_read(counter, idle=False, now_monotonic=11.4, interval_seconds=1)
+    assert decision is BufferRead.READ
+    # at the default 5 s interval: the next would be 12.4 s after the read, too late
+    decision = buffer_read(counter, idle=False, now_monotonic=7.5, interval_seconds=5)
+    assert decision is BufferRead.READ

@@ -113,6 +113,7 @@ def make_sampler(
     counters_due: CountersDue | None = None,
     retries: bool = True,
     kubernetes: KubernetesSource | None = None,
+    watched: Callable[[], bool] | None = None,
 ) -> Sampler:
     attributor = ProcessAttributor(
         limit=settings.process_limit,
@@ -137,6 +138,7 @@ def make_sampler(
         attribute_kubernetes=kubernetes or KubernetesSource(settings),
         counters_due=counters_due,
         retries=retries,
+        watched=watched,
     )
 
 
@@ -247,6 +249,7 @@ class Exporter:
             kernel_log=self.kernel_log,
             counters_due=reads.due,
             kubernetes=self.kubernetes,
+            watched=self.state.watched,
         )
         self.sampler.on_nvml_init.append(self.xid.rearm)
         self.health = Health(self.sampler)

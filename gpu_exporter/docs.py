@@ -23,6 +23,7 @@ from gpu_exporter.attribution.identity import CMDLINE_MAX_CHARS, MAX_READ_BYTES
 from gpu_exporter.config import OPTIONS
 from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
 from gpu_exporter.metrics.dcgm import DCGM_METRICS
+from gpu_exporter.metrics.read_cadence import read_cadence
 from gpu_exporter.metrics.specs import SAMPLED, RenderOptions
 from gpu_exporter.metrics.text import (
     CUT_DIGEST_HEX_DIGITS,
@@ -35,14 +36,16 @@ from gpu_exporter.shipped import RUNBOOKS, shipped_path
 
 def metrics_reference() -> str:
     lines = [
-        "| metric | type | labels | collector | meaning |",
-        "|---|---|---|---|---|",
+        "| metric | type | labels | collector | read | meaning |",
+        "|---|---|---|---|---|---|",
     ]
     for m in METRICS:
         labels = ", ".join(f"`{label}`" for label in m.label_names(RenderOptions())) or "-"
         help_text = m.help.replace(SAMPLED, "").replace("|", "\\|")
+        read = read_cadence(m.name)
         lines.append(
-            f"| `{m.name}` | {m.type} | {labels} | {m.collector or 'always'} | {help_text} |"
+            f"| `{m.name}` | {m.type} | {labels} | {m.collector or 'always'} | {read} "
+            f"| {help_text} |"
         )
     return "\n".join(lines)
 

@@ -673,6 +673,9 @@ class DeviceSample:
     lost: bool = False  # down because NVML answered GPU_IS_LOST (fallen off the bus)
     reading: DeviceReading | None = None
     busy_seconds: float | None = None  # gpu_busy_seconds_total
+    # whether this sample brought the busy counters up to date (`sampling/buffer_reads.py`:
+    # the buffers are read only as often as their coverage needs); False: they hold
+    busy_read: bool = True
     memory_controller_busy_seconds: float | None = None
     busy_uncovered_seconds: float | None = None  # None: not read from the sample buffer
     memory_controller_busy_uncovered_seconds: float | None = None

@@ -71,6 +71,12 @@ def test_values_match_the_simulated_host(exporter: Exporter) -> None:
 
 
 def test_busy_counter_rate_is_the_true_average_of_a_flickering_gpu(exporter: Exporter) -> None:
+    """Over a window of a few intervals, while the live page is watched (its buffers read
+    every interval); unwatched, over windows longer than their reads
+    (`tests/test_read_cadence.py`)."""
+    exporter.get("/api/overview")
+    now = values(exporter.scrape(), "gpu_exporter_samples_total")[0]
+    exporter.wait_for(lambda s: values(s, "gpu_exporter_samples_total")[0] >= now + 2)
     first = exporter.scrape()
     t0 = time.monotonic()
     time.sleep(3.0)

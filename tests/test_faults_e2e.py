@@ -122,10 +122,9 @@ def test_driver_reload_reenumerates_and_keeps_counters_monotonic(
 ) -> None:
     exporter = start(tmp_path, scenario, 2)
     try:
-        time.sleep(1.0)
-        before = exporter.scrape()
+        exporter.get("/api/overview")  # watched: the busy buffers are read every interval
+        before = exporter.wait_for(lambda s: values(s, "gpu_busy_seconds_total", gpu="0")[0] > 0)
         busy = values(before, "gpu_busy_seconds_total", gpu="0")[0]
-        assert busy > 0
         write_scenario(scenario, {"faults": {"init_error": "driver_not_loaded"}})
         exporter.wait_for(lambda s: values(s, "gpu_exporter_nvml_up") == [0.0])
         # the driver comes back with one more GPU
@@ -160,7 +159,8 @@ def test_a_gpu_reset_restarts_the_driver_s_counters_and_none_of_the_exporter_s(
         prometheus = start_prometheus(config, tmp_path)
         energy_0 = 'gpu_energy_joules_total{gpu="0"}'
         prometheus.wait_for(f"count_over_time({energy_0}[1m]) >= 3")
-        before = exporter.scrape()
+        exporter.get("/api/overview")  # watched: the busy buffers are read every interval
+        before = exporter.wait_for(lambda s: values(s, "gpu_busy_seconds_total", gpu="0")[0] > 0)
         energy = {gpu: values(before, "gpu_energy_joules_total", gpu=gpu)[0] for gpu in "01"}
         own = ("gpu_busy_seconds_total", "gpu_sm_active_seconds_total", "gpu_xid_errors_total")
         integrated = {name: values(before, name, gpu="0")[0] for name in own}

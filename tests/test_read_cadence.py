@@ -9,15 +9,20 @@ a fake clock (`tests/support/fake_sampling.py`), one-second intervals.
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pynvml as M  # noqa: N812 (nvml.h's names)
 import pytest
 
+from gpu_exporter.metrics.catalogue import METRICS
+from gpu_exporter.metrics.read_cadence import READ
 from gpu_exporter.model import Snapshot
 from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sources.nvml.counter_fields import MAX_AGE_SECONDS, CounterCadence
 from tests.support.clock import FakeClock
+from tests.support.exporter import fake_library_env, start_exporter, values
 from tests.support.fake_host import SAMPLE_PERIOD_US
 from tests.support.fake_nvml import FakeGpu, Install, h100
 from tests.support.fake_sampling import one_second_sampler, started
@@ -190,3 +195,40 @@ def test_buffer_read_decisions() -> None:
     # at the default 5 s interval: the next would be 12.4 s after the read, too late
     decision = buffer_read(counter, idle=False, now_monotonic=7.5, interval_seconds=5)
     assert decision is BufferRead.READ
+
+
+# What the driver costs, as the exporter tells it -----------------------------------------
+
+
+def test_every_metric_the_read_column_names_exists() -> None:
+    assert set(READ) <= {m.name for m in METRICS}
+
+
+@pytest.mark.e2e
+def test_the_exporter_tells_what_each_nvml_function_costs_it(tmp_path: Path) -> None:
+    """The real program on the fake driver library: every call counted and timed, by
+    function, on /metrics, in /api/overview and on the live page."""
+    exporter = start_exporter(["--collect.interval", "1s"], tmp_path, env=fake_library_env(1))
+    try:
+        samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_samples_total") >= [3.0])
+        fields = {"function": "nvmlDeviceGetFieldValues"}
+        sampled = values(samples, "gpu_exporter_samples_total")[0]
+        calls = values(samples, "gpu_exporter_nvml_calls_total", **fields)[0]
+        seconds = values(samples, "gpu_exporter_nvml_call_seconds_total", **fields)[0]
+        # one field call a sample (the counters ride in it when due), a few at start
+        assert sampled <= calls <= sampled + 3
+        assert 0 < seconds < calls * 0.5  # timed, each call well under a second here
+        assert values(samples, "gpu_exporter_nvml_calls_total", function="nvmlInit") == [1.0]
+        later = exporter.wait_for(
+            lambda s: values(s, "gpu_exporter_samples_total")[0] >= sampled + 2
+        )
+        assert values(later, "gpu_exporter_nvml_calls_total", **fields)[0] >= calls + 2
+        overview = json.loads(exporter.get("/api/overview").text)["nvml_calls"]
+        functions = {f["function"]: f for f in overview["functions"]}
+        assert functions["nvmlDeviceGetFieldValues"]["calls"] >= calls + 2
+        assert functions["nvmlEventSetWait_v2"]["waits"] is True
+        assert 0 < overview["seconds_per_second"] < 1
+        page = exporter.get("/").text
+        assert "Driver time" in page and 'data-function="nvmlDeviceGetFieldValues"' in page
+    finally:
+        exporter.stop()

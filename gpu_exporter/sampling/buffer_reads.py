@@ -17,6 +17,9 @@ the busy counters (`busy.py`) exactly what reading it every interval gave. So:
   buffer is read again, and its entries still reach back over the whole span, so a job
   is counted from its first entry. A job that starts and ends between two process-list
   reads (shorter than one interval) on an otherwise idle GPU is not counted.
+- **Watched**: while someone has the live page (or `/api/overview`) open, read every
+  interval, so the busy chart shows every interval as it comes (`WATCHED_SECONDS`).
+  Unwatched, the page's history holds each read's busy share until the next read.
 - **Unknown**: a buffer not yet read, or not supported (NVML remembers that and makes no
   call), or a span not yet measured: read every interval, as before.
 
@@ -45,12 +48,17 @@ class BufferRead(enum.Enum):
 
 
 def buffer_read(
-    counter: BusyCounter, *, idle: bool, now_monotonic: float, interval_seconds: float
+    counter: BusyCounter,
+    *,
+    idle: bool,
+    now_monotonic: float,
+    interval_seconds: float,
+    watched: bool = False,
 ) -> BufferRead:
     """This interval's read of the buffer behind `counter` (the GPU's; the memory
-    controller's is read with it)."""
+    controller's is read with it); `watched`: someone has the live page open."""
     last, span_us = counter.read_monotonic, counter.span_us
-    if last is None or span_us is None:
+    if last is None or span_us is None or (watched and not idle):
         return BufferRead.READ
     if idle:
         return BufferRead.IDLE

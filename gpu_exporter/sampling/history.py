@@ -282,6 +282,9 @@ class History:
         self._gpus: dict[GpuKey, SeriesHistory] = {}
         self._host = SeriesHistory(HOST_SERIES)
         self._previous: dict[GpuKey, _Previous] = {}
+        # the busy counters advance only when the buffers are read (`buffer_reads.py`):
+        # the sample of the last read, and the busy share it gave, held until the next
+        self._busy_read: dict[GpuKey, tuple[_Previous, float | None]] = {}
         self._previous_host: tuple[float, float] | None = None  # (t, cpu busy seconds)
         self._cpu: dict[tuple[GpuKey, str], list[tuple[float, float]]] = {}  # (GPU, pid)
         self.latest_time: float | None = None
@@ -319,6 +322,7 @@ class History:
             return False
         del self._gpus[oldest]
         self._previous.pop(oldest, None)
+        self._busy_read.pop(oldest, None)
         return True
 
     def _device_values(
@@ -334,10 +338,14 @@ class History:
         )
         if reading is None:  # down: every series has a gap, and rates start again
             self._previous.pop(key, None)
+            self._busy_read.pop(key, None)
             return {}
         before = self._previous.get(key)
         self._previous[key] = now
-        busy = _rate(before, now, BUSY_COUNTERS[busy_source(device)])
+        source = busy_source(device)
+        busy = _rate(before, now, BUSY_COUNTERS[source])
+        if source == "busy_time":
+            busy = self._busy(key, now, device.busy_read)
         static = device.static
         reasons = reading.clocks.throttle_reasons if reading.clocks else None
         return {
@@ -355,6 +363,17 @@ class History:
             "power_capped_ratio": _active(reasons, ("sw_power_cap",)),
             "thermal_throttled_ratio": _active(reasons, THERMAL_THROTTLE_REASONS),
         }
+
+    def _busy(self, key: GpuKey, now: _Previous, read: bool) -> float | None:
+        """The busy share since the sample that last read the buffers, when this one read
+        them too; else that share, held (the buffers are read every interval while the page
+        is watched, else as their coverage needs: every ~12 s while in use)."""
+        last = self._busy_read.get(key)
+        if not read:
+            return last[1] if last is not None else None
+        busy = _rate(last[0] if last is not None else None, now, "busy_seconds")
+        self._busy_read[key] = (now, busy)
+        return busy
 
     def _host_values(self, host: HostSample, t: float) -> dict[str, float | None]:
         before = self._previous_host

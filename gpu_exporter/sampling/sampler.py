@@ -153,6 +153,7 @@ class Sampler:
         attribute_kubernetes: AttributeKubernetes | None = None,
         counters_due: CountersDue | None = None,
         retries: bool = True,
+        watched: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -167,6 +168,8 @@ class Sampler:
         self._kernel_log = kernel_log
         self._attribute_kubernetes = attribute_kubernetes
         self._counters_due = counters_due  # None: every sample reads them
+        # someone watches the live page: the sample buffers are read every interval
+        self._watched = watched or (lambda: False)
         self._host: tuple[HostSample | None, StageResult] | None = None  # the last host read
         self._retries = retries  # False for --once: nothing will retry, so do not say it will
         self._clock = clock
@@ -496,6 +499,7 @@ class Sampler:
             buffers = counters.buffer_read = buffer_read(
                 counters.gpu,
                 idle=counters.idle,
+                watched=self._watched(),
                 now_monotonic=self._monotonic(),
                 interval_seconds=self.interval_seconds,
             )
@@ -583,6 +587,7 @@ class Sampler:
                     busy_seconds=busy.seconds,
                     memory_controller_busy_seconds=mc_busy.seconds,
                     busy_uncovered_seconds=busy.uncovered_seconds,
+                    busy_read=counters.buffer_read is not BufferRead.WAIT,
                     memory_controller_busy_uncovered_seconds=mc_busy.uncovered_seconds,
                     activity=activity,
                     mig_activity=mig_activity,

@@ -119,6 +119,35 @@ def build(
             for device in snapshot.devices
         ],
         "kubernetes": _kubernetes(snapshot),
+        "nvml_calls": _nvml_calls(snapshot),
+    }
+
+
+NVML_WAITS = frozenset({"nvmlEventSetWait_v2"})
+"""Calls that wait by design (for the next Xid or ECC event): their seconds are no work."""
+
+
+def _nvml_calls(snapshot: Snapshot) -> Document | None:
+    """Where the driver's time goes: each NVML function's calls and seconds since the
+    exporter started counting, dearest first, and the driver's share of a second in all
+    (the waits for events left out of it). None on a simulated host (no NVML call)."""
+    since = snapshot.nvml_calls_seconds
+    if not snapshot.nvml_calls or not since:
+        return None
+    functions = sorted(snapshot.nvml_calls.items(), key=lambda item: (-item[1].seconds, item[0]))
+    work = sum(t.seconds for f, t in functions if f not in NVML_WAITS)
+    return {
+        "counted_seconds": since,
+        "seconds_per_second": work / since,
+        "functions": [
+            {
+                "function": function,
+                "calls": totals.calls,
+                "seconds": totals.seconds,
+                "waits": function in NVML_WAITS,
+            }
+            for function, totals in functions
+        ],
     }
 
 

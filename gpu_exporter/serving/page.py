@@ -175,6 +175,7 @@ def render(
         + _kubernetes(doc)
         + _no_gpus(doc)
         + "".join(_card(gpu, doc) for gpu in doc["gpus"])
+        + _driver_time(doc)
         if doc
         else '<p class="empty">No sample has finished yet.</p>'
     )
@@ -230,6 +231,36 @@ def _host(doc: Document) -> str:
         f" <span>load {host['load1']:.2f}</span>"
         f" <span>memory {_gib(host['memory_used_bytes'])} of "
         f"{_gib(host['memory_total_bytes'])}</span></section>"
+    )
+
+
+DRIVER_FUNCTIONS_SHOWN = 8  # the dearest NVML functions listed under "Driver time"
+
+
+def _driver_time(doc: Document) -> str:
+    """Where the driver's time goes: the exporter's own NVML calls, dearest first."""
+    calls = doc.get("nvml_calls")
+    if not calls:
+        return ""
+    rows = "".join(
+        f'<tr data-function="{escape(f["function"])}">'
+        f'<td class="name" data-label="function"><code>{escape(f["function"])}</code></td>'
+        f'<td data-label="calls">{f["calls"]}</td>'
+        f'<td data-label="ms per second">'
+        f"{_number(1e3 * f['seconds'] / calls['counted_seconds'], 3)}</td>"
+        f'<td data-label="µs per call">{_number(1e6 * f["seconds"] / f["calls"], 1)}'
+        f"{' (waits for events)' if f['waits'] else ''}</td></tr>"
+        for f in calls["functions"][:DRIVER_FUNCTIONS_SHOWN]
+    )
+    return (
+        '<section class="driver"><h2>Driver time</h2>'
+        f"<p>The exporter spent {_number(1e3 * calls['seconds_per_second'], 2)} ms a second "
+        f"inside NVML calls over the last {_elapsed(calls['counted_seconds'])}, the waits "
+        "for events left out (<code>gpu_exporter_nvml_call_seconds_total</code>); a driver "
+        "that polls its firmware spends that time on the host's CPU.</p>"
+        '<div class="scroll"><table class="driver"><thead><tr><th class="name">function</th>'
+        "<th>calls</th><th>ms per second</th><th>µs per call</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div></section>"
     )
 
 
@@ -412,6 +443,13 @@ def _text(x: float, y: float, text: str, anchor: str, cls: str = "axis") -> str:
 
 def _duration(seconds: float) -> str:
     return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
+
+
+def _elapsed(seconds: float) -> str:
+    """A span of time, rounded: "45 s", "12 min", "3.5 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _cell(value: Any) -> str:

@@ -11,6 +11,7 @@ assets are read from the package once). The probes' decisions are made in
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from functools import cache
 from http import HTTPStatus
@@ -27,6 +28,10 @@ from gpu_exporter.serving.scrape_clock import ScrapeClock
 PROBE_PATHS = ("/healthz", "/livez")
 RUNBOOKS_PATH = "/runbooks"  # the alerts' runbooks: each rule's runbook_url links here
 OVERVIEW_PATH = "/api/overview"
+WATCHED_SECONDS = 60.0
+"""How long after the live page or its API was last asked for the GPUs' sample buffers are
+still read every interval, so its busy chart shows every interval as it comes
+(`sampling/buffer_reads.py`)."""
 ASSETS = {
     "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
     "/static/page.css": ("page.css", "text/css; charset=utf-8"),
@@ -56,6 +61,12 @@ class ServingState:
     exposition: Exposition | None = None
     history: History | None = None  # None with --web.ui=false: no live page, no /api/
     scrapes: ScrapeClock = field(default_factory=ScrapeClock)  # when /metrics is asked for
+    page_seen: float | None = None  # monotonic time the live page or its API was last asked for
+
+    def watched(self, within_seconds: float = WATCHED_SECONDS) -> bool:
+        """Whether someone looked at the live page (or /api/overview) that recently."""
+        seen = self.page_seen
+        return seen is not None and time.monotonic() - seen <= within_seconds
 
 
 class HealthView(Protocol):
@@ -137,6 +148,7 @@ class Routes:
                 HTTPStatus.OK, self._landing(), {"Content-Type": "text/html; charset=utf-8"}
             )
         if history is not None and path in ("/", OVERVIEW_PATH):
+            self.state.page_seen = time.monotonic()  # the busy chart is read every interval
             try:
                 window = overview.parse_window(query)
             except overview.BadWindow as error:

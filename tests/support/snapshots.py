@@ -42,7 +42,8 @@ def fixed_snapshot(
         monotonic=clock.monotonic,
     )
     sampler.sample_once()
-    clock.now += 10.0
+    # 12 s on: the sample buffers are due again (read before they wrap, buffer_reads.py)
+    clock.now += 12.0
     snapshot = sampler.sample_once()
     sampler.stop(0)
     return snapshot

@@ -19,8 +19,16 @@ What is read when (every NVML call is an ioctl into the driver, so the count mat
   that only nvmlDeviceGetNvLinkErrorCounter has (one call per link and counter), the
   T.Limit margin while the GPU temperature stands still (re-read in the interval it moves),
   and the NVLink fabric (`fabric.py`: one call, also read at the first interval);
-- every interval: the rest, fields in one `nvmlDeviceGetFieldValues` batch, the sample
-  buffers, process lists and process utilization with one call each.
+- as their measured cost allows, at least every 30 s (`counter_fields.py`): the counter
+  fields (energy, ECC, row-remap and PCIe error counts, clocks-event durations), in the
+  interval's field call when due;
+- as their coverage needs (`sampling/buffer_reads.py`, decided by the sampler): the
+  utilization sample buffers, with `nvmlDeviceGetUtilizationRates` for the gauges in the
+  intervals between;
+- every interval: the rest, fields in one `nvmlDeviceGetFieldValues` batch, the process
+  lists and process utilization with one call each.
+
+Every call is timed (`NvmlCalls.timed`, `CallUsage`): what the driver costs the exporter.
 
 A slow value that fails is dropped, not kept: it is absent until a read answers again.
 

@@ -228,6 +228,9 @@ static const char *cost_entry(const char *name, uint64_t ns, unsigned char *fiel
         if (!parse_field_id(&p, &first) || *p++ != '-' || !parse_field_id(&p, &last) ||
             *p != '\0' || last < first)
             return "a field group is fieldgroup.A-B, A <= B < 1024";
+        for (int k = 0; k < field_group_count; k++)
+            if (field_groups[k].first == first && field_groups[k].last == last)
+                return "this cost was given before";
         if (field_group_count == FIELD_GROUPS) return "more than 64 field groups";
         field_groups[field_group_count].first = first;
         field_groups[field_group_count].last = last;
@@ -238,7 +241,7 @@ static const char *cost_entry(const char *name, uint64_t ns, unsigned char *fiel
         unsigned id;
         p += 6;
         if (!parse_field_id(&p, &id) || *p != '\0') return "a field is field.ID, ID < 1024";
-        if (field_seen[id]) return "this field's cost was given before";
+        if (field_seen[id]) return "this cost was given before";
         field_seen[id] = 1;
         field_cost_ns[id] = ns;
         return NULL;
@@ -250,7 +253,7 @@ static const char *cost_entry(const char *name, uint64_t ns, unsigned char *fiel
             return "an entry point's name is letters, digits and _";
     for (int f = 0; f < F_COUNT; f++) {
         if (strcmp(function_names[f], name) != 0) continue;
-        if (function_seen[f]) return "this function's cost was given before";
+        if (function_seen[f]) return "this cost was given before";
         function_seen[f] = 1;
         function_cost_ns[f] = ns;
         return NULL;

@@ -953,9 +953,9 @@ def matrix_report(points: Sequence[Point], repetitions: int, costs: Path | None)
         f"**Side by side**, a scale matrix on {costs_note(costs)}. One stand-in NVML host "
         f"(H100s with GPM and {NVLINK_LINKS} NVLink links on an R580 driver, busy where a "
         "process runs; a compiled stand-in libnvidia-ml loaded by both "
-        "programs' pynvml through LD_LIBRARY_PATH, its in-call CPU, charges included, timed "
+        "programs' pynvml through LD_LIBRARY_PATH, its in-call CPU (charges included) timed "
         "on the calling thread's CPU clock: the whole process's CPU is the headline, the "
-        "program's own leaves it out), GPU processes each a "
+        "program's own leaves the stand-in's part out), GPU processes each a "
         f"shell with {CHILDREN_PER_PROCESS} "
         f"children, a 1 s interval, {repetitions} pairs per point (ours then "
         f"nvitop-exporter), CPU from each thread's schedstat over {CPU_WINDOW_SECONDS:g} s "
@@ -983,7 +983,7 @@ def default_interval_report(rows: Sequence[DefaultIntervalPoint], costs: Path) -
     lines = [
         f"**At the default interval** (`--collect.interval {DEFAULT_INTERVAL}`), ours alone, "
         f"the whole process's CPU over {DEFAULT_INTERVAL_WINDOW_SECONDS:g} s after "
-        f"{WARM_UP_SECONDS:g} s of warm-up, not scraped, one run each; charging: "
+        f"{WARM_UP_SECONDS:g} s of warm-up, not scraped, one run each; on the free and on "
         f"{costs_note(costs)}.",
         "",
         "| GPUs x processes | free stand-in, ms/s per GPU | charging stand-in, ms/s per GPU "

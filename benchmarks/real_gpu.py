@@ -155,6 +155,7 @@ def timers(pynvml: Any, handle: Any) -> dict[str, Callable[[], object]]:
             h, n.NVML_PCIE_UTIL_TX_BYTES
         ),
         "nvmlDeviceGetTemperature": lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+        "nvmlDeviceGetTemperatureV": lambda: n.nvmlDeviceGetTemperatureV(h, n.NVML_TEMPERATURE_GPU),
         "nvmlDeviceGetMarginTemperature": lambda: n.nvmlDeviceGetMarginTemperature(h),
         "nvmlDeviceGetFanSpeed": lambda: n.nvmlDeviceGetFanSpeed(h),
         "nvmlDeviceGetPowerUsage": lambda: n.nvmlDeviceGetPowerUsage(h),

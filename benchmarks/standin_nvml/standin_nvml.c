@@ -82,6 +82,7 @@
     X(nvmlDeviceGetMaxPcieLinkWidth, 1) X(nvmlDeviceGetCurrPcieLinkGeneration, 1)         \
     X(nvmlDeviceGetCurrPcieLinkWidth, 1) X(nvmlDeviceGetPcieThroughput, 1)                \
     X(nvmlDeviceGetTemperature, 1) X(nvmlDeviceGetMarginTemperature, 1)                   \
+    X(nvmlDeviceGetTemperatureV, 1)                                                       \
     X(nvmlDeviceGetFanSpeed, 1) X(nvmlDeviceGetPowerUsage, 1)                             \
     X(nvmlDeviceGetEnforcedPowerLimit, 1) X(nvmlDeviceGetPowerManagementLimit, 1)         \
     X(nvmlDeviceIsMigDeviceHandle, 1) X(nvmlDeviceGetPerformanceState, 1)                 \
@@ -810,6 +811,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
     DEVICE(nvmlDeviceGetTemperature);
     (void)sensor;
     RETURN(put_uint(temp, 64));
+}
+
+/* nvml.h 13's replacement of nvmlDeviceGetTemperature, which an R580 driver has */
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temp) {
+    DEVICE(nvmlDeviceGetTemperatureV);
+    if (temp == NULL) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (temp->version != nvmlTemperature_v1) RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    temp->temperature = 64;
+    RETURN(NVML_SUCCESS);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device,

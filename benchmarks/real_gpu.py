@@ -481,7 +481,6 @@ def measure_costs(pynvml: Any, out: Path) -> Path:
             f"{t.calls} calls" + ("" if t.answer == "ok" else f", answered {t.answer}"),
         )
         for t in timings
-        if t.name != "nvmlDeviceGetFieldValues"
     ]
     costs.append(cost_file.Cost("nvmlDeviceGetFieldValues", base, "the cheapest single-field call"))
     costs += field_costs
@@ -573,11 +572,15 @@ def measure_phase(name: str, pids: Sequence[int | None]) -> Phase:
 
 
 def torch_ready(python: str) -> bool:
-    ran = subprocess.run(
-        [python, "-c", "import torch; assert torch.cuda.is_available()"],
-        capture_output=True,
-        timeout=120,
-    )
+    """Whether `python` imports PyTorch and sees a CUDA device."""
+    try:
+        ran = subprocess.run(
+            [python, "-c", "import torch; assert torch.cuda.is_available()"],
+            capture_output=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
     return ran.returncode == 0
 
 

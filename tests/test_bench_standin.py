@@ -133,6 +133,15 @@ def test_real_gpu_py_helps_and_writes_cost_files_the_stand_in_charges(tmp_path: 
     }
     assert cost_file.origin(path) == "a made-up GPU; measured 2026-11-28"
     assert standin.check_costs(path) == 4
+    # its report's top functions, from our scrape (summed over any other label)
+    scraped = (
+        'gpu_exporter_nvml_call_seconds_total{function="nvmlDeviceGetSamples",gpu="0"} 1.5\n'
+        'gpu_exporter_nvml_call_seconds_total{function="nvmlDeviceGetSamples",gpu="1"} 0.5\n'
+        'gpu_exporter_nvml_calls_total{function="nvmlDeviceGetSamples",gpu="0"} 800\n'
+        'gpu_exporter_nvml_calls_total{function="nvmlDeviceGetSamples",gpu="1"} 200\n'
+    )
+    assert real_gpu.nvml_call_seconds(scraped) == {"nvmlDeviceGetSamples": (2.0, 1000.0)}
+    assert real_gpu.nvml_call_seconds("gpu_up 1\n") == {}
     # the functions it times: the stand-in's, which answers every one either exporter calls
     assert {"nvmlDeviceGetSamples", "nvmlDeviceGetFieldValues"} <= set(
         real_gpu.stand_in_functions()

@@ -16,8 +16,8 @@ One prepared run for a host with an NVIDIA driver, in under 5 minutes:
    on 127.0.0.1, both running at once, not scraped while measured; each process's CPU
    (every thread's schedstat, as the bench) and RSS over PHASE_SECONDS per phase: idle;
    a PyTorch matmul loop starved by its "DataLoader" (a burst, then a sleep); the loop
-   at full speed (with `torch` importable by `--torch-python`, else those phases are
-   left out, saying so).
+   at full speed; 97% of the GPU's memory held by a process doing nothing (with `torch`
+   importable by `--torch-python`, else those phases are left out, saying so).
 3. **Report.** The issue's table (phase | ours ms/s | nvitop ms/s | ours / theirs), RSS,
    and, from one scrape of ours at the end, its `gpu_exporter_nvml_call_seconds_total`
    by function where it exports it.
@@ -68,11 +68,19 @@ WARM_UP_SECONDS = 8.0  # after both exporters answer
 MAX_SCRAPE_BYTES = 16 << 20
 STANDIN_SOURCE = HERE / "standin_nvml" / "standin_nvml.c"
 
-# the load: a matmul loop on GPU 0 (or CUDA_VISIBLE_DEVICES' first), full speed or starved
+# the load on GPU 0 (or CUDA_VISIBLE_DEVICES' first): a matmul loop, full speed or
+# starved, or 97% of the memory held by a process that does nothing
 LOAD = textwrap.dedent(
     """
     import sys, time, torch
-    starved = sys.argv[1] == "starved"
+    kind = sys.argv[1]
+    starved = kind == "starved"
+    if kind == "hold":
+        free, _ = torch.cuda.mem_get_info()
+        held = torch.empty(int(free * 0.97) // 4, dtype=torch.float32, device="cuda")
+        print("ready", flush=True)
+        while True:
+            time.sleep(3600)
     a = torch.randn(4096, 4096, device="cuda")
     b = torch.randn(4096, 4096, device="cuda")
     print("ready", flush=True)
@@ -622,6 +630,8 @@ def side_by_side(
                 phases.append(measure_phase("a training loop starved by its DataLoader", pids))
             with load(torch_python, "busy"):
                 phases.append(measure_phase("a training loop at full speed", pids))
+            with load(torch_python, "hold"):
+                phases.append(measure_phase("97% of the memory held, idle", pids))
         scrape = scrape_text(ours_port)
     return phases, scrape, notes
 

@@ -10,6 +10,11 @@ driver: nothing in the program is patched. The library keeps its counts in a fil
 moment without disturbing the program. Thread names come from a `sitecustomize` that
 writes each live Python thread's name by native id on SIGUSR1 (`thread_names_site`):
 the only Python the benchmark puts in either program, and it touches no NVML.
+
+With a cost file (`environment(costs=...)`, FAKE_NVML_COSTS; issue 42) every call charges
+what a real driver's does, burnt on the calling thread's CPU: `H200_COSTS` holds what one
+H200 charged. `check_costs()` loads the library once on a file and says how many entries
+it took, or why it refused the file (a refused file leaves every call free).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,9 +36,14 @@ SOURCE = HERE / "standin_nvml" / "standin_nvml.c"
 BUILT = HERE / ".standin"
 LIBRARY = BUILT / "libnvidia-ml.so.1"
 NAMES_SITE = HERE / "thread_names_site"
+# what one H200 on driver 580.159.04 charged per call (issue 42; benchmarks/real_gpu.py
+# measures another GPU's)
+H200_COSTS = HERE / "nvml_costs" / "h200-r580.txt"
 
-MAGIC = b"NVSTAND1"
-HEADER = struct.Struct("<8sQQ")
+MAGIC = b"NVSTAND2"
+# magic, functions, thread slots, cost entries loaded, cost file refused (0: no; a line
+# number; -1: the whole file)
+HEADER = struct.Struct("<8sQQQq")
 FUNCTION = struct.Struct("<48sQQQ")  # name, calls, on a GPU (0/1), CPU ns inside
 THREAD = struct.Struct("<QQQ")  # kernel thread id (0: free slot), CPU ns inside, calls
 MAX_COUNTS_BYTES = 1 << 20  # the file is about 10 KiB; anything larger is not ours
@@ -65,9 +76,11 @@ def environment(
     *,
     mig: int | None = None,
     mig_idle: bool = False,
+    costs: Path | None = None,
 ) -> dict[str, str]:
     """The environment that loads the stand-in in a program: `gpus` GPUs, `pids` dealt
-    over them, with `mig` MIG devices on each (1, 3 or 7; None: MIG off)."""
+    over them, with `mig` MIG devices on each (1, 3 or 7; None: MIG off), each call
+    charging what `costs` says (None: every call free)."""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (str(build()), os.environ.get("LD_LIBRARY_PATH", "")) if p
@@ -79,8 +92,10 @@ def environment(
         FAKE_NVML_CALLS=str(calls_file),
         BENCH_THREAD_NAMES=str(names_file),
     )
-    for name in ("FAKE_NVML_MIG", "FAKE_NVML_MIG_IDLE", "FAKE_NVML_REPO"):
+    for name in ("FAKE_NVML_MIG", "FAKE_NVML_MIG_IDLE", "FAKE_NVML_REPO", "FAKE_NVML_COSTS"):
         env.pop(name, None)
+    if costs is not None:
+        env["FAKE_NVML_COSTS"] = str(costs)
     if mig is not None:
         env["FAKE_NVML_MIG"] = str(mig)
         if mig_idle:
@@ -97,6 +112,8 @@ class Counts:
     cpu_seconds: dict[str, float]  # function -> CPU inside it, on the callers' clocks
     on_gpu: frozenset[str]  # functions called for one GPU (its handle, its GPM samples)
     cpu_by_thread: dict[str, float]  # kernel thread id -> CPU seconds inside the library
+    cost_entries: int  # entries of the cost file the library charges (0: free)
+    cost_refused: int  # 0, or the cost file's refused line (-1: the whole file)
 
     @property
     def answered(self) -> int:
@@ -117,7 +134,7 @@ def read_counts(calls_file: Path) -> Counts:
     at = time.monotonic()
     with open(calls_file, "rb") as f:
         data = f.read(MAX_COUNTS_BYTES)
-    magic, functions, slots = HEADER.unpack_from(data, 0)
+    magic, functions, slots, cost_entries, cost_refused = HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise SystemExit(f"{calls_file}: not the stand-in's counts")
     calls: dict[str, int] = {}
@@ -137,7 +154,25 @@ def read_counts(calls_file: Path) -> Counts:
         offset += THREAD.size
         if tid:
             by_thread[str(tid)] = ns / 1e9
-    return Counts(at, calls, cpu, frozenset(on_gpu), by_thread)
+    return Counts(at, calls, cpu, frozenset(on_gpu), by_thread, cost_entries, cost_refused)
+
+
+def check_costs(costs: Path) -> int:
+    """The entries of `costs` the library charges, loaded once in a bare interpreter;
+    SystemExit with the library's own message if it refuses the file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        calls = Path(tmp) / "calls.bin"
+        env = environment([], calls, Path(tmp) / "names.json", 1, costs=costs)
+        load = f"import ctypes; ctypes.CDLL({str(LIBRARY)!r})"
+        ran = subprocess.run(
+            [sys.executable, "-S", "-c", load], env=env, capture_output=True, text=True, timeout=60
+        )
+        if ran.returncode != 0 or not calls.exists():
+            raise SystemExit(f"the stand-in did not load: {ran.stderr.strip()}")
+        counts = read_counts(calls)
+    if counts.cost_refused:
+        raise SystemExit(ran.stderr.strip() or f"{costs}: refused")
+    return counts.cost_entries
 
 
 def thread_names(pid: int, names_file: Path) -> dict[str, str]:

@@ -4,7 +4,10 @@ pynvml from LD_LIBRARY_PATH with nothing patched, and counting what it answered.
 
 The bench's figures are measured, never asserted; this only holds that the stand-in it
 measures against is whole: every GPU up with GPM, NVLink and its processes, MIG devices
-where asked, and the counts the bench reads.
+where asked, and the counts the bench reads; that it charges a cost file's costs on the
+calling thread's CPU (issue 42) and refuses a malformed one without harming the program;
+and that `benchmarks/real_gpu.py`, which measures a real driver's costs, runs its cost
+part against the charging stand-in and gets those costs back.
 """
 
 from __future__ import annotations
@@ -20,29 +23,51 @@ from tests.support.exporter import parse_samples, values
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+import cost_file  # noqa: E402
+import real_gpu  # noqa: E402
 import standin  # noqa: E402  (benchmarks/ is no package)
 
 
-def once(tmp_path: Path, mig: int | None) -> tuple[str, standin.Counts]:
-    calls = tmp_path / f"calls-{mig}.bin"
-    env = standin.environment([os.getpid()], calls, tmp_path / "names.json", 2, mig=mig)
+def python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """This interpreter with `args` in the repository, on `env`; it must succeed."""
     ran = subprocess.run(
-        [sys.executable, "-m", "gpu_exporter", "--once"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
     assert ran.returncode == 0, ran.stderr
-    return ran.stdout, standin.read_counts(calls)
+    return ran
+
+
+def once(
+    tmp_path: Path, mig: int | None, costs: Path | None = None
+) -> tuple[str, standin.Counts, str]:
+    """gpu-exporter --once on 2 stand-in GPUs, this process on GPU 0: its exposition,
+    the stand-in's counts and its stderr."""
+    calls = tmp_path / f"calls-{mig}.bin"
+    env = standin.environment(
+        [os.getpid()], calls, tmp_path / "names.json", 2, mig=mig, costs=costs
+    )
+    ran = python(["-m", "gpu_exporter", "--once"], env)
+    return ran.stdout, standin.read_counts(calls), ran.stderr
 
 
 @pytest.mark.e2e
 def test_the_bench_stand_in_serves_the_real_program_as_a_driver(tmp_path: Path) -> None:
-    text, counts = once(tmp_path, None)
+    text, counts, _ = once(tmp_path, None, standin.H200_COSTS)
     samples = parse_samples(text)
     assert values(samples, "gpu_up") == [1.0, 1.0]
+    # busy where a process runs, idle (0%) where none does, as a real GPU
+    assert values(samples, "gpu_utilization_ratio", gpu="0") == [0.87]
+    assert values(samples, "gpu_utilization_ratio", gpu="1") == [0.0]
+    # every call charged the H200's cost on the caller's CPU: at least that much inside
+    h200 = cost_file.read(standin.H200_COSTS)
+    assert counts.cost_entries == len(h200) and counts.cost_refused == 0
+    sampled = counts.calls["nvmlDeviceGetSamples"]
+    assert sampled >= 2 * 2  # two buffers per GPU
+    assert (
+        counts.cpu_seconds["nvmlDeviceGetSamples"] >= sampled * h200["nvmlDeviceGetSamples"] / 1e6
+    )
+    energy = h200["field.83"] / 1e6  # asked of each GPU in its interval's batch
+    assert counts.cpu_seconds["nvmlDeviceGetFieldValues"] >= 2 * energy
     assert values(samples, "gpu_temperature_celsius") == [64.0, 64.0]
     assert len(values(samples, "gpu_nvlink_link_up")) == 2 * 18
     assert values(samples, "gpu_sm_active_seconds_total")  # GPM
@@ -51,7 +76,100 @@ def test_the_bench_stand_in_serves_the_real_program_as_a_driver(tmp_path: Path) 
     assert counts.on_gpus > counts.answered - counts.on_gpus
     assert counts.total_cpu_seconds > 0 and counts.cpu_by_thread
 
-    text, counts = once(tmp_path, 3)
+    text, counts, _ = once(tmp_path, 3)
     samples = parse_samples(text)
     assert len(values(samples, "gpu_mig_info")) == 2 * 3
     assert counts.calls["nvmlDeviceGetMigDeviceHandleByIndex"] >= 2 * 7  # every slot
+
+
+@pytest.mark.e2e
+def test_a_malformed_cost_file_is_refused_whole_and_the_program_runs_free(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "costs.txt"
+    bad.write_text("# made up\nnvmlDeviceGetSamples 2345\nfield.83 3 ms\n")
+    text, counts, stderr = once(tmp_path, None, bad)
+    why = f"FAKE_NVML_COSTS={bad} line 3: a line is NAME MICROSECONDS; every call is free"
+    assert why in stderr
+    assert values(parse_samples(text), "gpu_up") == [1.0, 1.0]  # the program unharmed
+    assert (counts.cost_entries, counts.cost_refused) == (0, 3)
+    with pytest.raises(SystemExit, match="line 3: a line is NAME MICROSECONDS"):
+        standin.check_costs(bad)  # the bench stops there, with the library's own words
+    with pytest.raises(cost_file.CostFileError, match="line 3: a line is NAME MICROSECONDS"):
+        cost_file.read(bad)  # and the Python reader says the same
+    for line, why in (
+        ("field.1024 5", "a field is field.ID, ID < 1024"),
+        ("fieldgroup.76-74 5", "a field group is fieldgroup.A-B, A <= B < 1024"),
+        ("nvmlDeviceGetSamples 1.0005", "MICROSECONDS is a number from 0 to 10000000"),
+        ("nvmlDeviceGetSamples 10000001", "MICROSECONDS is a number from 0 to 10000000"),
+        ("energy 5", "a name is an nvml entry point, field.ID or fieldgroup.A-B"),
+    ):
+        bad.write_text(f"field.83 3000\n{line}  # a note\n")
+        with pytest.raises(SystemExit, match=f"line 2: {why}"):
+            standin.check_costs(bad)
+        with pytest.raises(cost_file.CostFileError, match=f"line 2: {why}"):
+            cost_file.read(bad)
+    bad.write_text("field.83 3000\n" * 5000)
+    with pytest.raises(SystemExit, match="larger than 64 KiB"):
+        standin.check_costs(bad)
+
+
+def test_real_gpu_py_helps_and_writes_cost_files_the_stand_in_charges(tmp_path: Path) -> None:
+    shown = python(["benchmarks/real_gpu.py", "--help"], dict(os.environ))
+    assert "--out DIR" in shown.stdout
+    made_up = [
+        cost_file.Cost("nvmlDeviceGetSamples", 2345.0, "151 calls"),
+        cost_file.Cost("nvmlDeviceGetMemoryInfo_v2", 6.5),
+        cost_file.Cost(cost_file.group_name(74, 76), 711.4831),
+        cost_file.Cost(cost_file.field_name(83), 3020.0, "83: alone 3022, latencyUsec 3001"),
+    ]
+    path = tmp_path / "nvml-costs.txt"
+    cost_file.write(path, ["Host: a made-up GPU; measured 2026-11-28 by hand"], made_up)
+    assert cost_file.read(path) == {
+        "nvmlDeviceGetSamples": 2345.0,
+        "nvmlDeviceGetMemoryInfo_v2": 6.5,
+        "fieldgroup.74-76": 711.483,
+        "field.83": 3020.0,
+    }
+    assert cost_file.origin(path) == "a made-up GPU; measured 2026-11-28"
+    assert standin.check_costs(path) == 4
+    # its report's top functions, from our scrape (summed over any other label)
+    scraped = (
+        'gpu_exporter_nvml_call_seconds_total{function="nvmlDeviceGetSamples",gpu="0"} 1.5\n'
+        'gpu_exporter_nvml_call_seconds_total{function="nvmlDeviceGetSamples",gpu="1"} 0.5\n'
+        'gpu_exporter_nvml_calls_total{function="nvmlDeviceGetSamples",gpu="0"} 800\n'
+        'gpu_exporter_nvml_calls_total{function="nvmlDeviceGetSamples",gpu="1"} 200\n'
+    )
+    assert real_gpu.nvml_call_seconds(scraped) == {"nvmlDeviceGetSamples": (2.0, 1000.0)}
+    assert real_gpu.nvml_call_seconds("gpu_up 1\n") == {}
+    # the functions it times: the stand-in's, which answers every one either exporter calls
+    assert {"nvmlDeviceGetSamples", "nvmlDeviceGetFieldValues"} <= set(
+        real_gpu.stand_in_functions()
+    )
+
+
+@pytest.mark.e2e
+def test_real_gpu_py_measures_the_costs_the_stand_in_charges(tmp_path: Path) -> None:
+    """Part 1 of real_gpu.py against the charging stand-in as a driver: it gets the H200's
+    dear costs back, the two clocks-event fields one query serves as one group."""
+    env = standin.environment(
+        [], tmp_path / "calls.bin", tmp_path / "n.json", 1, costs=standin.H200_COSTS
+    )
+    measure = (
+        "import sys, pynvml; sys.path.insert(0, 'benchmarks'); import real_gpu; "
+        "from pathlib import Path; pynvml.nvmlInit(); "
+        f"real_gpu.measure_costs(pynvml, Path({str(tmp_path)!r}))"
+    )
+    python(["-c", measure], env)
+    measured = cost_file.read(tmp_path / "nvml-costs.txt")
+    h200 = cost_file.read(standin.H200_COSTS)
+    for name in (
+        "nvmlDeviceGetSamples",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "field.83",
+        "fieldgroup.74-76",
+        "field.173",
+    ):
+        assert measured[name] >= h200[name] * 0.95, name  # the burn is a floor
+    assert "field.74" not in measured and "field.76" not in measured
+    assert standin.check_costs(tmp_path / "nvml-costs.txt") == len(measured)

@@ -8,19 +8,45 @@
  * (tests/support/fake_host.py, benchmarks/fake_nvml_site) skipped.
  *
  * The host is the Python fake's busy H100 (tests/support/fake_host.py: busy_h100,
- * busy_mig_h100, advance), chosen by environment variables read when it is loaded:
+ * busy_mig_h100, advance) on an R580 driver, chosen by environment variables read when
+ * it is loaded:
  *   FAKE_NVML_GPUS     how many GPUs (default 8)
  *   FAKE_NVML_PIDS     comma-separated PIDs of the compute processes, dealt over the GPUs
  *   FAKE_NVML_MIG      a MIG layout on every GPU: 1, 3 or 7 MIG devices (unset: MIG off)
  *   FAKE_NVML_MIG_IDLE set: no process on the MIG devices (unset: one on each)
  *   FAKE_NVML_CALLS    a file the library maps and keeps its counts in (unset: none)
+ *   FAKE_NVML_COSTS    a cost file: what each call charges (unset: every call is free)
+ *
+ * A GPU with no process on it is idle, as a real one is: 0% in its utilization rates,
+ * its sample buffers and its GPM activity; with processes it is busy (87% GPU, 41%
+ * memory). Timestamps (sample buffers, field entries, process samples) are microseconds
+ * of wall time (CLOCK_REALTIME), a real driver's CPU timestamps; a sample buffer holds the
+ * last SAMPLES_KEPT samples, one every SAMPLE_PERIOD_US, older ones overwritten.
+ * A PID in FAKE_NVML_PIDS stays listed after its process died, as a real driver keeps
+ * listing a process whose context it has not torn down yet (issue 43).
+ *
+ * Costs (issue 42): a real driver's calls are not free; a few poll the GPU's firmware
+ * for milliseconds. The cost file has one `NAME MICROSECONDS` a line (# starts a comment):
+ *   an entry point's name       charged at each call of it
+ *   field.ID                    charged per nvmlDeviceGetFieldValues entry asking for ID
+ *   fieldgroup.A-B              charged once per nvmlDeviceGetFieldValues call asking for
+ *                               any ID in A..B (on top of the entries' and the function's)
+ * Each charge is burnt on the calling thread's CPU (a busy loop on CLOCK_THREAD_CPUTIME_ID
+ * before the call returns), as a driver's ioctl is paid by its caller, so it shows in the
+ * program's CPU and in the counts' CPU inside the function. A file that is unreadable,
+ * larger than COSTS_MAX_BYTES or has a malformed line is refused whole: one line on
+ * stderr says why, and every call stays free (the counts say so; standin.py checks them).
+ * A name the stand-in does not answer is accepted (another driver's list) and never
+ * charged.
  *
  * Counts: for each exported function, its calls, whether it is made on a GPU (a device
  * handle, or nvmlGpmMetricsGet, which computes one GPU's samples) and the CPU time spent
  * inside it, taken on the calling thread's CPU clock (CLOCK_THREAD_CPUTIME_ID) at entry
  * and exit; the same CPU per calling thread (by kernel thread id). The file is a shared
  * mapping, written as the calls happen (atomic adds), read by the bench at any moment:
- *   header  "NVSTAND1", u64 functions, u64 thread slots
+ *   header  "NVSTAND2", u64 functions, u64 thread slots, u64 cost entries loaded,
+ *           i64 cost file refused: 0 no (or no file), the line number, or -1 the whole
+ *           file (unreadable, too large)
  *   function[functions]  char name[48], u64 calls, u64 on_gpu (0/1), u64 cpu_ns
  *   thread[thread slots] u64 tid (0: free), u64 cpu_ns, u64 calls
  */
@@ -56,6 +82,7 @@
     X(nvmlDeviceGetMaxPcieLinkWidth, 1) X(nvmlDeviceGetCurrPcieLinkGeneration, 1)         \
     X(nvmlDeviceGetCurrPcieLinkWidth, 1) X(nvmlDeviceGetPcieThroughput, 1)                \
     X(nvmlDeviceGetTemperature, 1) X(nvmlDeviceGetMarginTemperature, 1)                   \
+    X(nvmlDeviceGetTemperatureV, 1)                                                       \
     X(nvmlDeviceGetFanSpeed, 1) X(nvmlDeviceGetPowerUsage, 1)                             \
     X(nvmlDeviceGetEnforcedPowerLimit, 1) X(nvmlDeviceGetPowerManagementLimit, 1)         \
     X(nvmlDeviceIsMigDeviceHandle, 1) X(nvmlDeviceGetPerformanceState, 1)                 \
@@ -64,6 +91,7 @@
     X(nvmlDeviceGetMigMode, 1) X(nvmlDeviceGetUtilizationRates, 1)                        \
     X(nvmlDeviceGetEncoderUtilization, 1) X(nvmlDeviceGetDecoderUtilization, 1)           \
     X(nvmlDeviceGetMemoryInfo, 1) X(nvmlDeviceGetMemoryInfo_v2, 1)                        \
+    X(nvmlDeviceGetTotalEnergyConsumption, 1)                                             \
     X(nvmlDeviceGetFieldValues, 1) X(nvmlDeviceGetNvLinkErrorCounter, 1)                  \
     X(nvmlDeviceGetSamples, 1) X(nvmlDeviceGetComputeRunningProcesses_v3, 1)              \
     X(nvmlDeviceGetGraphicsRunningProcesses_v3, 1)                                        \
@@ -97,7 +125,8 @@ struct thread_slot {
 };
 struct counts {
     char magic[8];
-    uint64_t functions, thread_slots;
+    uint64_t functions, thread_slots, cost_entries;
+    int64_t cost_refused;
     struct function_slot function[F_COUNT];
     struct thread_slot thread[THREAD_SLOTS];
 };
@@ -127,7 +156,206 @@ static struct thread_slot *thread_slot(void) {
     return NULL; /* more threads than slots: counted per function only */
 }
 
+/* ---- costs (FAKE_NVML_COSTS) ----------------------------------------------------- */
+
+#define COSTS_MAX_BYTES 65536
+#define COSTS_MAX_LINE 255
+#define COST_MAX_US 10000000ull /* 10 s: more is a mistake, not a driver */
+#define FIELD_IDS 1024          /* field ids charged: 0..FIELD_IDS-1 (nvml.h 13 ends near 300) */
+#define FIELD_GROUPS 64
+
+static uint64_t function_cost_ns[F_COUNT];
+static uint64_t field_cost_ns[FIELD_IDS];
+static struct {
+    unsigned first, last;
+    uint64_t ns;
+} field_groups[FIELD_GROUPS];
+static int field_group_count;
+static uint64_t cost_entries;
+static int64_t cost_refused;
+static __thread uint64_t pending_ns; /* charged by the call under way on this thread */
+
+static void burn(uint64_t ns) {
+    if (ns == 0) return;
+    uint64_t until = thread_cpu_ns() + ns;
+    while (thread_cpu_ns() < until) {
+    }
+}
+
+/* "12" or "6.5" microseconds (at most 3 decimals) -> ns; 0: not a number */
+static int parse_microseconds(const char *text, uint64_t *ns) {
+    uint64_t whole = 0, fraction = 0, scale = 1000;
+    const char *p = text;
+    if (*p < '0' || *p > '9') return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        whole = whole * 10 + (uint64_t)(*p - '0');
+        if (whole > COST_MAX_US) return 0;
+    }
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9') return 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (scale == 1) return 0; /* finer than a nanosecond */
+            scale /= 10;
+            fraction += (uint64_t)(*p - '0') * scale;
+        }
+    }
+    if (*p != '\0') return 0;
+    *ns = whole * 1000 + fraction;
+    return 1;
+}
+
+/* "123" -> 123 below FIELD_IDS, advancing *text; 0: not one */
+static int parse_field_id(const char **text, unsigned *id) {
+    unsigned value = 0;
+    const char *p = *text;
+    if (*p < '0' || *p > '9') return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        value = value * 10 + (unsigned)(*p - '0');
+        if (value >= FIELD_IDS) return 0;
+    }
+    *text = p;
+    *id = value;
+    return 1;
+}
+
+/* one NAME and its cost: NULL, or why the line is refused */
+static const char *cost_entry(const char *name, uint64_t ns, unsigned char *field_seen,
+                              unsigned char *function_seen) {
+    const char *p = name;
+    if (strncmp(name, "fieldgroup.", 11) == 0) {
+        unsigned first, last;
+        p += 11;
+        if (!parse_field_id(&p, &first) || *p++ != '-' || !parse_field_id(&p, &last) ||
+            *p != '\0' || last < first)
+            return "a field group is fieldgroup.A-B, A <= B < 1024";
+        for (int k = 0; k < field_group_count; k++)
+            if (field_groups[k].first == first && field_groups[k].last == last)
+                return "this cost was given before";
+        if (field_group_count == FIELD_GROUPS) return "more than 64 field groups";
+        field_groups[field_group_count].first = first;
+        field_groups[field_group_count].last = last;
+        field_groups[field_group_count++].ns = ns;
+        return NULL;
+    }
+    if (strncmp(name, "field.", 6) == 0) {
+        unsigned id;
+        p += 6;
+        if (!parse_field_id(&p, &id) || *p != '\0') return "a field is field.ID, ID < 1024";
+        if (field_seen[id]) return "this cost was given before";
+        field_seen[id] = 1;
+        field_cost_ns[id] = ns;
+        return NULL;
+    }
+    if (strncmp(name, "nvml", 4) != 0) return "a name is an nvml entry point, field.ID or fieldgroup.A-B";
+    for (; *p != '\0'; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_'))
+            return "an entry point's name is letters, digits and _";
+    for (int f = 0; f < F_COUNT; f++) {
+        if (strcmp(function_names[f], name) != 0) continue;
+        if (function_seen[f]) return "this cost was given before";
+        function_seen[f] = 1;
+        function_cost_ns[f] = ns;
+        return NULL;
+    }
+    return NULL; /* not a function the stand-in answers: never called, never charged */
+}
+
+static void refuse_costs(const char *path, int64_t line, const char *why) {
+    memset(function_cost_ns, 0, sizeof function_cost_ns);
+    memset(field_cost_ns, 0, sizeof field_cost_ns);
+    field_group_count = 0;
+    cost_entries = 0;
+    cost_refused = line;
+    if (line > 0)
+        fprintf(stderr, "standin_nvml: FAKE_NVML_COSTS=%s line %lld: %s; every call is free\n",
+                path, (long long)line, why);
+    else
+        fprintf(stderr, "standin_nvml: FAKE_NVML_COSTS=%s: %s; every call is free\n", path, why);
+}
+
+/* FAKE_NVML_COSTS read: every cost set, or none (refuse_costs) */
+static void load_costs(void) {
+    const char *path = getenv("FAKE_NVML_COSTS");
+    if (path == NULL || *path == '\0') return;
+    static char text[COSTS_MAX_BYTES + 1];
+    static unsigned char field_seen[FIELD_IDS], function_seen[F_COUNT];
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        refuse_costs(path, -1, "cannot be read");
+        return;
+    }
+    size_t size = fread(text, 1, sizeof text, f);
+    fclose(f);
+    if (size > COSTS_MAX_BYTES) {
+        refuse_costs(path, -1, "larger than 64 KiB: not a cost file");
+        return;
+    }
+    text[size] = '\0';
+    int64_t line = 0;
+    for (char *start = text; start < text + size; ) {
+        char *end = memchr(start, '\n', (size_t)(text + size - start));
+        if (end == NULL) end = text + size;
+        *end = '\0';
+        line++;
+        if (end - start > COSTS_MAX_LINE) {
+            refuse_costs(path, line, "longer than 255 characters");
+            return;
+        }
+        char *hash = strchr(start, '#');
+        if (hash != NULL) *hash = '\0';
+        char *words[3] = {NULL, NULL, NULL}, *save = NULL;
+        int n = 0;
+        for (char *w = strtok_r(start, " \t\r", &save); w != NULL && n < 3;
+             w = strtok_r(NULL, " \t\r", &save))
+            words[n++] = w;
+        start = end + 1;
+        if (n == 0) continue; /* blank or a comment */
+        if (n != 2) {
+            refuse_costs(path, line, "a line is NAME MICROSECONDS");
+            return;
+        }
+        const char *name = words[0], *value = words[1];
+        uint64_t ns;
+        if (strlen(name) >= 48) {
+            refuse_costs(path, line, "a name is at most 47 characters");
+            return;
+        }
+        if (!parse_microseconds(value, &ns)) {
+            refuse_costs(path, line, "MICROSECONDS is a number from 0 to 10000000, at most 3 decimals");
+            return;
+        }
+        const char *why = cost_entry(name, ns, field_seen, function_seen);
+        if (why != NULL) {
+            refuse_costs(path, line, why);
+            return;
+        }
+        cost_entries++;
+    }
+}
+
+/* a nvmlDeviceGetFieldValues call's charge beyond the function's own: each entry's field,
+ * each group asked for once */
+static uint64_t fields_cost_ns(const nvmlFieldValue_t *values, int count) {
+    uint64_t ns = 0;
+    for (int i = 0; i < count; i++)
+        if (values[i].fieldId < FIELD_IDS) ns += field_cost_ns[values[i].fieldId];
+    for (int k = 0; k < field_group_count; k++) {
+        for (int i = 0; i < count; i++) {
+            if (values[i].fieldId >= field_groups[k].first &&
+                values[i].fieldId <= field_groups[k].last) {
+                ns += field_groups[k].ns;
+                break;
+            }
+        }
+    }
+    return ns;
+}
+
 static void leave(int function, uint64_t started) {
+    burn(function_cost_ns[function] + pending_ns);
+    pending_ns = 0;
     uint64_t spent = thread_cpu_ns() - started;
     __atomic_fetch_add(&counts->function[function].calls, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&counts->function[function].cpu_ns, spent, __ATOMIC_RELAXED);
@@ -194,7 +422,8 @@ struct gpu {
 static struct gpu gpus[MAX_GPUS];
 static int gpu_count = 8;
 static struct timespec started_at;
-static const char *const DRIVER_VERSION = "550.54.15";
+static const char *const DRIVER_VERSION = "580.159.04"; /* the H200's of the cost file */
+#define CUDA_DRIVER_VERSION 13000
 #define GPM_MAGIC 0x4750534d504c4531ull
 #define EVENT_MAGIC 0x4556534554000001ull
 
@@ -237,6 +466,14 @@ static const struct {
     {NVML_FI_DEV_POWER_AVERAGE, 512345, UNSIGNED},
     {NVML_FI_DEV_POWER_INSTANT, 530000, UNSIGNED},
     {NVML_FI_DEV_NVLINK_LINK_COUNT, NVLINK_LINKS, UNSIGNED},
+    /* R580: nanoseconds the clocks were held back for each reason since driver load (a
+     * busy H100 capped by its power limit now and then), and no recovery action pending */
+    {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 81234567890, UNSIGNED},
+    {NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0, UNSIGNED},
+    {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0, UNSIGNED},
+    {NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, 0, UNSIGNED},
+    {NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0, UNSIGNED},
+    {NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_GPU_RECOVERY_ACTION_NONE, UNSIGNED},
     /* the PCIe link error counters: a few correctable errors, none of the others */
     {NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 12, UNSIGNED},
     {NVML_FI_DEV_PCIE_COUNT_NAKS_RECEIVED, 0, UNSIGNED},
@@ -291,7 +528,9 @@ static void map_counts(void) {
     }
     counts->functions = F_COUNT;
     counts->thread_slots = THREAD_SLOTS;
-    memcpy(counts->magic, "NVSTAND1", 8); /* last: the reader checks it */
+    counts->cost_entries = cost_entries;
+    counts->cost_refused = cost_refused;
+    memcpy(counts->magic, "NVSTAND2", 8); /* last: the reader checks it */
 }
 
 static void add_mig(struct gpu *g, unsigned slot, unsigned gi, unsigned ci, unsigned slices,
@@ -339,6 +578,7 @@ __attribute__((constructor)) static void set_up(void) {
         if (g->processes < MAX_PROCESSES) g->pids[g->processes++] = (unsigned)pid;
         pids = *end == ',' ? end + 1 : end;
     }
+    load_costs();
     map_counts();
 }
 
@@ -360,13 +600,23 @@ static struct mig_device *mig_of(nvmlDevice_t device) {
     return &g->mig[device - g->mig_handle];
 }
 
+/* microseconds of wall time: a real driver's timestamps (its CPU's clock) */
 static uint64_t now_us(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    uint64_t us = (uint64_t)(t.tv_sec - started_at.tv_sec) * 1000000u +
-                  (uint64_t)((t.tv_nsec - started_at.tv_nsec) / 1000);
-    return us + 10 * SAMPLE_PERIOD_US;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000;
 }
+
+/* microseconds since the library was loaded (the energy counter's clock) */
+static uint64_t loaded_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)(t.tv_sec - started_at.tv_sec) * 1000000u +
+           (uint64_t)((t.tv_nsec - started_at.tv_nsec) / 1000);
+}
+
+/* a GPU at work: a process on it (a MIG device: on that device) */
+static int gpu_busy(const struct gpu *g) { return g->processes > 0; }
 
 static nvmlReturn_t put_string(char *buf, unsigned size, const char *value) {
     if (buf == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -434,13 +684,13 @@ EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int lengt
 
 EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
     ENTER(nvmlSystemGetCudaDriverVersion);
-    *version = 12040;
+    *version = CUDA_DRIVER_VERSION;
     RETURN(NVML_SUCCESS);
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
     ENTER(nvmlSystemGetCudaDriverVersion_v2);
-    *version = 12040;
+    *version = CUDA_DRIVER_VERSION;
     RETURN(NVML_SUCCESS);
 }
 
@@ -563,6 +813,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
     RETURN(put_uint(temp, 64));
 }
 
+/* nvml.h 13's replacement of nvmlDeviceGetTemperature, which an R580 driver has */
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temp) {
+    DEVICE(nvmlDeviceGetTemperatureV);
+    if (temp == NULL) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (temp->version != nvmlTemperature_v1) RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    temp->temperature = 64;
+    RETURN(NVML_SUCCESS);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device,
                                                    nvmlMarginTemperature_t *margin) {
     DEVICE(nvmlDeviceGetMarginTemperature);
@@ -619,8 +878,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                   nvmlUtilization_t *utilization) {
     DEVICE(nvmlDeviceGetUtilizationRates);
     NOT_UNDER_MIG();
-    utilization->gpu = 87;
-    utilization->memory = 41;
+    utilization->gpu = gpu_busy(g) ? 87 : 0;
+    utilization->memory = gpu_busy(g) ? 41 : 0;
     RETURN(NVML_SUCCESS);
 }
 
@@ -676,15 +935,24 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 
 /* ---- arrays ---------------------------------------------------------------------- */
 
-static uint64_t now_us(void);
+/* millijoules since driver load: 512 W since the library was loaded */
+static unsigned long long energy_mj(void) { return 123456789ull + loaded_us() / 1000 * 512; }
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                        unsigned long long *energy) {
+    DEVICE(nvmlDeviceGetTotalEnergyConsumption);
+    if (energy == NULL) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *energy = energy_mj();
+    RETURN(NVML_SUCCESS);
+}
 
 /* what changes every call on a GPU at work: the energy counter (512 W since load) and
  * the instantaneous power (around 530 W); the rest of FIELDS is constant, as ECC counts,
  * remapped rows, T.Limit thresholds and link counts are on a healthy GPU */
 static int moving_field(nvmlFieldValue_t *entry) {
-    uint64_t us = now_us();
+    uint64_t us = loaded_us();
     unsigned long long value;
-    if (entry->fieldId == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) value = 123456789ull + us / 1000 * 512;
+    if (entry->fieldId == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) value = energy_mj();
     else if (entry->fieldId == NVML_FI_DEV_POWER_INSTANT) value = 520000 + us % 20000;
     else return 0;
     entry->nvmlReturn = NVML_SUCCESS;
@@ -723,6 +991,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count,
                                              nvmlFieldValue_t *values) {
     DEVICE(nvmlDeviceGetFieldValues);
     long long now = (long long)now_us();
+    pending_ns += fields_cost_ns(values, count);
     for (int i = 0; i < count; i++) {
         field_value(&values[i]);
         values[i].timestamp = now + i; /* as a driver stamps each entry */
@@ -747,8 +1016,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t
     DEVICE(nvmlDeviceGetSamples);
     NOT_UNDER_MIG();
     unsigned value;
-    if (type == NVML_GPU_UTILIZATION_SAMPLES) value = 87;
-    else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) value = 41;
+    if (type == NVML_GPU_UTILIZATION_SAMPLES) value = gpu_busy(g) ? 87 : 0;
+    else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) value = gpu_busy(g) ? 41 : 0;
     else RETURN(NVML_ERROR_NOT_SUPPORTED);
     /* the ring: the last SAMPLES_KEPT stamps up to now, one per period, oldest first */
     uint64_t now = now_us(), newest = now - now % SAMPLE_PERIOD_US;
@@ -977,21 +1246,25 @@ EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
     if (!gpm_sample_ok(first) || !gpm_sample_ok(second) || first->gpu < 0 ||
         first->gpu != second->gpu)
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    int mig = second->gpu_instance >= 0;
+    int mig = second->gpu_instance >= 0, at_work = 0;
+    const struct gpu *g = &gpus[first->gpu];
+    if (!mig) at_work = gpu_busy(g);
+    for (int i = 0; mig && i < g->mig_count; i++)
+        at_work |= (int)g->mig[i].gpu_instance == second->gpu_instance && g->mig[i].busy;
     for (unsigned i = 0; i < request->numMetrics && i < NVML_GPM_METRIC_MAX; i++) {
         nvmlGpmMetric_t *metric = &request->metrics[i];
         metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         if (mig) { /* a GPU instance: SM activity only */
             if (metric->metricId == NVML_GPM_METRIC_SM_UTIL) {
                 metric->nvmlReturn = NVML_SUCCESS;
-                metric->value = 50.0;
+                metric->value = at_work ? 50.0 : 0.0;
             }
             continue;
         }
         for (size_t k = 0; k < sizeof GPM_VALUES / sizeof GPM_VALUES[0]; k++) {
             if (GPM_VALUES[k].metric == metric->metricId) {
                 metric->nvmlReturn = NVML_SUCCESS;
-                metric->value = GPM_VALUES[k].value;
+                metric->value = at_work ? GPM_VALUES[k].value : 0.0;
             }
         }
     }

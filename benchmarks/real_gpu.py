@@ -1,0 +1,767 @@
+"""What a real GPU's driver charges, and both exporters side by side on it (issue 42).
+
+One prepared run for a host with an NVIDIA driver, in under 5 minutes:
+
+1. **Costs.** Times through pynvml every NVML function gpu-exporter calls (the stand-in's
+   list, `standin_nvml.c`'s FUNCTIONS, that can be called without side effects), up to
+   300 calls each, fewer for dear ones, on this thread's CPU clock (a driver's time is
+   paid by its caller's thread); and every field id the exporter asks for
+   (`gpu_exporter.sources.nvml.fields`), each in a call of its own less the call's own
+   cost, next to the driver's own per-entry latency (`latencyUsec`) in one call asking
+   for all of them. Adjacent dear fields one driver query serves together (a pair costs
+   what one does) become one `fieldgroup.A-B`. Written as a cost file
+   (`cost_file.py`'s format) that `make bench`'s stand-in charges: `bench.py --costs`.
+2. **Side by side.** gpu-exporter (`python -m gpu_exporter --collect.interval 1s`) and
+   nvitop-exporter (`--interval 1.0`; installed as the bench does, or `--nvitop PATH`)
+   on 127.0.0.1, both running at once, not scraped while measured; each process's CPU
+   (every thread's schedstat, as the bench) and RSS over PHASE_SECONDS per phase: idle;
+   a PyTorch matmul loop starved by its "DataLoader" (a burst, then a sleep); the loop
+   at full speed; 97% of the GPU's memory held by a process doing nothing (with `torch`
+   importable by `--torch-python`, else those phases are left out, saying so).
+3. **Report.** The issue's table (phase | ours ms/s | nvitop ms/s | ours / theirs), RSS,
+   and, from one scrape of ours at the end, its `gpu_exporter_nvml_call_seconds_total`
+   by function where it exports it.
+
+    .venv/bin/python benchmarks/real_gpu.py --out /tmp/real-gpu
+
+writes /tmp/real-gpu/nvml-costs.txt and /tmp/real-gpu/report.md. Not a test: CI has no
+GPU (tests/test_bench_standin.py runs its --help and its cost-file writer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import http.client
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+import bench  # noqa: E402  (benchmarks/ is no package)
+import cost_file  # noqa: E402
+import psutil  # noqa: E402
+
+CALLS = 300  # per function where cheap
+FIELD_CALLS = 50  # single-field calls per field, where cheap
+SECONDS_PER_FUNCTION = 0.4  # a dear function gets fewer calls
+TIMING_BUDGET_SECONDS = 75.0  # all of part 1
+DEAR_FIELD_US = 50.0  # a field dearer than this may share its driver query with a neighbour
+PHASE_SECONDS = 20.0
+SETTLE_SECONDS = 5.0  # after a phase's load starts, before its window
+WARM_UP_SECONDS = 8.0  # after both exporters answer
+MAX_SCRAPE_BYTES = 16 << 20
+STANDIN_SOURCE = HERE / "standin_nvml" / "standin_nvml.c"
+
+# the load on GPU 0 (or CUDA_VISIBLE_DEVICES' first): a matmul loop, full speed or
+# starved, or 97% of the memory held by a process that does nothing
+LOAD = textwrap.dedent(
+    """
+    import sys, time, torch
+    kind = sys.argv[1]
+    starved = kind == "starved"
+    if kind == "hold":
+        free, _ = torch.cuda.mem_get_info()
+        held = torch.empty(int(free * 0.97) // 4, dtype=torch.float32, device="cuda")
+        print("ready", flush=True)
+        while True:
+            time.sleep(3600)
+    a = torch.randn(4096, 4096, device="cuda")
+    b = torch.randn(4096, 4096, device="cuda")
+    print("ready", flush=True)
+    while True:
+        for _ in range(20 if starved else 200):
+            c = a @ b
+        torch.cuda.synchronize()
+        if starved:
+            time.sleep(0.2)  # the DataLoader has not got the next batch yet
+    """
+)
+
+
+def stand_in_functions() -> list[str]:
+    """The NVML functions the bench's stand-in answers (FUNCTIONS in standin_nvml.c):
+    the ones either exporter calls."""
+    text = STANDIN_SOURCE.read_text()
+    start = text.index("#define FUNCTIONS(X)")
+    block = text[start : text.index("\n\n", start)]
+    return re.findall(r"X\((nvml\w+), [01]\)", block)
+
+
+# Functions not timed, and why: they change state, block, or need MIG on.
+NOT_TIMED: dict[str, str] = {
+    "nvmlInitWithFlags": "initialises the library",
+    "nvmlInit_v2": "initialises the library",
+    "nvmlShutdown": "shuts the library down",
+    "nvmlGpmSampleAlloc": "allocates (no driver call)",
+    "nvmlGpmSampleFree": "frees (no driver call)",
+    "nvmlEventSetCreate": "creates an event set",
+    "nvmlEventSetFree": "frees an event set",
+    "nvmlDeviceRegisterEvents": "registers for events",
+    "nvmlEventSetWait_v2": "blocks until an event or its timeout",
+    "nvmlDeviceGetComputeRunningProcesses_v2": "the older branches' symbol",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2": "the older branches' symbol",
+    "nvmlDeviceGetCurrentClocksThrottleReasons": "the older name of ClocksEventReasons",
+}
+MIG_ONLY = frozenset(
+    {
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetGpuInstanceRemainingCapacity",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceGetGpuInstanceById",
+        "nvmlGpuInstanceGetInfo",
+        "nvmlGpmMigSampleGet",
+    }
+)
+
+
+def timers(pynvml: Any, handle: Any) -> dict[str, Callable[[], object]]:
+    """A call of each function that can be timed on a GPU without MIG, by C name."""
+    n = pynvml
+    h = handle
+    since = int((time.time() - 2) * 1e6)  # the last two seconds, as a reader would ask
+    calls: dict[str, Callable[[], object]] = {
+        "nvmlErrorString": lambda: n.nvmlErrorString(n.NVML_ERROR_NOT_FOUND),
+        "nvmlSystemGetDriverVersion": n.nvmlSystemGetDriverVersion,
+        "nvmlSystemGetCudaDriverVersion": n.nvmlSystemGetCudaDriverVersion,
+        "nvmlSystemGetCudaDriverVersion_v2": n.nvmlSystemGetCudaDriverVersion_v2,
+        "nvmlDeviceGetCount_v2": n.nvmlDeviceGetCount,
+        "nvmlDeviceGetHandleByIndex_v2": lambda: n.nvmlDeviceGetHandleByIndex(0),
+        "nvmlDeviceGetUUID": lambda: n.nvmlDeviceGetUUID(h),
+        "nvmlDeviceGetName": lambda: n.nvmlDeviceGetName(h),
+        "nvmlDeviceGetSerial": lambda: n.nvmlDeviceGetSerial(h),
+        "nvmlDeviceGetVbiosVersion": lambda: n.nvmlDeviceGetVbiosVersion(h),
+        "nvmlDeviceGetPciInfo_v3": lambda: n.nvmlDeviceGetPciInfo_v3(h),
+        "nvmlDeviceGetMinorNumber": lambda: n.nvmlDeviceGetMinorNumber(h),
+        "nvmlDeviceGetCudaComputeCapability": lambda: n.nvmlDeviceGetCudaComputeCapability(h),
+        "nvmlDeviceGetMaxClockInfo": lambda: n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM),
+        "nvmlDeviceGetClockInfo": lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+        "nvmlDeviceGetTemperatureThreshold": lambda: n.nvmlDeviceGetTemperatureThreshold(
+            h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        ),
+        "nvmlDeviceGetMaxPcieLinkGeneration": lambda: n.nvmlDeviceGetMaxPcieLinkGeneration(h),
+        "nvmlDeviceGetMaxPcieLinkWidth": lambda: n.nvmlDeviceGetMaxPcieLinkWidth(h),
+        "nvmlDeviceGetCurrPcieLinkGeneration": lambda: n.nvmlDeviceGetCurrPcieLinkGeneration(h),
+        "nvmlDeviceGetCurrPcieLinkWidth": lambda: n.nvmlDeviceGetCurrPcieLinkWidth(h),
+        "nvmlDeviceGetPcieThroughput": lambda: n.nvmlDeviceGetPcieThroughput(
+            h, n.NVML_PCIE_UTIL_TX_BYTES
+        ),
+        "nvmlDeviceGetTemperature": lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+        "nvmlDeviceGetTemperatureV": lambda: n.nvmlDeviceGetTemperatureV(h, n.NVML_TEMPERATURE_GPU),
+        "nvmlDeviceGetMarginTemperature": lambda: n.nvmlDeviceGetMarginTemperature(h),
+        "nvmlDeviceGetFanSpeed": lambda: n.nvmlDeviceGetFanSpeed(h),
+        "nvmlDeviceGetPowerUsage": lambda: n.nvmlDeviceGetPowerUsage(h),
+        "nvmlDeviceGetEnforcedPowerLimit": lambda: n.nvmlDeviceGetEnforcedPowerLimit(h),
+        "nvmlDeviceGetPowerManagementLimit": lambda: n.nvmlDeviceGetPowerManagementLimit(h),
+        "nvmlDeviceGetTotalEnergyConsumption": lambda: n.nvmlDeviceGetTotalEnergyConsumption(h),
+        "nvmlDeviceIsMigDeviceHandle": lambda: n.nvmlDeviceIsMigDeviceHandle(h),
+        "nvmlDeviceGetPerformanceState": lambda: n.nvmlDeviceGetPerformanceState(h),
+        "nvmlDeviceGetCurrentClocksEventReasons": lambda: n.nvmlDeviceGetCurrentClocksEventReasons(
+            h
+        ),
+        "nvmlDeviceGetPersistenceMode": lambda: n.nvmlDeviceGetPersistenceMode(h),
+        "nvmlDeviceGetMigMode": lambda: n.nvmlDeviceGetMigMode(h),
+        "nvmlDeviceGetUtilizationRates": lambda: n.nvmlDeviceGetUtilizationRates(h),
+        "nvmlDeviceGetEncoderUtilization": lambda: n.nvmlDeviceGetEncoderUtilization(h),
+        "nvmlDeviceGetDecoderUtilization": lambda: n.nvmlDeviceGetDecoderUtilization(h),
+        "nvmlDeviceGetMemoryInfo": lambda: n.nvmlDeviceGetMemoryInfo(h),
+        "nvmlDeviceGetMemoryInfo_v2": lambda: n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2),
+        "nvmlDeviceGetNvLinkErrorCounter": lambda: n.nvmlDeviceGetNvLinkErrorCounter(
+            h, 0, n.NVML_NVLINK_ERROR_DL_CRC_DATA
+        ),
+        **buffer_timers(n, h, since),
+        "nvmlDeviceGetMaxMigDeviceCount": lambda: n.nvmlDeviceGetMaxMigDeviceCount(h),
+        "nvmlGpmQueryDeviceSupport": lambda: n.nvmlGpmQueryDeviceSupport(h),
+        "nvmlDeviceGetSupportedEventTypes": lambda: n.nvmlDeviceGetSupportedEventTypes(h),
+        "nvmlDeviceGetGpuFabricInfo": lambda: n.nvmlDeviceGetGpuFabricInfo(
+            h, n.c_nvmlGpuFabricInfo_t()
+        ),
+    }
+    if hasattr(n, "c_nvmlGpuFabricInfo_v2_t"):
+
+        def fabric_v() -> object:
+            info = n.c_nvmlGpuFabricInfo_v2_t()
+            info.version = n.nvmlGpuFabricInfo_v2
+            return n.nvmlDeviceGetGpuFabricInfoV(h, info)
+
+        calls["nvmlDeviceGetGpuFabricInfoV"] = fabric_v
+    calls.update(gpm_timers(n, h))
+    return calls
+
+
+def raw_call(n: Any, symbol: str, *args: Any) -> Callable[[], object]:
+    """One call of the C function `symbol`, its arguments made once; NVMLError on an
+    error. pynvml's wrappers of the buffer functions call twice (the size, then the
+    entries); the exporter calls once into a buffer it keeps, and a driver charges per call."""
+    fn = n._nvmlGetFunctionPointer(symbol)
+
+    def call() -> object:
+        ret = fn(*args)
+        if ret != n.NVML_SUCCESS:
+            raise n.NVMLError(ret)
+        return ret
+
+    return call
+
+
+def buffer_timers(n: Any, h: Any, since: int) -> dict[str, Callable[[], object]]:
+    """The functions that fill a caller's buffer, one call each into a buffer of 1024."""
+    size = 1024
+    samples = (n.c_nvmlSample_t * size)()
+    processes = (n.c_nvmlProcessInfo_v3_t * size)()
+    utilization = (n.c_nvmlProcessUtilizationSample_t * size)()
+    value_type = n._nvmlValueType_t()
+    counts = [ctypes.c_uint(size) for _ in range(4)]
+
+    def reset(call: Callable[[], object], count: ctypes.c_uint) -> Callable[[], object]:
+        def again() -> object:
+            count.value = size
+            return call()
+
+        return again
+
+    ref = ctypes.byref
+    return {
+        "nvmlDeviceGetSamples": reset(
+            raw_call(
+                n,
+                "nvmlDeviceGetSamples",
+                h,
+                n._nvmlSamplingType_t(n.NVML_GPU_UTILIZATION_SAMPLES),
+                ctypes.c_ulonglong(since),
+                ref(value_type),
+                ref(counts[0]),
+                samples,
+            ),
+            counts[0],
+        ),
+        "nvmlDeviceGetComputeRunningProcesses_v3": reset(
+            raw_call(n, "nvmlDeviceGetComputeRunningProcesses_v3", h, ref(counts[1]), processes),
+            counts[1],
+        ),
+        "nvmlDeviceGetGraphicsRunningProcesses_v3": reset(
+            raw_call(n, "nvmlDeviceGetGraphicsRunningProcesses_v3", h, ref(counts[2]), processes),
+            counts[2],
+        ),
+        "nvmlDeviceGetProcessUtilization": reset(
+            raw_call(
+                n,
+                "nvmlDeviceGetProcessUtilization",
+                h,
+                utilization,
+                ref(counts[3]),
+                ctypes.c_ulonglong(since),
+            ),
+            counts[3],
+        ),
+    }
+
+
+def gpm_timers(n: Any, h: Any) -> dict[str, Callable[[], object]]:
+    """nvmlGpmSampleGet into one of two samples in turn, and nvmlGpmMetricsGet on both;
+    none where the GPU has no GPM."""
+    try:
+        if not n.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+            return {}
+        samples = [n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()]
+        for s in samples:
+            n.nvmlGpmSampleGet(h, s)
+    except n.NVMLError:
+        return {}
+    turn = [0]
+
+    def sample_get() -> object:
+        turn[0] ^= 1
+        return n.nvmlGpmSampleGet(h, samples[turn[0]])
+
+    def metrics_get() -> object:
+        request = n.c_nvmlGpmMetricsGet_t()
+        request.version = n.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 4
+        request.sample1, request.sample2 = samples[0], samples[1]
+        for i, metric in enumerate(
+            (
+                n.NVML_GPM_METRIC_SM_UTIL,
+                n.NVML_GPM_METRIC_SM_OCCUPANCY,
+                n.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+                n.NVML_GPM_METRIC_DRAM_BW_UTIL,
+            )
+        ):
+            request.metrics[i].metricId = metric
+        return n.nvmlGpmMetricsGet(request)
+
+    return {"nvmlGpmSampleGet": sample_get, "nvmlGpmMetricsGet": metrics_get}
+
+
+@dataclass
+class Timing:
+    name: str
+    microseconds: float  # this thread's CPU per call, the median of the batches
+    calls: int
+    answer: str  # "ok" or the NVML error the call answered
+
+
+def time_call(name: str, call: Callable[[], object], pynvml: Any, budget: float) -> Timing:
+    """`call` timed on this thread's CPU clock: a first call, then up to CALLS more in
+    batches of 10, within `budget` seconds; the median batch's mean."""
+    answer = "ok"
+    t0 = time.thread_time_ns()
+    try:
+        call()
+    except pynvml.NVMLError as error:
+        answer = str(error)
+    first = (time.thread_time_ns() - t0) / 1000
+    batches: list[float] = []
+    calls = 1
+    deadline = time.monotonic() + budget
+    while calls < CALLS and time.monotonic() < deadline:
+        t0 = time.thread_time_ns()
+        for _ in range(10):
+            try:
+                call()
+            except pynvml.NVMLError:
+                pass
+        batches.append((time.thread_time_ns() - t0) / 10_000)
+        calls += 10
+    return Timing(name, statistics.median(batches) if batches else first, calls, answer)
+
+
+def field_entries(pynvml: Any, handle: Any, wanted: Sequence[tuple[int, int]]) -> Any:
+    """A nvmlFieldValue_t array asking for each (field id, scope) of `wanted`."""
+    array = (pynvml.c_nvmlFieldValue_t * len(wanted))()
+    for entry, (field_id, scope) in zip(array, wanted, strict=True):
+        entry.fieldId, entry.scopeId = field_id, scope
+    return array
+
+
+def field_call(pynvml: Any, handle: Any, wanted: Sequence[tuple[int, int]]) -> Callable[[], int]:
+    """One raw nvmlDeviceGetFieldValues call for `wanted`, its array made once."""
+    array = field_entries(pynvml, handle, wanted)
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+    count = ctypes.c_int32(len(wanted))
+
+    def call() -> int:
+        return int(fn(handle, count, ctypes.byref(array)))
+
+    return call
+
+
+def call_cpu_us(call: Callable[[], object], calls: int, budget: float) -> float:
+    """Median of 5 batches of this thread's CPU per call, fewer calls where dear."""
+    t0 = time.thread_time_ns()
+    call()
+    first = max(1.0, (time.thread_time_ns() - t0) / 1000)
+    per_batch = max(1, min(calls // 5, int(budget * 1e6 / 5 / first)))
+    batches = []
+    for _ in range(5):
+        t0 = time.thread_time_ns()
+        for _ in range(per_batch):
+            call()
+        batches.append((time.thread_time_ns() - t0) / 1000 / per_batch)
+    return statistics.median(batches)
+
+
+def wanted_fields(pynvml: Any, handle: Any, branch: int | None) -> list[tuple[int, int]]:
+    """(field id, scope) of every field the exporter asks of this GPU, each id once."""
+    from gpu_exporter.metrics.catalogue import COLLECTORS
+    from gpu_exporter.sources.nvml import fields
+
+    collectors = {c.name for c in COLLECTORS}
+    requests = [*fields.device_requests(collectors, branch), *fields.STATIC_REQUESTS]
+    links = 0
+    try:
+        (entry,) = pynvml.nvmlDeviceGetFieldValues(handle, [fields.NVLINK_LINK_COUNT])
+        if entry.nvmlReturn == pynvml.NVML_SUCCESS:
+            links = int(entry.value.uiVal)
+    except pynvml.NVMLError:
+        pass
+    if links:
+        requests += fields.nvlink_requests(links, data=True, per_link_data=False)
+    seen: dict[int, int] = {}
+    for request in requests:
+        seen.setdefault(request.field_id, request.scope)
+    return sorted(seen.items())
+
+
+def time_fields(
+    pynvml: Any, handle: Any, wanted: Sequence[tuple[int, int]], budget: float
+) -> tuple[list[cost_file.Cost], float]:
+    """Each field's cost beyond the call's own (a single-field call less the cheapest
+    one), adjacent dear fields that a pair call charges once as one group, and the
+    call's own cost (the cheapest single-field call), in microseconds."""
+    scopes = dict(wanted)
+    per_call = budget / max(1, len(wanted)) / 2
+
+    def cost_of(ids: Sequence[int]) -> float:
+        call = field_call(pynvml, handle, [(f, scopes[f]) for f in ids])
+        return call_cpu_us(call, FIELD_CALLS, per_call)
+
+    single = {fid: cost_of([fid]) for fid in sorted(scopes)}
+    base = min(single.values())
+    extra = {fid: us - base for fid, us in single.items()}
+    latency = driver_latencies(pynvml, handle, wanted)
+    groups: list[list[int]] = []
+    for fid in single:
+        last = groups[-1][-1] if groups else None
+        if (
+            last is not None
+            and min(extra[last], extra[fid]) > DEAR_FIELD_US
+            and cost_of([last, fid]) - base < 1.5 * max(extra[last], extra[fid])
+        ):
+            groups[-1].append(fid)  # one driver query serves both
+        else:
+            groups.append([fid])
+    costs: list[cost_file.Cost] = []
+    for group in groups:
+        us = statistics.median(extra[f] for f in group)
+        note = "; ".join(
+            f"{f}: alone {single[f]:.0f}, latencyUsec {latency.get(f, '-')}" for f in group
+        )
+        if len(group) > 1:
+            costs.append(cost_file.Cost(cost_file.group_name(group[0], group[-1]), us, note))
+        elif us >= 1.0:  # cheaper: within the call's own cost
+            costs.append(cost_file.Cost(cost_file.field_name(group[0]), us, note))
+    return costs, base
+
+
+def driver_latencies(pynvml: Any, handle: Any, wanted: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """The driver's own latencyUsec of each entry of one call asking for all of them."""
+    array = field_entries(pynvml, handle, wanted)
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+    if fn(handle, ctypes.c_int32(len(wanted)), ctypes.byref(array)) != pynvml.NVML_SUCCESS:
+        return {}
+    return {int(e.fieldId): int(e.latencyUsec) for e in array if e.nvmlReturn == 0}
+
+
+def measure_costs(pynvml: Any, out: Path) -> Path:
+    """Part 1: the cost file of GPU 0, written to out/nvml-costs.txt."""
+    started = time.monotonic()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    name = pynvml.nvmlDeviceGetName(handle)
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    name, driver = (v.decode() if isinstance(v, bytes) else str(v) for v in (name, driver))
+    branch = int(driver.split(".")[0]) if driver.split(".")[0].isdigit() else None
+    available = timers(pynvml, handle)
+    functions = stand_in_functions()
+    mig_on = False
+    try:
+        mig_on = pynvml.nvmlDeviceGetMigMode(handle)[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+    except pynvml.NVMLError:
+        pass
+    budget = TIMING_BUDGET_SECONDS * 0.6 / max(1, len(available))
+    timings, skipped = [], []
+    for function in functions:
+        if function == "nvmlDeviceGetFieldValues":
+            continue  # with the fields, below
+        if function in available:
+            timings.append(time_call(function, available[function], pynvml, budget))
+        elif function in MIG_ONLY:
+            skipped.append(f"{function} (MIG {'on: not timed here' if mig_on else 'off'})")
+        else:
+            skipped.append(f"{function} ({NOT_TIMED.get(function, 'no timer')})")
+    fields_wanted = wanted_fields(pynvml, handle, branch)
+    field_costs, base = time_fields(
+        pynvml,
+        handle,
+        fields_wanted,
+        max(5.0, TIMING_BUDGET_SECONDS - (time.monotonic() - started)),
+    )
+    costs = [
+        cost_file.Cost(
+            t.name,
+            t.microseconds,
+            f"{t.calls} calls" + ("" if t.answer == "ok" else f", answered {t.answer}"),
+        )
+        for t in timings
+    ]
+    costs.append(cost_file.Cost("nvmlDeviceGetFieldValues", base, "the cheapest single-field call"))
+    costs += field_costs
+    header = [
+        "What a real driver charges per NVML call, in microseconds of the calling thread's time.",
+        f"Host: {name} on driver {driver}, {platform.node()} ({os.cpu_count()} CPUs); "
+        f"measured {time.strftime('%Y-%m-%d')} through pynvml by benchmarks/real_gpu.py:",
+        f"up to {CALLS} calls per function (fewer for dear ones), pynvml's wrapper included;",
+        "a field: a single-field nvmlDeviceGetFieldValues call less the cheapest one, next to",
+        "the driver's own latencyUsec in one call asking for every field; adjacent dear fields",
+        "a pair of which costs what one does: one fieldgroup.",
+        "Format, one a line:  NAME MICROSECONDS  (see benchmarks/cost_file.py)",
+        "Not timed: " + "; ".join(skipped),
+    ]
+    path = out / "nvml-costs.txt"
+    cost_file.write(path, [line for h in header for line in textwrap.wrap(h, 88)], costs)
+    cost_file.read(path)  # the stand-in would take it whole
+    print(
+        f"costs of {len(costs)} calls and fields in {time.monotonic() - started:.0f} s: {path}",
+        file=sys.stderr,
+    )
+    return path
+
+
+# ---- part 2: side by side ------------------------------------------------------------
+
+
+def rss_mib(pid: int) -> float:
+    return float(psutil.Process(pid).memory_info().rss) / 2**20
+
+
+def nvitop_program(given: str | None) -> Path | None:
+    """nvitop-exporter: `given`, else the bench's (its venv, made from PyPI on first use);
+    None, saying why, where it cannot be had (an offline host)."""
+    if given:
+        return Path(given)
+    try:
+        return bench.ensure_nvitop()
+    except (OSError, subprocess.SubprocessError) as error:
+        print(f"real_gpu.py: no nvitop-exporter ({error}): ours alone", file=sys.stderr)
+        return None
+
+
+@dataclass
+class Phase:
+    name: str
+    ours_ms: float
+    theirs_ms: float | None
+    ours_rss: float
+    theirs_rss: float | None
+
+
+@contextmanager
+def started(command: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen[bytes]]:
+    program = subprocess.Popen(command, **kwargs)
+    try:
+        yield program
+    finally:
+        if program.poll() is None:
+            program.send_signal(signal.SIGTERM)
+            try:
+                program.wait(10)
+            except subprocess.TimeoutExpired:
+                program.kill()
+                program.wait()
+
+
+def measure_phase(name: str, pids: Sequence[int | None]) -> Phase:
+    """Each program's whole-process CPU in ms/s over PHASE_SECONDS, and RSS."""
+    live = [p for p in pids if p is not None]
+    cpu0, wall0 = {p: bench.cpu_seconds(p) for p in live}, time.monotonic()
+    time.sleep(PHASE_SECONDS)
+    cpu1, wall1 = {p: bench.cpu_seconds(p) for p in live}, time.monotonic()
+    ms = {p: 1000 * (cpu1[p] - cpu0[p]) / (wall1 - wall0) for p in live}
+    ours, theirs = pids
+    assert ours is not None
+    print(
+        f"{name}: ours {ms[ours]:.2f} ms/s"
+        + (f", nvitop-exporter {ms[theirs]:.2f}" if theirs is not None else ""),
+        file=sys.stderr,
+    )
+    return Phase(
+        name,
+        ms[ours],
+        ms[theirs] if theirs is not None else None,
+        rss_mib(ours),
+        rss_mib(theirs) if theirs is not None else None,
+    )
+
+
+def torch_ready(python: str) -> bool:
+    """Whether `python` imports PyTorch and sees a CUDA device."""
+    try:
+        ran = subprocess.run(
+            [python, "-c", "import torch; assert torch.cuda.is_available()"],
+            capture_output=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return ran.returncode == 0
+
+
+@contextmanager
+def load(python: str, kind: str) -> Iterator[None]:
+    """The matmul loop, `kind` "busy" or "starved", until the block ends."""
+    with started([python, "-c", LOAD, kind], stdout=subprocess.PIPE) as program:
+        assert program.stdout is not None
+        if program.stdout.readline().strip() != b"ready":
+            raise SystemExit("real_gpu.py: the PyTorch load did not start")
+        time.sleep(SETTLE_SECONDS)
+        yield
+
+
+def side_by_side(
+    nvitop: Path | None, torch_python: str | None
+) -> tuple[list[Phase], str, list[str]]:
+    """Part 2: both exporters at once through the phases; our last scrape; notes."""
+    notes: list[str] = []
+    ours_port, theirs_port = bench.free_port(), bench.free_port()
+    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    phases: list[Phase] = []
+    with ExitStack() as programs:
+        ours = programs.enter_context(started(bench.exporter_command(ours_port), cwd=REPO, **quiet))
+        pids: list[int | None] = [ours.pid, None]
+        if nvitop is not None:
+            command = [str(nvitop), "--bind-address", "127.0.0.1", "--port", str(theirs_port)]
+            theirs = programs.enter_context(started([*command, "--interval", "1.0"], **quiet))
+            pids[1] = theirs.pid
+            # it renders on each scrape: its first one before the windows, as the bench
+            bench.wait_ready(theirs_port, timeout=60.0, path="/metrics")
+        bench.wait_ready(ours_port, timeout=60.0)
+        time.sleep(WARM_UP_SECONDS)
+        phases.append(measure_phase("idle, no process", pids))
+        if torch_python is None:
+            notes.append("PyTorch with CUDA not importable: the load phases are left out")
+        else:
+            with load(torch_python, "starved"):
+                phases.append(measure_phase("a training loop starved by its DataLoader", pids))
+            with load(torch_python, "busy"):
+                phases.append(measure_phase("a training loop at full speed", pids))
+            with load(torch_python, "hold"):
+                phases.append(measure_phase("97% of the memory held, idle", pids))
+        scrape = scrape_text(ours_port)
+    return phases, scrape, notes
+
+
+def scrape_text(port: int) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/metrics")
+    body = conn.getresponse().read(MAX_SCRAPE_BYTES)
+    conn.close()
+    return body.decode("utf-8", errors="replace")
+
+
+def nvml_call_seconds(text: str) -> dict[str, tuple[float, float | None]]:
+    """function -> (seconds, calls) from our gpu_exporter_nvml_call_seconds_total and
+    gpu_exporter_nvml_calls_total; empty where ours does not export them."""
+    seconds: dict[str, float] = {}
+    calls: dict[str, float] = {}
+    for line in text.splitlines():
+        for metric, into in (
+            ("gpu_exporter_nvml_call_seconds_total{", seconds),
+            ("gpu_exporter_nvml_calls_total{", calls),
+        ):
+            if not line.startswith(metric):
+                continue
+            labels, _, value = line[len(metric) :].partition("} ")
+            _, found, rest = labels.partition('function="')
+            if not found:
+                continue
+            function = rest.partition('"')[0]
+            try:
+                into[function] = into.get(function, 0.0) + float(value.split()[0])
+            except (ValueError, IndexError):
+                continue
+    return {f: (s, calls.get(f)) for f, s in seconds.items()}
+
+
+# ---- part 3: the report ----------------------------------------------------------------
+
+
+def report(
+    phases: Sequence[Phase], scrape: str, notes: Sequence[str], costs: Path | None, gpu: str
+) -> list[str]:
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {gpu}, {platform.node()} "
+        f"({os.cpu_count()} CPUs): gpu-exporter and nvitop-exporter {bench.NVITOP_VERSION} side by "
+        f"side at a 1 s interval, not scraped while measured; the whole process's CPU (every "
+        f"thread's schedstat) over {PHASE_SECONDS:g} s per phase.",
+        "",
+        "| phase | ours | nvitop-exporter | ours / theirs | RSS MiB, ours / theirs |",
+        "|---|---|---|---|---|",
+    ]
+    for p in phases:
+        theirs = "" if p.theirs_ms is None else f"{p.theirs_ms:.1f} ms/s"
+        ratio = "" if not p.theirs_ms else f"**{p.ours_ms / p.theirs_ms:.1f}x**"
+        rss = f"{p.ours_rss:.0f} / " + ("" if p.theirs_rss is None else f"{p.theirs_rss:.0f}")
+        lines.append(f"| {p.name} | {p.ours_ms:.1f} ms/s | {theirs} | {ratio} | {rss} |")
+    lines += [f"- {note}" for note in notes]
+    if costs is not None:
+        lines += ["", f"The driver's costs: `{costs}` (`bench.py --costs {costs}` charges them)."]
+    by_function = nvml_call_seconds(scrape)
+    if by_function:
+        lines += [
+            "",
+            "Ours by NVML function since start (`gpu_exporter_nvml_call_seconds_total`), top 10:",
+            "",
+            "| function | seconds | calls | us per call |",
+            "|---|---|---|---|",
+        ]
+        top = sorted(by_function.items(), key=lambda item: -item[1][0])[:10]
+        for function, (seconds, calls) in top:
+            per = f"{seconds / calls * 1e6:.0f}" if calls else ""
+            count = "" if calls is None else f"{calls:.0f}"
+            lines.append(f"| `{function}` | {seconds:.3f} | {count} | {per} |")
+    else:
+        lines += ["", "Ours exports no gpu_exporter_nvml_call_seconds_total (an older exporter)."]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("real-gpu"),
+        metavar="DIR",
+        help="where the cost file and the report go (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--nvitop",
+        metavar="PATH",
+        help="nvitop-exporter's program (default: the bench's venv, made on first use from PyPI)",
+    )
+    parser.add_argument(
+        "--torch-python",
+        metavar="PATH",
+        default=sys.executable,
+        help="a Python with PyTorch and CUDA for the load (default: this one)",
+    )
+    parser.add_argument("--no-costs", action="store_true", help="leave out part 1 (the costs)")
+    args = parser.parse_args(argv)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as error:  # a missing library, no driver, no GPU: all say the same
+        print(
+            f"real_gpu.py: no NVIDIA driver here ({error}): run it on a GPU host", file=sys.stderr
+        )
+        return 2
+    started_at = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        gpu = pynvml.nvmlDeviceGetName(handle)
+        gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
+        gpu += f", driver {pynvml.nvmlSystemGetDriverVersion()}"
+        costs = None if args.no_costs else measure_costs(pynvml, args.out)
+    finally:
+        pynvml.nvmlShutdown()
+    torch_python = args.torch_python if torch_ready(args.torch_python) else None
+    phases, scrape, notes = side_by_side(nvitop_program(args.nvitop), torch_python)
+    lines = report(phases, scrape, notes, costs, gpu)
+    lines += ["", f"The run took {time.monotonic() - started_at:.0f} s."]
+    text = "\n".join(lines) + "\n"
+    (args.out / "report.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -383,7 +383,11 @@ def wanted_fields(pynvml: Any, handle: Any, branch: int | None) -> list[tuple[in
     from gpu_exporter.sources.nvml import fields
 
     collectors = {c.name for c in COLLECTORS}
-    requests = [*fields.device_requests(collectors, branch), *fields.STATIC_REQUESTS]
+    requests = [
+        *fields.device_requests(collectors, branch),
+        *fields.counter_requests(collectors, branch),
+        *fields.STATIC_REQUESTS,
+    ]
     links = 0
     try:
         (entry,) = pynvml.nvmlDeviceGetFieldValues(handle, [fields.NVLINK_LINK_COUNT])

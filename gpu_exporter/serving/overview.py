@@ -129,12 +129,15 @@ NVML_WAITS = frozenset({"nvmlEventSetWait_v2"})
 
 def _nvml_calls(snapshot: Snapshot) -> Document | None:
     """Where the driver's time goes: each NVML function's calls and seconds since the
-    exporter started counting, dearest first, and the driver's share of a second in all
+    exporter started counting, dearest first (the waits last), and the driver's share of a second in all
     (the waits for events left out of it). None on a simulated host (no NVML call)."""
     since = snapshot.nvml_calls_seconds
     if not snapshot.nvml_calls or not since:
         return None
-    functions = sorted(snapshot.nvml_calls.items(), key=lambda item: (-item[1].seconds, item[0]))
+    functions = sorted(  # the waits last: they are no work
+        snapshot.nvml_calls.items(),
+        key=lambda item: (item[0] in NVML_WAITS, -item[1].seconds, item[0]),
+    )
     work = sum(t.seconds for f, t in functions if f not in NVML_WAITS)
     return {
         "counted_seconds": since,

@@ -244,7 +244,7 @@ def _driver_time(doc: Document) -> str:
         return ""
     rows = "".join(
         f'<tr data-function="{escape(f["function"])}">'
-        f'<td class="name" data-label="function"><code>{escape(f["function"])}</code></td>'
+        f'<td class="name wide" data-label="function"><code>{escape(f["function"])}</code></td>'
         f'<td data-label="calls">{f["calls"]}</td>'
         f'<td data-label="ms per second">'
         f"{_number(1e3 * f['seconds'] / calls['counted_seconds'], 3)}</td>"

@@ -1139,7 +1139,13 @@ def _mig_stream_key(slot: mig.MigSlot) -> str:
 def _memory(calls: NvmlCalls, d: Device) -> MemoryReading:
     """`nvmlDeviceGetMemoryInfo` v2 (its `used` leaves the driver's reservation out), else
     v1 (whose `used` includes it) on drivers without v2."""
-    info = calls.query(d, "memory_v2", nvml_device_get_memory_info_v2)
+    info = calls.call(
+        "nvmlDeviceGetMemoryInfo_v2",
+        nvml_device_get_memory_info_v2,
+        d.handle,
+        device=d,
+        key="memory_v2",
+    )
     reserved = int(info.reserved) if info is not None else None
     if info is None:
         info = calls.query(d, "memory", pynvml.nvmlDeviceGetMemoryInfo)

@@ -129,8 +129,9 @@ NVML_WAITS = frozenset({"nvmlEventSetWait_v2"})
 
 def _nvml_calls(snapshot: Snapshot) -> Document | None:
     """Where the driver's time goes: each NVML function's calls and seconds since the
-    exporter started counting, dearest first (the waits last), and the driver's share of a second in all
-    (the waits for events left out of it). None on a simulated host (no NVML call)."""
+    exporter started counting, dearest first (the waits last), and the driver's share of
+    a second in all (the waits for events left out of it). None on a simulated host (no
+    NVML call)."""
     since = snapshot.nvml_calls_seconds
     if not snapshot.nvml_calls or not since:
         return None

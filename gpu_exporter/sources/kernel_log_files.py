@@ -181,22 +181,21 @@ class LineLog:
                 self._buffer = self._buffer[self._at :] + chunk
                 self._at = 0
                 continue
-            ended = self._at_end_of_file(at_end)
-            if ended is not None or not self._replaced or not self._reopened():
-                return ended
-
-    def _at_end_of_file(self, at_end: bool) -> bytes | None:
-        """At the end of the file for now: what to do with a last line without its
-        newline. A record, `PARTIAL_RECORD`, or None (nothing to hand out now)."""
-        unended = len(self._buffer) > self._at
-        if self._fifo:  # every writer has closed: an unended line is one that died
-            return self._drop_unended() if unended else None
-        if self._path is not None and not self._replaced and self._truncated():
-            return self._drop_unended() if unended else None
-        if unended and (at_end or self._replaced or self._settled()):
-            self._buffer += b"\n"  # a definite end: the line is whole
-            return self._next_line()
-        return None
+            # the end of the file, for now
+            unended = len(self._buffer) > self._at  # a last line without its newline
+            if self._fifo:  # every writer has closed: an unended line is one that died
+                return self._drop_unended() if unended else None
+            if self._path is not None and not self._replaced and self._truncated():
+                if unended:
+                    return self._drop_unended()
+                continue  # read again from the start
+            if unended and (at_end or self._replaced or self._settled()):
+                self._buffer += b"\n"  # a definite end: the line is whole
+                line = self._next_line()
+                if line is not None:
+                    return line
+            if not self._replaced or not self._reopened():
+                return None
 
     def _settled(self) -> bool:
         """True once the unended last line has not grown for SETTLE_SECONDS."""

@@ -6,21 +6,38 @@ kernel log keeps those logged before it started, or during a restart. The reader
 the ring from its oldest record, then follows new records on its own thread, and counts
 by PCI bus id (the sampler maps them to GPUs: `sampling/xid_merge.py`).
 
-- **One count per Xid.** While the kernel log is read (`up`), it alone counts Xids and
-  NVML's events are not counted (`XidListener(counting=...)`): the driver logs every Xid
-  it posts as an event. A kernel log that could not be opened, or that failed while
+- **Only the driver's records.** A record whose syslog facility is not 0 was written
+  from userspace (logger, a unit's `StandardOutput=kmsg`, a container with /dev/kmsg
+  writable): one that reads as an Xid is never counted, only counted apart
+  (`userspace_records`), so a spoof shows.
+- **One count per Xid.** Once the kernel log has given a record in /dev/kmsg's format
+  (`up`), it alone counts Xids and NVML's events are not counted
+  (`XidListener(counting=...)`): the driver logs every Xid it posts as an event. Until
+  then (an empty file, a FIFO no one writes) the log is not yet up and the events count.
+  A kernel log that could not be opened (a character device other than /dev/kmsg
+  included), whose first `NOT_A_LOG_AFTER` lines are no records, or that failed while
   read, is not tried again until the exporter restarts, so the events, counted instead
-  from then on, never overlap what it counts. A SIGHUP that turns the collector off and
-  on reopens it and skips the records already read (by SEQ).
-- **Time.** A record read from the ring's backlog is dated boot time + USEC, where boot
-  time is now minus CLOCK_MONOTONIC: the kernel's printk clock and CLOCK_MONOTONIC both
-  leave out suspend, but the printk clock is not disciplined by NTP, so the date is off
-  by the drift between the two since boot (dmesg(1) warns of the same): typically under
-  a second a day (a few ppm), never later than now. A record read while following (after
-  the backlog) is dated when it is read, within a poll (0.5 s) of being logged.
-- **Loss.** Records overwritten before they were read (EPIPE: the ring wrapped, or they
-  were gone before the exporter started) are counted from the gaps in SEQ, so a count
-  that misses Xids says so: `gpu_exporter_xid_kernel_log_lost_records_total`.
+  from then on, never overlap what it counts. A SIGHUP that turns the collector off
+  keeps the file open; turned on again, the reader goes on from where it stopped.
+- **The first count is whole.** No Xid or SXid count is served until the backlog (what
+  the log held when it was opened) has been read to its end, or `MAX_BACKLOG_BYTES` of
+  it, so a restart never shows 3, then 1, 2, 3 (`backlog_read`).
+- **Time.** Every Xid is dated by its record: boot time + USEC, where boot time is now
+  minus CLOCK_MONOTONIC: the kernel's printk clock and CLOCK_MONOTONIC both leave out
+  suspend, but the printk clock is not disciplined by NTP, so the date is off by the
+  drift between the two since boot (dmesg(1) warns of the same): typically under a
+  second a day (a few ppm), never later than now. An Xid read late (after a storm,
+  logged while the collector was off) keeps the time it was logged.
+- **Loss and SEQ.** Records overwritten before they were read (EPIPE: the ring wrapped,
+  or they were gone before the exporter started) are counted from the gaps in SEQ, so a
+  count that misses Xids says so: `gpu_exporter_xid_kernel_log_lost_records_total`. A
+  line in no record's format had a SEQ too: its gap is not called lost. A SEQ that goes
+  back, or leaps further than a ring holds without EPIPE (a file holding two boots),
+  starts the numbering again at that record, said in the log and in `seq_resets`; no
+  record is ever skipped.
+- **Bounded.** Labels are capped (`kernel_log_counts`), one pass reads at most
+  `PASS_BYTES`, and the per-Xid log lines are limited (`log_limit`: 10 each 10 s, then
+  one line saying how many were not logged), so a storm costs CPU per Xid, not MB of log.
 - **Permission.** Where `kernel.dmesg_restrict` is 1, reading `/dev/kmsg` needs
   CAP_SYSLOG (EPERM without); a container needs the device too. Without it the reader
   says so once in the log, `gpu_exporter_xid_kernel_log_up` is 0, and Xids are counted

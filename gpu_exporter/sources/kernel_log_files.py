@@ -81,14 +81,13 @@ def is_kmsg(path: str) -> bool:
 
 def open_inherited_kernel_log(fd: int) -> RecordFile:
     """The kernel log systemd opened for the exporter (file descriptor `fd`, which stays
-    open), read as opening the path again would be: from its oldest record.
+    open), read as opening the path would be: from its oldest record.
 
-    The reader gets a copy (dup(2)) to close when it stops, so a reader started again
-    (a SIGHUP turning the collector off and on) copies it again. The copy shares the
-    open file's position, so it is moved to the start: lseek(0, SEEK_SET) is
-    /dev/kmsg's oldest record still in the ring (a FIFO stays where it is). Non-blocking:
-    systemd clears O_NONBLOCK on the files it passes (NonBlocking=no). OSError (EBADF
-    when `fd` is not open) as for `open_kernel_log`.
+    The reader gets a copy (dup(2)), moved to the start: lseek(0, SEEK_SET) is
+    /dev/kmsg's oldest record still in the ring (a FIFO stays where it is). The reader
+    keeps it open while the collector is off (SIGHUP), so it is opened once.
+    Non-blocking: systemd clears O_NONBLOCK on the files it passes (NonBlocking=no).
+    OSError (EBADF when `fd` is not open) as for `open_kernel_log`.
     """
     copy = os.dup(fd)  # close-on-exec, as every file Python opens
     try:

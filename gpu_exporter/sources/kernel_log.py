@@ -202,10 +202,10 @@ class KernelLogReader:
         file = None if self._given_up else (self._file or self._open())
         if file is None:
             return
-        stop = threading.Event()
+        stop, budget = threading.Event(), MAX_BACKLOG_BYTES
         try:
-            while not self._read_pass(file, stop, at_end=True) and not self._backlog_read:
-                pass
+            while not self._read_pass(file, stop, at_end=True) and budget > 0:
+                budget -= PASS_BYTES
         except OSError as error:
             self._give_up(describe(error, self.path))
         except NotAKernelLog as error:

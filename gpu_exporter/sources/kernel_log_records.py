@@ -25,6 +25,7 @@ with its length (tests/test_kernel_log.py counts the steps of a 100,000-byte rec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 # The kernel's own bound on one record as /dev/kmsg prints it (CONSOLE_EXT_LOG_MAX,
@@ -87,10 +88,11 @@ def parse_record(raw: bytes) -> KernelRecord | None:
     priority, seq, usec = fields[0], fields[1], fields[2]
     if not (_number(priority) and _number(seq) and _number(usec)):
         return None
-    if int(seq) > MAX_SEQ or int(usec) > MAX_SEQ:
+    number, microseconds = int(seq), int(usec)
+    if number > MAX_SEQ or microseconds > MAX_SEQ:
         return None
     message_text = message.decode("utf-8", "replace")
-    return KernelRecord(int(seq), int(usec), message_text, facility=int(priority) >> 3)
+    return KernelRecord(number, microseconds, message_text, facility=int(priority) >> 3)
 
 
 def _number(text: bytes) -> bool:
@@ -136,6 +138,7 @@ def _after_address(
     return DriverError(kind, int(code[:end]), address, nvswitch)
 
 
+@lru_cache(maxsize=256)  # a host's few bus ids come again and again (an Xid storm)
 def normalise_bus_id(text: str) -> str | None:
     """A PCI address as NVML writes it (`00000000:3B:00.0`), from the kernel's
     (`0000:3b:00`, `0000:3b:00.0`) or NVML's own form; None when it is not one.

@@ -296,7 +296,8 @@ class KernelLogReader:
             self._backlog_read, self._state = True, None
         extra = {"path": self.path, "xids": self._backlog_xids, "lost": self._lost}
         if whole:
-            log.info("kernel log read since boot; following it", extra=extra)
+            following = "; following it" if self._run_stop is not None else ""
+            log.info(f"kernel log read since boot{following}", extra=extra)
         else:
             log.warning(
                 "kernel log backlog larger than the bound: counts served from here, reading on",

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gpu_exporter.config import kernel_log_path, load_settings
+from gpu_exporter.model import DeviceEvent
 from gpu_exporter.sources import kernel_log, kernel_log_files, kernel_log_records
 from gpu_exporter.sources.kernel_log import NOT_A_LOG_AFTER, WAITING, KernelLogReader
 from gpu_exporter.sources.kernel_log_counts import (
@@ -33,7 +34,8 @@ from gpu_exporter.sources.kernel_log_records import (
     parse_driver_error,
     parse_record,
 )
-from gpu_exporter.sources.log_limit import LogLimit
+from gpu_exporter.sources.log_limit import PER_WINDOW, LogLimit
+from gpu_exporter.sources.xid import XidListener
 
 GPU0 = "00000000:3B:00.0"
 
@@ -450,3 +452,14 @@ def test_per_xid_log_lines_are_limited_and_summed_up(caplog: pytest.LogCaptureFi
     (summary,) = caplog.records
     assert summary.getMessage() == "not logged one by one" and summary.not_logged == 4990
     assert limit.allow(11.0)
+
+
+def test_nvml_events_in_a_storm_are_each_counted_not_each_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Where NVML's events count (no kernel log), a storm of them logs as few lines."""
+    listener = XidListener(backend=None)  # type: ignore[arg-type]  # record() needs none
+    for _ in range(500):
+        listener.record(DeviceEvent(uuid="GPU-a", kind="xid", xid=13, event_type=8))
+    assert listener.state()["GPU-a"].counts == {13: 500}
+    assert [r.getMessage() for r in caplog.records].count("Xid error") == PER_WINDOW

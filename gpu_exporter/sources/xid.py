@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 from gpu_exporter.model import DeviceEvent, XidState
 from gpu_exporter.sources.backend import Backend, EventSet, NvmlUnavailable
+from gpu_exporter.sources.log_limit import LogLimit
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,8 @@ class XidListener:
         self._thread: threading.Thread | None = None
         self._unsupported_logged = False
         self._listening: threading.Event | None = None  # the run that has a set open
+        # one line per Xid, but not a storm's worth (sources/log_limit.py)
+        self._lines = LogLimit(log, "Xid errors not logged one by one (counted)")
 
     @property
     def running(self) -> bool:
@@ -212,6 +215,7 @@ class XidListener:
                 return
             if event is not None and not stop.is_set():
                 self.record(event)
+            self._lines.flush(time.monotonic())
 
     def record(self, event: DeviceEvent) -> None:
         if event.kind != "xid" or event.xid is None:
@@ -226,6 +230,8 @@ class XidListener:
         now = self._clock()
         with self._lock:
             self._state[event.uuid] = add_xid(self._state.get(event.uuid), event.xid, now)
+        if not self._lines.allow(time.monotonic()):
+            return
         log.error(
             "Xid error",
             extra={"uuid": event.uuid, "xid": event.xid, "meaning": xid_meaning(event.xid)},

@@ -12,7 +12,7 @@ PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install 
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo demo-alerts self-check-demo dist test test-deploy lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-parsers bench-kubelet bench-fleet soak docs screenshot clean
+.PHONY: demo demo-alerts self-check-demo dist test test-deploy lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-parsers bench-kubelet bench-xid-storm bench-fleet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,7 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md
+	$(BIN)/python benchmarks/xid_storm.py --write benchmarks/README.md
 
 bench-rss: $(STAMP)
 	$(BIN)/python benchmarks/rss_scraped.py --write benchmarks/README.md
@@ -94,6 +95,11 @@ bench-history: $(STAMP)
 # every parser of outside input on a 100,000-character hostile input (issue 35: < 10 ms)
 bench-parsers: $(STAMP)
 	$(BIN)/python benchmarks/parsers.py --write benchmarks/README.md
+
+# Xid storms through the real program's kernel-log reader (issue 44): CPU and own log
+# bytes per Xid, how late an Xid after the storm is counted and dated (about 30 s)
+bench-xid-storm: $(STAMP)
+	$(BIN)/python benchmarks/xid_storm.py --write benchmarks/README.md
 
 bench-http: $(STAMP)
 	$(BIN)/python benchmarks/http_serving.py

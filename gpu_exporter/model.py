@@ -629,12 +629,20 @@ class KernelLogState:
     """What the kernel-log reader (`--collector.xid.kernel-log`) has read since it started."""
 
     path: str
-    up: bool  # being read; False: it could not be (`reason`), NVML events count instead
+    # being read and it gave a record; False: not yet (no record yet) or it could not be
+    # (`reason`), NVML events count instead
+    up: bool
     reason: str | None = None  # why it is not read; None while up
     xids: Mapping[str, XidState] = field(default_factory=dict)  # by PCI bus id, NVML's form
     sxids: Mapping[int, Mapping[int, int]] = field(default_factory=dict)  # nvswitch -> code -> n
     lost_records: int = 0  # overwritten in the ring before they were read (SEQ gaps)
     malformed_records: int = 0  # a header, or an Xid or SXid line, that could not be read
+    userspace_records: int = 0  # Xid-looking records a program wrote (facility 1+): not counted
+    seq_resets: int = 0  # SEQ went back or leapt: numbering started again at that record
+    capped_records: int = 0  # Xids and SXids left out: their label would pass a cap
+    # the records logged before the exporter started are read: until then `xids` and
+    # `sxids` are empty, so the first count served is the whole count since boot
+    backlog_read: bool = True
 
 
 @dataclass(frozen=True)

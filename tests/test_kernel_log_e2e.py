@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.exporter import REPO, Exporter, free_port, start_exporter, values
+from tests.support.exporter import (
+    REPO,
+    Exporter,
+    Samples,
+    free_port,
+    run_exporter,
+    start_exporter,
+    values,
+)
 from tests.test_faults_e2e import FAST, write_scenario
 
 # the simulated GPUs' bus ids: 00000000:18:00.0, 00000000:28:00.0 (sources/simulated.py)
@@ -61,10 +69,13 @@ def test_xids_since_boot_are_counted_once_each_with_their_time(tmp_path: Path) -
         assert values(s, "gpu_exporter_xid_kernel_log_malformed_records_total") == [2.0]
         assert values(s, "gpu_exporter_stage_success", stage="xid") == [1.0]
 
-        # an Xid during the run, which NVML's event API reports too: counted once
+        # an Xid during the run, which NVML's event API reports too: counted once, and
+        # dated by its record (logged a minute before it is read), not when it is read
         write_scenario(scenario, {"events": [{"gpu": 1, "xid": 48}]})
+        minute_ago = int(time.monotonic() * 1e6) - 60_000_000
         with kmsg.open("a") as log:
-            log.write(record(8, now_usec, f"NVRM: Xid (PCI:{GPU1}): 48, pid=7, DBE"))
+            log.write(record(8, minute_ago, f"NVRM: Xid (PCI:{GPU1}): 48, pid=7, DBE"))
+        written = time.time()
         s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="1", xid="48"))
         deadline = time.monotonic() + 10
         while "Xid event left to the kernel log" not in exporter.log():
@@ -73,7 +84,8 @@ def test_xids_since_boot_are_counted_once_each_with_their_time(tmp_path: Path) -
         time.sleep(0.5)  # samples after the event
         s = exporter.scrape()
         assert values(s, "gpu_xid_errors_total", gpu="1", xid="48") == [1.0]
-        assert values(s, "gpu_xid_error_timestamp_seconds", gpu="1", xid="48")[0] >= started
+        dated = values(s, "gpu_xid_error_timestamp_seconds", gpu="1", xid="48")[0]
+        assert abs(dated - (written - 60)) < 5
         assert exporter.log().count('msg="Xid error"') == 1  # the live one, once
     finally:
         exporter.stop()
@@ -82,8 +94,9 @@ def test_xids_since_boot_are_counted_once_each_with_their_time(tmp_path: Path) -
 def test_a_kernel_log_it_may_not_read_leaves_nvml_events_counting(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Permission denied (as without CAP_SYSLOG): the self-metric says 0, one log line
-    says why, the exporter serves on, and NVML's events count the Xids."""
+    """Permission denied (a plain file's mode): the self-metric says 0, one log line says
+    why (not CAP_SYSLOG, which only /dev/kmsg needs), the exporter serves on, and NVML's
+    events count the Xids."""
     shared = Path(tempfile.mkdtemp(prefix="gpu-exporter-kmsg-"))  # pytest's is root's only
     request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
     shared.chmod(0o755)
@@ -117,7 +130,8 @@ def test_a_kernel_log_it_may_not_read_leaves_nvml_events_counting(
         assert values(s, "gpu_exporter_stage_success", stage="xid") == [1.0]
         warnings = [line for line in exporter.log().splitlines() if "kernel log" in line]
         assert len(warnings) == 1, exporter.log()
-        assert "permission denied" in warnings[0] and "CAP_SYSLOG" in warnings[0]
+        assert "permission denied" in warnings[0] and "may not read it" in warnings[0]
+        assert "CAP_SYSLOG" not in warnings[0]  # a plain file: its mode, not a capability
     finally:
         exporter.stop()
 
@@ -127,7 +141,8 @@ def test_the_kernel_log_systemd_passes_open_is_read_and_kept_across_a_reload(
 ) -> None:
     """As under gpu-exporter-kmsg.socket: the default /dev/kmsg comes open as fd 3, named
     kmsg; that file is read, not the path. A SIGHUP turning the collector off and on
-    reads the same file again from its start, counting nothing twice."""
+    goes on reading the same file from where it stopped, counting nothing twice, and an
+    Xid logged while it was off is dated by its record."""
     passed = tmp_path / "passed-kmsg"
     passed.write_text(record(0, 1, f"NVRM: Xid (PCI:{GPU0}): 79, pid=1, fallen off the bus"))
     config = tmp_path / "config.yml"
@@ -166,5 +181,176 @@ def test_the_kernel_log_systemd_passes_open_is_read_and_kept_across_a_reload(
         assert values(s, "gpu_xid_errors_total", gpu="0", xid="79") == [1.0]
         assert values(s, "gpu_exporter_xid_kernel_log_up") == [1.0]
         assert values(s, "gpu_exporter_xid_kernel_log_lost_records_total") == [0.0]
+        boot = time.time() - time.monotonic()  # the record's USEC is 2: logged at boot
+        dated = values(s, "gpu_xid_error_timestamp_seconds", gpu="1", xid="48")[0]
+        assert abs(dated - boot) < 5
     finally:
         exporter.stop()
+
+
+def series_count(samples: Samples, name: str) -> int:
+    return sum(1 for (metric, _labels) in samples if metric == name)
+
+
+def test_only_the_drivers_records_count_with_bounded_labels_across_rotation(
+    tmp_path: Path,
+) -> None:
+    """One file, read through the real program: a program's records quoting an Xid are
+    not counted (but shown), a bad header is not called lost, CRLF and a SEQ above 2^64
+    and a second boot blind nothing, 70 unknown bus ids make at most 64 series; then,
+    followed: copytruncate, rename-and-recreate, a last line without its newline and a
+    storm of 300 Xids are all counted, with a bounded number of log lines."""
+    now = int(time.monotonic() * 1e6)
+    spoof = f"myjob[4242]: NVRM: Xid (PCI:{GPU1}): 79, pid=1, GPU has fallen off the bus."
+    unknown = "".join(
+        record(10 + n, now, f"NVRM: Xid (PCI:0000:{0x40 + n:02x}:00): 13, pid=1") for n in range(70)
+    )
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_bytes(
+        (
+            record(0, now, f"NVRM: Xid (PCI:{GPU0}): 79, pid=1, GPU has fallen off the bus.")
+            + f"12,1,{now},-;{spoof}\n30,2,{now},-;{spoof}\n"  # user.warning, daemon.info
+            + "4,x,1,-;a header no record has\n"  # SEQ 3: malformed, not lost
+            + record(4, now, f"NVRM: Xid (PCI:{GPU0}): 13, pid=1").replace("\n", "\r\n")
+            + f"4,{'9' * 20},{now},-;SEQ above 2^64 - 1\n"
+            + record(5, now, f"NVRM: Xid (PCI:{GPU0}): 31, pid=1")
+            + record(0, now, f"NVRM: Xid (PCI:{GPU1}): 43, pid=1")  # a second boot
+            + unknown  # SEQ 10 to 79: 1 to 9 are lost
+        ).encode()
+    )
+    scenario = tmp_path / "scenario.json"
+    write_scenario(scenario, {})
+    exporter = start_exporter(
+        ["--simulate", "2", "--simulate.scenario", str(scenario), *FAST]
+        + ["--collector.xid.kernel-log", str(kmsg)],
+        tmp_path,
+    )
+    try:
+        s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="1"))
+        assert values(s, "gpu_exporter_xid_kernel_log_backlog_read") == [1.0]
+        assert values(s, "gpu_xid_errors_total", gpu="0", xid="79") == [1.0]
+        assert values(s, "gpu_xid_errors_total", gpu="0", xid="13") == [1.0]  # the CRLF one
+        assert values(s, "gpu_xid_errors_total", gpu="0", xid="31") == [1.0]  # after 10^20
+        assert values(s, "gpu_xid_errors_total", gpu="1", xid="43") == [1.0]  # second boot
+        assert not values(s, "gpu_xid_errors_total", gpu="1", xid="79")  # the programs'
+        assert not values(s, "gpu_recommended_action", gpu="1", action="reboot_node")
+        assert values(s, "gpu_exporter_xid_kernel_log_userspace_records_total") == [2.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_malformed_records_total") == [2.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_lost_records_total") == [9.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_seq_resets_total") == [1.0]
+        assert series_count(s, "gpu_xid_errors_unknown_gpu_total") == 62  # 64 with the GPUs'
+        assert values(s, "gpu_exporter_xid_kernel_log_capped_records_total") == [8.0]
+
+        def xids(samples: Samples, gpu: str, code: int) -> list[float]:
+            return values(samples, "gpu_xid_errors_total", gpu=gpu, xid=str(code))
+
+        # copytruncate: copied away, then truncated in place and written on
+        shutil.copy(kmsg, tmp_path / "kmsg.1")
+        kmsg.write_text(record(80, now, f"NVRM: Xid (PCI:{GPU1}): 48, pid=7, DBE"))
+        exporter.wait_for(lambda s: xids(s, "1", 48) == [1.0])
+        # renamed away and created again (logrotate's default)
+        kmsg.rename(tmp_path / "kmsg.2")
+        kmsg.write_text(record(81, now, f"NVRM: Xid (PCI:{GPU1}): 94, pid=7"))
+        exporter.wait_for(lambda s: xids(s, "1", 94) == [1.0])
+        # a last line whose newline never comes: whole once unchanged for a second
+        with kmsg.open("a") as log:
+            log.write(record(82, now, f"NVRM: Xid (PCI:{GPU1}): 95, pid=7").rstrip("\n"))
+        exporter.wait_for(lambda s: xids(s, "1", 95) == [1.0])
+        # a storm: each Xid counted, not each one logged
+        with kmsg.open("a") as log:
+            log.write("\n")  # the line above was already taken whole: this ends it empty
+            log.write(
+                "".join(record(83 + n, now, f"NVRM: Xid (PCI:{GPU0}): 13, x") for n in range(300))
+            )
+        s = exporter.wait_for(lambda s: xids(s, "0", 13) == [301.0])
+        assert values(s, "gpu_exporter_xid_kernel_log_up") == [1.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_lost_records_total") == [9.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_malformed_records_total") == [2.0]
+        logged = exporter.log().count('msg="Xid error"')
+        assert 3 <= logged <= 20, logged  # 10 a window of 10 s, not 303
+    finally:
+        exporter.stop()
+
+
+def test_a_fifo_is_up_from_its_first_record_and_a_dying_writer_glues_nothing(
+    tmp_path: Path,
+) -> None:
+    """A FIFO no one writes is not up, and NVML's events count meanwhile; a writer that
+    dies mid-record leaves a line that is dropped (malformed), not glued to the next
+    writer's record, which is counted on its GPU."""
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)
+    scenario = tmp_path / "scenario.json"
+    write_scenario(scenario, {})
+    exporter = start_exporter(
+        ["--simulate", "2", "--simulate.scenario", str(scenario), *FAST]
+        + ["--collector.xid.kernel-log", str(fifo)],
+        tmp_path,
+    )
+    try:
+        s = exporter.wait_for(lambda s: values(s, "gpu_exporter_xid_kernel_log_up"))
+        assert values(s, "gpu_exporter_xid_kernel_log_up") == [0.0]
+        write_scenario(scenario, {"events": [{"gpu": 0, "xid": 79}]})
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="0", xid="79"))
+
+        def write(data: bytes) -> None:
+            writer = os.open(fifo, os.O_WRONLY)
+            os.write(writer, data)
+            os.close(writer)
+
+        write(f"4,1,5,-;NVRM: Xid (PCI:{GPU0}): 3".encode())  # its writer dies here
+        exporter.wait_for(
+            lambda s: values(s, "gpu_exporter_xid_kernel_log_malformed_records_total") == [1.0]
+        )
+        write(record(2, 5, f"NVRM: Xid (PCI:{GPU1}): 79, pid=1, fallen off the bus").encode())
+        s = exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="1", xid="79"))
+        assert values(s, "gpu_exporter_xid_kernel_log_up") == [1.0]
+        assert values(s, "gpu_xid_errors_total", gpu="1", xid="79") == [1.0]
+        assert values(s, "gpu_xid_errors_total", gpu="0") == [1.0]  # NVML's 79, no phantom
+    finally:
+        exporter.stop()
+
+
+def test_what_is_not_a_kernel_log_is_said_and_once_ends(tmp_path: Path) -> None:
+    """Character devices other than /dev/kmsg are refused (NVML's events count), --once
+    ends over /dev/zero, a syslog file is called what it is, an empty file is not up, a
+    last record without its newline is counted by --once, and the real /dev/kmsg is
+    read (read-only) where it may be."""
+    scenario = tmp_path / "scenario.json"
+    write_scenario(scenario, {})
+    exporter = start_exporter(
+        ["--simulate", "1", "--simulate.scenario", str(scenario), *FAST]
+        + ["--collector.xid.kernel-log", "/dev/null"],
+        tmp_path,
+    )
+    try:
+        s = exporter.wait_for(lambda s: values(s, "gpu_exporter_xid_kernel_log_up"))
+        assert values(s, "gpu_exporter_xid_kernel_log_up") == [0.0]
+        write_scenario(scenario, {"events": [{"gpu": 0, "xid": 79}]})
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="0", xid="79"))
+        assert "/dev/null: a character device (1:3), not /dev/kmsg (1:11)" in exporter.log()
+    finally:
+        exporter.stop()
+
+    syslog = tmp_path / "kern.log"
+    syslog.write_text(f"Nov 28 10:00:00 host kernel: NVRM: Xid (PCI:{GPU0}): 79, pid=1\n" * 20)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    unended = tmp_path / "unended"
+    unended.write_text(record(0, 5, "Linux") + f"4,1,5,-;NVRM: Xid (PCI:{GPU0}): 13, pid=1")
+    cases = {"/dev/zero": "not /dev/kmsg (1:11)", str(syslog): "is not a kernel log"}
+    cases |= {str(empty): None, str(unended): None}
+    if os.access("/dev/kmsg", os.R_OK):
+        cases["/dev/kmsg"] = None
+    for path, said in cases.items():
+        once = run_exporter(
+            ["--simulate", "1", "--once", "--no-collector.host", "--collector.xid.kernel-log", path]
+        )
+        assert once.returncode == 0, once.stderr
+        up = "gpu_exporter_xid_kernel_log_up 1.0" in once.stdout
+        assert up == (path in (str(unended), "/dev/kmsg")), (path, once.stdout)
+        assert (said is None) == ("cannot read the kernel log" not in once.stderr), once.stderr
+        if said is not None:
+            assert said in once.stderr
+        if path == str(unended):
+            assert 'xid="13"} 1.0' in once.stdout

@@ -63,6 +63,8 @@ from gpu_exporter.model import (
     recovery_action_name,
 )
 from gpu_exporter.sampling import actions
+from gpu_exporter.sources.kernel_log import MAX_BACKLOG_BYTES
+from gpu_exporter.sources.kernel_log_counts import MAX_CODES_PER_KEY, MAX_KEYS, MAX_PAIRS
 
 COLLECTORS: tuple[Collector, ...] = (
     Collector("utilization", True, "GPU, memory-controller, encoder and decoder utilization"),
@@ -1374,12 +1376,21 @@ METRICS: tuple[MetricSpec, ...] = (
     _kernel_log(
         "gpu_exporter_xid_kernel_log_up",
         "gauge",
-        "1 while the kernel log (--collector.xid.kernel-log) is read, so Xids count since "
-        "boot; 0 when it could not be read (permission denied: CAP_SYSLOG where "
-        "kernel.dmesg_restrict is 1; absent; the cause is in the log): Xids are then "
-        "counted from NVML's events alone, since the exporter started. Absent when no "
-        "kernel log is configured.",
+        "1 while the kernel log (--collector.xid.kernel-log) is read and has given a record "
+        "in /dev/kmsg's format, so Xids count since boot; 0 when it could not be read "
+        "(permission denied: CAP_SYSLOG where kernel.dmesg_restrict is 1; absent; a "
+        "character device other than /dev/kmsg; lines in no record's format; the cause is "
+        "in the log) or has given no record yet (an empty file, a FIFO no one writes): Xids "
+        "are then counted from NVML's events. Absent when no kernel log is configured.",
         lambda k: k.up,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_backlog_read",
+        "gauge",
+        "1 once the records logged before the exporter started have been read (to the "
+        f"log's end, or {MAX_BACKLOG_BYTES >> 20} MiB of them): until then no Xid or SXid "
+        "count from the kernel log is served, so the first count is the whole count since boot.",
+        lambda k: k.backlog_read,
     ),
     _kernel_log(
         "gpu_exporter_xid_kernel_log_lost_records_total",
@@ -1391,9 +1402,37 @@ METRICS: tuple[MetricSpec, ...] = (
     _kernel_log(
         "gpu_exporter_xid_kernel_log_malformed_records_total",
         "counter",
-        "Kernel-log records that could not be read: a header not in /dev/kmsg's format, "
-        "or an Xid or SXid line without its PCI address or code.",
+        "Kernel-log records that could not be read: a header not in /dev/kmsg's format "
+        "(SEQ or USEC above 2^64-1 included), a line cut short at the end of a FIFO or "
+        "truncated file, or an Xid or SXid line without its PCI address or code.",
         lambda k: k.malformed_records,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_userspace_records_total",
+        "counter",
+        "Kernel-log records that read as an Xid or SXid line but were written by a "
+        "program (syslog facility 1 or more: logger with journald's ForwardToKMsg, a "
+        "unit's StandardOutput=kmsg, a container given /dev/kmsg read-write), not by the "
+        "driver (facility 0): never counted as Xids. A rise is a program quoting the "
+        "driver, or spoofing it.",
+        lambda k: k.userspace_records,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_seq_resets_total",
+        "counter",
+        "Times the kernel-log records' SEQ went back, or leapt further than a ring holds "
+        "without records being overwritten (a file holding two boots, a record not the "
+        "kernel's): reading went on from that record, and nothing was skipped.",
+        lambda k: k.seq_resets,
+    ),
+    _kernel_log(
+        "gpu_exporter_xid_kernel_log_capped_records_total",
+        "counter",
+        "Xid and SXid records from the kernel log not counted because they would pass a "
+        f"cap on the labels: {MAX_KEYS} PCI bus ids and {MAX_KEYS} NVSwitches, "
+        f"{MAX_CODES_PER_KEY} codes on one, {MAX_PAIRS:,} (bus id, code) and {MAX_PAIRS:,} "
+        "(NVSwitch, code) series.",
+        lambda k: k.capped_records,
     ),
     _x(
         "gpu_exporter_stage_duration_seconds",

@@ -78,6 +78,16 @@ READ: dict[str, str] = {
     "gpu_xid_error_timestamp_seconds": "as the driver's events or kernel-log records come",
     "gpu_xid_errors_unknown_gpu_total": "as kernel-log records come",
     "gpu_nvswitch_sxid_errors_total": "as kernel-log records come",
+    **{
+        f"gpu_exporter_xid_kernel_log_{name}": "as kernel-log records come"
+        for name in (
+            "lost_records_total",
+            "malformed_records_total",
+            "userspace_records_total",
+            "seq_resets_total",
+            "capped_records_total",
+        )
+    },
     "gpu_process_cpu_seconds_total": _PROC_COUNTERS,
     "gpu_host_cpu_busy_seconds_total": _PROC_COUNTERS,
     "gpu_host_cpu_iowait_seconds_total": _PROC_COUNTERS,

@@ -1,10 +1,14 @@
 """Kernel-log records and the NVIDIA driver's Xid and SXid lines in them: pure parsers.
 
 A `/dev/kmsg` record (Documentation/ABI/testing/dev-kmsg) is one line
-`PRIORITY,SEQ,USEC,FLAGS[,MORE];MESSAGE`, where SEQ numbers every record since boot
-from 0 and USEC is the kernel's printk clock (microseconds since boot, suspend not
-counted), followed by continuation lines that start with a space (the record's
-key=value dictionary), which are ignored here.
+`PRIORITY,SEQ,USEC,FLAGS[,MORE];MESSAGE`, where PRIORITY is the syslog facility times 8
+plus the level, SEQ numbers every record since boot from 0 (64-bit) and USEC is the
+kernel's printk clock (microseconds since boot, suspend not counted), followed by
+continuation lines that start with a space (the record's key=value dictionary), which
+are ignored here. The kernel's own records, the driver's among them, are facility 0;
+a record written to /dev/kmsg from userspace gets facility 1 (user) or more
+(`devkmsg_write`, "to reliably distinguish kernel-generated messages from
+userspace-injected ones"), so only facility 0 can be the driver's.
 
 The driver's lines (real samples: NVIDIA's Xid catalogue, leptonai/gpud's tests):
 
@@ -21,12 +25,14 @@ with its length (tests/test_kernel_log.py counts the steps of a 100,000-byte rec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 # The kernel's own bound on one record as /dev/kmsg prints it (CONSOLE_EXT_LOG_MAX,
 # include/linux/printk.h): a longer line (a file fed to the reader) is cut here.
 MAX_RECORD_BYTES = 8192
 _MAX_NUMBER_DIGITS = 20  # SEQ and USEC are 64-bit
+MAX_SEQ = 2**64 - 1  # the kernel's u64: a larger SEQ or USEC is no kernel's record
 _MAX_CODE_DIGITS = 6  # Xids are below 200 today, SXids five digits
 _HEX = frozenset("0123456789abcdefABCDEF")
 _DIGITS = frozenset("0123456789")
@@ -43,6 +49,12 @@ class KernelRecord:
     seq: int  # the record's number since boot, from 0
     usec: int  # microseconds since boot on the kernel's printk clock
     message: str
+    facility: int = 0  # syslog facility (PRIORITY >> 3): 0 is the kernel's, 1+ userspace's
+
+    @property
+    def from_kernel(self) -> bool:
+        """Logged by the kernel (a driver among it), not written by a program."""
+        return self.facility == 0
 
 
 @dataclass(frozen=True)
@@ -64,8 +76,9 @@ class Unparsed:
 
 def parse_record(raw: bytes) -> KernelRecord | None:
     """The record in `raw` (one /dev/kmsg read, or one line of a file); None when its
-    header is malformed."""
-    line = raw[:MAX_RECORD_BYTES].partition(b"\n")[0]
+    header is malformed, SEQ or USEC above 2^64 - 1 included. A CR ending the line (a
+    file written with CRLF) is not part of the message."""
+    line = raw[:MAX_RECORD_BYTES].partition(b"\n")[0].removesuffix(b"\r")
     header, semicolon, message = line.partition(b";")
     if not semicolon or len(header) > 4 * _MAX_NUMBER_DIGITS + 64:
         return None
@@ -75,7 +88,11 @@ def parse_record(raw: bytes) -> KernelRecord | None:
     priority, seq, usec = fields[0], fields[1], fields[2]
     if not (_number(priority) and _number(seq) and _number(usec)):
         return None
-    return KernelRecord(int(seq), int(usec), message.decode("utf-8", "replace"))
+    number, microseconds = int(seq), int(usec)
+    if number > MAX_SEQ or microseconds > MAX_SEQ:
+        return None
+    message_text = message.decode("utf-8", "replace")
+    return KernelRecord(number, microseconds, message_text, facility=int(priority) >> 3)
 
 
 def _number(text: bytes) -> bool:
@@ -121,6 +138,7 @@ def _after_address(
     return DriverError(kind, int(code[:end]), address, nvswitch)
 
 
+@lru_cache(maxsize=256)  # a host's few bus ids come again and again (an Xid storm)
 def normalise_bus_id(text: str) -> str | None:
     """A PCI address as NVML writes it (`00000000:3B:00.0`), from the kernel's
     (`0000:3b:00`, `0000:3b:00.0`) or NVML's own form; None when it is not one.

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 from gpu_exporter.model import DeviceEvent, XidState
 from gpu_exporter.sources.backend import Backend, EventSet, NvmlUnavailable
+from gpu_exporter.sources.log_limit import LogLimit
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +45,39 @@ def xid_meaning(xid: int) -> str:
     return XID_MEANINGS.get(xid, "see NVIDIA's Xid catalogue")
 
 
+class XidTally:
+    """One GPU's Xids, counted in place (a storm of new codes costs no copy per Xid);
+    `frozen()` is the immutable `XidState` a sample keeps."""
+
+    def __init__(self, old: XidState | None = None) -> None:
+        self.counts: dict[int, int] = dict(old.counts) if old is not None else {}
+        self._last: dict[int, float] = dict(old.last_timestamps) if old is not None else {}
+        self._newest: float | None = old.last_timestamp_seconds if old is not None else None
+        self._newest_xid: int | None = old.last_xid if old is not None else None
+
+    def add(self, xid: int, timestamp_seconds: float) -> None:
+        """One more Xid `xid` at `timestamp_seconds` (Unix time); the last one is the
+        latest in time, whatever the order they are read in."""
+        self.counts[xid] = self.counts.get(xid, 0) + 1
+        self._last[xid] = max(timestamp_seconds, self._last.get(xid, timestamp_seconds))
+        if self._newest is None or timestamp_seconds >= self._newest:
+            self._newest, self._newest_xid = timestamp_seconds, xid
+
+    def frozen(self) -> XidState:
+        return XidState(
+            counts=dict(self.counts),
+            last_timestamp_seconds=self._newest,
+            last_xid=self._newest_xid,
+            last_timestamps=dict(self._last),
+        )
+
+
 def add_xid(old: XidState | None, xid: int, timestamp_seconds: float) -> XidState:
-    """`old` with one more Xid `xid` at `timestamp_seconds` (Unix time); the last one is
-    the latest in time, whatever the order they are read in."""
-    old = old or XidState()
-    counts = dict(old.counts)
-    counts[xid] = counts.get(xid, 0) + 1
-    last = dict(old.last_timestamps)
-    last[xid] = max(timestamp_seconds, last.get(xid, timestamp_seconds))
-    newest = old.last_timestamp_seconds is None or timestamp_seconds >= old.last_timestamp_seconds
-    return XidState(
-        counts=counts,
-        last_timestamp_seconds=timestamp_seconds if newest else old.last_timestamp_seconds,
-        last_xid=xid if newest else old.last_xid,
-        last_timestamps=last,
-    )
+    """`old` with one more Xid `xid` at `timestamp_seconds` (Unix time): `XidTally.add`
+    on a copy, for a table that changes one Xid at a time (NVML's events)."""
+    tally = XidTally(old)
+    tally.add(xid, timestamp_seconds)
+    return tally.frozen()
 
 
 class XidListener:
@@ -93,6 +112,8 @@ class XidListener:
         self._thread: threading.Thread | None = None
         self._unsupported_logged = False
         self._listening: threading.Event | None = None  # the run that has a set open
+        # one line per Xid, but not a storm's worth (sources/log_limit.py)
+        self._lines = LogLimit(log, "Xid errors not logged one by one (counted)")
 
     @property
     def running(self) -> bool:
@@ -194,6 +215,7 @@ class XidListener:
                 return
             if event is not None and not stop.is_set():
                 self.record(event)
+            self._lines.flush(time.monotonic())
 
     def record(self, event: DeviceEvent) -> None:
         if event.kind != "xid" or event.xid is None:
@@ -208,6 +230,8 @@ class XidListener:
         now = self._clock()
         with self._lock:
             self._state[event.uuid] = add_xid(self._state.get(event.uuid), event.xid, now)
+        if not self._lines.allow(time.monotonic()):
+            return
         log.error(
             "Xid error",
             extra={"uuid": event.uuid, "xid": event.xid, "meaning": xid_meaning(event.xid)},

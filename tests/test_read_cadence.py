@@ -15,8 +15,7 @@ from pathlib import Path
 import pynvml as M  # noqa: N812 (nvml.h's names)
 import pytest
 
-from gpu_exporter.metrics.catalogue import METRICS
-from gpu_exporter.metrics.read_cadence import READ
+from gpu_exporter.metrics.catalogue import METRICS, READ
 from gpu_exporter.model import Snapshot
 from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter

@@ -56,6 +56,10 @@ SLOW_REFRESH_SECONDS = 60.0
 """How often slow values are re-read (limits, settings, quiet engines, MIG layout); they
 are also re-read after NVML re-initialises."""
 
+COUNTER_MAX_AGE_SECONDS = 30.0
+"""The longest the driver's dear counters (energy, the ECC, PCIe and clocks-event counts)
+go unread (`sources/nvml/counter_fields.py`): issue 42, each at least every 30 s."""
+
 
 class NvmlUnavailable(Exception):
     """NVML as a whole cannot be used; `error` is a short machine-readable cause."""

@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-MAX_AGE_SECONDS = 30.0
+from gpu_exporter.sources.backend import COUNTER_MAX_AGE_SECONDS
+
+MAX_AGE_SECONDS = COUNTER_MAX_AGE_SECONDS
 """A counter is never served older than this (issue 42: each at least every 30 s)."""
 
 BUDGET_SECONDS_PER_SECOND = 1e-4

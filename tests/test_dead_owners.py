@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import time
@@ -25,12 +26,19 @@ import pytest
 from gpu_exporter.attribution.holders import HolderScanner
 from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.processes import ProcessAttributor
+from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.model import (
     DeviceRaw,
     DeviceReading,
     GpuProcess,
     MemoryReading,
 )
+from gpu_exporter.sampling.history import History
+from gpu_exporter.sampling.sampler import Sampler
+from gpu_exporter.sampling.verdicts import judge
+from gpu_exporter.sources.nvml import PynvmlBackend
+from tests.support.exporter import parse_samples, values
+from tests.support.fake_nvml import FakeNvmlLib, Install, h100
 from tests.test_processes import STATIC
 
 GIB = 2**30
@@ -236,3 +244,78 @@ def test_a_scan_that_runs_out_of_budget_says_it_is_incomplete(tmp_path: Path) ->
     )
     state = scanner.scan().state
     assert not state.complete and state.duration_seconds > 3.0
+
+
+FORK_AND_DIE = (
+    "import os, sys, time\n"
+    "held = [open(path) for path in sys.argv[1:]]  # the device files its context opened\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    time.sleep(120)  # a DataLoader worker that never touches CUDA\n"
+    "    os._exit(0)\n"
+    "print(child, flush=True)\n"
+)
+
+
+def test_the_h200_case_through_the_driver_wrappers_the_sampler_and_the_exposition(
+    install: Install, tmp_path: Path
+) -> None:
+    """A job allocated 4.5 GiB, forked a child and died; the driver keeps listing it (the
+    stand-in NVML's default, as R580's), the child holds the device files."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+        (dev / name).write_bytes(b"")
+    files = [str(dev / name) for name in ("nvidia0", "nvidiactl", "nvidia-uvm")]
+    job = subprocess.Popen([sys.executable, "-c", FORK_AND_DIE, *files], stdout=subprocess.PIPE)
+    assert job.stdout is not None
+    child = int(job.stdout.readline())
+    try:
+        used = 4_831_838_208
+        gpu = h100(0)
+        gpu.minor = 0
+        total, reserved, _used, _free = gpu.memory_bytes or (0, 0, 0, 0)
+        gpu.memory_bytes = (total, reserved, used, total - reserved - used)
+        gpu.compute_processes = [(job.pid, used)]
+        install(FakeNvmlLib([gpu]))
+        job.wait(30)  # the job died, and was reaped: its PID is gone from /proc
+        gpu.process_exited(job.pid)
+        assert gpu.compute_processes == [(job.pid, used)]  # still listed, as on R580
+        scanner = HolderScanner(dev_root=str(dev))
+        sampler = Sampler(
+            PynvmlBackend(),
+            interval_seconds=1.0,
+            timeout_seconds=5.0,
+            collectors=frozenset({"memory", "process"}),
+            attribute_processes=ProcessAttributor(holders=scanner),
+        )
+        sampler.sample_once()
+        assert scanner.wait(30) is not None
+        snapshot = sampler.sample_once()
+        sampler.stop(0)
+        device = snapshot.devices[0]
+        assert device.attribution is not None and device.attribution.process_count == 0
+        verdicts = {v.name: v.summary for v in judge(device, History())}
+        comm = Path(f"/proc/{child}/comm").read_text().strip()
+        assert verdicts["memory-leaked"] == (
+            f"pid {job.pid} exited; pid {child} ({comm}) still holds /dev/nvidia0: end it."
+        )
+        samples = parse_samples(
+            Exposition(snapshot).body(openmetrics=False, compressed=False).decode()
+        )
+        assert values(samples, "gpu_processes", gpu="0") == [0]
+        assert values(samples, "gpu_process_memory_used_bytes") == []
+        assert values(samples, "gpu_memory_unattributed_bytes", gpu="0") == [used]
+        assert values(samples, "gpu_memory_dead_owner_info", pid=str(job.pid), state="gone") == [1]
+        (holder,) = [ls for (n, ls) in samples if n == "gpu_memory_holder_info"]
+        assert (dict(holder)["pid"], dict(holder)["process"]) == (str(child), comm)
+        assert values(samples, "gpu_exporter_holder_scan_denied_processes") == [
+            snapshot.holder_scan.denied_processes if snapshot.holder_scan else -1
+        ]
+        # the driver lets go once the child ends: no dead owner, no holder, no leak
+        os.kill(child, signal.SIGKILL)
+        gpu.process_exited(job.pid, released=True)
+        assert gpu.compute_processes == []
+    finally:
+        if os.path.exists(f"/proc/{child}"):
+            os.kill(child, signal.SIGKILL)

@@ -252,7 +252,7 @@ def _leak_summary(attribution: Attribution, used: int, minor: int | None) -> str
     owners = {o.pid for o in dead}
     holders = [h for h in attribution.holders or () if h.pid not in owners]
     if attribution.holders is None:
-        return f"{exited}the holders of its device file are not known yet."
+        return f"{exited}who holds its device file is not known yet."
     if not holders:
         return f"{exited}no process holds the device files: reset the GPU."
     named = _pids(f"{h.pid} ({h.process})" if h.process else str(h.pid) for h in holders)

@@ -567,6 +567,9 @@ class Attribution:
     # processes holding /dev/nvidiaN, from the last holder scan, while more than the leak
     # threshold of memory has no live listed process; None: not scanned for this GPU
     holders: tuple[DeviceHolder, ...] | None = None
+    # that scan read every process (none denied, within its budget): no holder found
+    # means none holds the device file
+    holders_complete: bool = False
 
 
 # Kubernetes --------------------------------------------------------------------------

@@ -141,10 +141,15 @@ def test_memory_leaked_names_the_dead_owner_and_the_child_that_holds_the_device_
         == "pid 1567 exited; pid 1592 (python3) still holds /dev/nvidia0: end it."
     )
     assert "idle-allocated" not in found  # a dead owner's GPU is not idle-allocated
-    nobody = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=dead, holders=()))
+    nobody = leak_verdicts(
+        Attribution((), LEAK_USED, 0, dead_owners=dead, holders=(), holders_complete=True)
+    )
     assert nobody["memory-leaked"] == (
         "pid 1567 exited; no process holds the device files: reset the GPU."
     )
+    unread = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=dead, holders=()))
+    assert "no process the exporter may read holds" in unread["memory-leaked"]
+    assert "sudo fuser -v /dev/nvidia*" in unread["memory-leaked"]
     zombie = (DeadOwner(1567, "zombie", LEAK_USED), DeadOwner(1570, "gone", None))
     unscanned = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=zombie))
     assert unscanned["memory-leaked"] == (

@@ -9,11 +9,12 @@ finds it: a link in `/proc/PID/fd` whose target is that file. `/dev/nvidiactl` a
 
 The scan reads every descriptor of every process (a host with 5,000 processes may have
 500,000), so it never runs on the sampling path: `HolderScanner.request` starts it on its
-own thread, at most once per `every_seconds`, and the attributor uses the last answer
-(`latest`). A scan stops at `budget_seconds`, marked incomplete. Another user's
-descriptors can be read only by root or with CAP_SYS_PTRACE: a process whose
-`/proc/PID/fd` answers EACCES is counted as denied (`HolderScanState.denied_processes`,
-the metric `gpu_exporter_holder_scan_denied_processes`) and said once in the log.
+own thread (at the lowest CPU priority), at most once per `every_seconds`, and the
+attributor uses the last answer (`latest`). A scan stops at `budget_seconds`, marked
+incomplete. Another user's descriptors can be read only by root or with CAP_SYS_PTRACE:
+a process whose `/proc/PID/fd` answers EACCES is counted as denied
+(`HolderScanState.denied_processes`, the metric
+`gpu_exporter_holder_scan_denied_processes`) and said once in the log.
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ SCAN_EVERY_SECONDS = 60.0
 SCAN_BUDGET_SECONDS = 5.0
 """A scan stops after this long, incomplete, however many descriptors are left."""
 MAX_MINOR_DIGITS = 6  # the N of /dev/nvidiaN: a longer number is no GPU's
+SCAN_NICE = 19
+"""The scan thread's nice value: on a busy host the sampling thread runs first."""
+
+
+def lower_thread_priority() -> None:
+    """Make the calling thread background work (Linux: nice applies per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SCAN_NICE)
+    except (OSError, AttributeError):
+        pass  # not Linux, or not permitted: the scan still runs
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,7 @@ class HolderScanner:
             return self._latest
 
     def _run(self) -> None:
+        lower_thread_priority()
         scan: HolderScan | None = None
         try:
             scan = self.scan()

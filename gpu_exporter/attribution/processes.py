@@ -183,9 +183,11 @@ class ProcessAttributor:
         if scan is None:
             return attribution
         out = dict(attribution)
+        complete = scan.state.complete and not scan.state.denied_processes
         for index, minor in suspects.items():
             if minor is not None:
-                out[index] = replace(out[index], holders=scan.holders.get(minor, ()))
+                held = scan.holders.get(minor, ())
+                out[index] = replace(out[index], holders=held, holders_complete=complete)
         return out
 
     # Host side ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gpu_exporter.model import Attribution, DeviceSample, ProcessSample
+from gpu_exporter.model import Attribution, DeviceHolder, DeviceSample, ProcessSample
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History, gpu_key
 
@@ -181,7 +181,7 @@ def _throttled(device: DeviceSample, history: History) -> list[GpuVerdict | None
 
 
 def _watts(device: DeviceSample, history: History) -> str:
-    """": 690 of 700 W", or, when the mean draw of the window is far below the limit
+    """ ": 690 of 700 W", or, when the mean draw of the window is far below the limit
     (POWER_BURSTS_RATIO), that bursts reach it; "" when the power is not known."""
     power = device.reading.power if device.reading else None
     if power is None or power.watts is None or not power.limit_watts:
@@ -226,35 +226,61 @@ def _near_slowdown(device: DeviceSample) -> GpuVerdict | None:
     )
 
 
-def _memory_leaked(device: DeviceSample) -> GpuVerdict | None:
+@dataclass(frozen=True)
+class Leak:
+    """Memory held by no live process: GPUMemoryLeaked's condition on one GPU."""
+
+    used_bytes: int
+    attribution: Attribution
+    holders: tuple[DeviceHolder, ...] | None  # of the device file, dead owners left out;
+    # None: not scanned yet
+
+
+def leak(device: DeviceSample) -> Leak | None:
     """More than the threshold used while no live process is listed: NVML lists none, or
     every owner it lists is dead (a forked child that holds the device files is no owner).
-    Names the dead owners and, once scanned, the holders of the device file."""
+    The memory-leaked verdict and the recommended action both ask here."""
     attribution = device.attribution
-    memory = device.reading.memory if device.reading else None
+    memory = device.reading.memory if device.reading and device.up else None
     if attribution is None or memory is None or memory.used_bytes is None:
         return None
     if attribution.process_count > 0 or memory.used_bytes <= thresholds.LEAKED_MEMORY_BYTES:
         return None
+    owners = {o.pid for o in attribution.dead_owners}
+    holders = attribution.holders
+    if holders is not None:
+        holders = tuple(h for h in holders if h.pid not in owners)
+    return Leak(memory.used_bytes, attribution, holders)
+
+
+def _memory_leaked(device: DeviceSample) -> GpuVerdict | None:
+    """Names the dead owners and, once scanned, the holders of the device file."""
+    found = leak(device)
+    if found is None:
+        return None
     minor = device.static.minor_number if device.static else None
-    return _verdict("memory-leaked", _leak_summary(attribution, memory.used_bytes, minor))
+    return _verdict("memory-leaked", _leak_summary(found, minor))
 
 
-def _leak_summary(attribution: Attribution, used: int, minor: int | None) -> str:
-    """"pid 1567 exited; pid 1592 (python3) still holds /dev/nvidia0: end it.", or "...: no
+def _leak_summary(found: Leak, minor: int | None) -> str:
+    """ "pid 1567 exited; pid 1592 (python3) still holds /dev/nvidia0: end it.", or "...: no
     process holds the device files: reset the GPU." once the holders were scanned."""
-    dead = attribution.dead_owners
+    dead = found.attribution.dead_owners
     exited = (
         f"{_pids(str(o.pid) for o in dead)} exited; "
         if dead
-        else f"{gib(used)} of memory is held by no live process; "
+        else f"{gib(found.used_bytes)} of memory is held by no live process; "
     )
-    owners = {o.pid for o in dead}
-    holders = [h for h in attribution.holders or () if h.pid not in owners]
-    if attribution.holders is None:
+    holders = found.holders
+    if holders is None:
         return f"{exited}who holds its device file is not known yet."
-    if not holders:
+    if not holders and found.attribution.holders_complete:
         return f"{exited}no process holds the device files: reset the GPU."
+    if not holders:
+        return (
+            f"{exited}no process the exporter may read holds its device file: find the "
+            "holder with `sudo fuser -v /dev/nvidia*`, or reset the GPU if none."
+        )
     named = _pids(f"{h.pid} ({h.process})" if h.process else str(h.pid) for h in holders)
     path = f"/dev/nvidia{minor}" if minor is not None else "the device file"
     verb, them = ("holds", "it") if len(holders) == 1 else ("hold", "them")
@@ -262,7 +288,7 @@ def _leak_summary(attribution: Attribution, used: int, minor: int | None) -> str
 
 
 def _pids(names: Iterable[str]) -> str:
-    """"pid 1567" or "pids 1567, 1570"."""
+    """ "pid 1567" or "pids 1567, 1570"."""
     listed = list(names)
     return f"pid {listed[0]}" if len(listed) == 1 else f"pids {', '.join(listed)}"
 

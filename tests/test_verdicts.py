@@ -153,7 +153,8 @@ def test_memory_leaked_names_the_dead_owner_and_the_child_that_holds_the_device_
     zombie = (DeadOwner(1567, "zombie", LEAK_USED), DeadOwner(1570, "gone", None))
     unscanned = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=zombie))
     assert unscanned["memory-leaked"] == (
-        "pids 1567, 1570 exited; who holds its device file is not known yet."
+        "pids 1567, 1570 exited; 4.5 GiB stays taken until the process that holds its device "
+        "file ends."
     )
     listed_none = leak_verdicts(Attribution((), LEAK_USED, 0, holders=holders))
     assert listed_none["memory-leaked"].startswith("4.5 GiB of memory is held by no live process")

@@ -273,7 +273,10 @@ def _leak_summary(found: Leak, minor: int | None) -> str:
     )
     holders = found.holders
     if holders is None:
-        return f"{exited}who holds its device file is not known yet."
+        return (
+            f"{exited}{gib(found.used_bytes)} stays taken until the process that holds its "
+            "device file ends."
+        )
     if not holders and found.attribution.holders_complete:
         return f"{exited}no process holds the device files: reset the GPU."
     if not holders:

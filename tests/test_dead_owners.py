@@ -91,6 +91,8 @@ class Spawned:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def _state(pid: int) -> str:
@@ -317,5 +319,6 @@ def test_the_h200_case_through_the_driver_wrappers_the_sampler_and_the_expositio
         gpu.process_exited(job.pid, released=True)
         assert gpu.compute_processes == []
     finally:
+        job.stdout.close()
         if os.path.exists(f"/proc/{child}"):
             os.kill(child, signal.SIGKILL)

@@ -282,7 +282,7 @@ def _leak_summary(found: Leak, minor: int | None) -> str:
     if not holders:
         return (
             f"{exited}no process the exporter may read holds its device file: find the "
-            "holder with `sudo fuser -v /dev/nvidia*`, or reset the GPU if none."
+            "holder with sudo fuser -v /dev/nvidia*, or reset the GPU if none."
         )
     named = _pids(f"{h.pid} ({h.process})" if h.process else str(h.pid) for h in holders)
     path = f"/dev/nvidia{minor}" if minor is not None else "the device file"

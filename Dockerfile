@@ -8,7 +8,9 @@
 # --gpus all (the NVIDIA Container Toolkit) mounts the driver's libnvidia-ml into the
 # container; --pid=host lets the exporter see the processes that hold the GPUs, without it
 # process names, users and containers cannot be attributed; --device /dev/kmsg and
-# --cap-add SYSLOG let it read the kernel log's Xid lines (make test-deploy checks all).
+# --cap-add SYSLOG let it read the kernel log's Xid lines (make test-deploy checks all);
+# --cap-add SYS_PTRACE (not needed otherwise) lets it name the processes of other users
+# that still hold a leaked GPU's /dev/nvidiaN (docs/processes.md).
 
 # The [kubernetes] extra (grpcio, protobuf) is for --collector.kubernetes, and is imported
 # only when that collector is on.

@@ -12,7 +12,7 @@ PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install 
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 
-.PHONY: demo demo-alerts self-check-demo dist test test-deploy lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-parsers bench-kubelet bench-xid-storm bench-fleet soak docs screenshot clean
+.PHONY: demo demo-alerts self-check-demo dist test test-deploy lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-parsers bench-kubelet bench-xid-storm bench-holders bench-fleet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --write benchmarks/README.md
 	$(BIN)/python benchmarks/xid_storm.py --write benchmarks/README.md
+	$(BIN)/python benchmarks/holder_scan.py --write benchmarks/README.md
+
+bench-holders: $(STAMP)
+	$(BIN)/python benchmarks/holder_scan.py --write benchmarks/README.md
 
 bench-rss: $(STAMP)
 	$(BIN)/python benchmarks/rss_scraped.py --write benchmarks/README.md

@@ -18,6 +18,7 @@ from dataclasses import fields, replace
 from types import FrameType
 
 from gpu_exporter import __version__, logs
+from gpu_exporter.attribution.holders import HolderScanner
 from gpu_exporter.attribution.kubernetes import KubernetesAttributor
 from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.config import (
@@ -34,6 +35,7 @@ from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.self_process import ProcessMetrics
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import DeviceSample, HostSample, KubernetesState, Snapshot
+from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.counter_reads import CounterReads
 from gpu_exporter.sampling.health import Health
 from gpu_exporter.sampling.history import HISTORY_CADENCES, History
@@ -119,6 +121,9 @@ def make_sampler(
         limit=settings.process_limit,
         cmdline=settings.process_cmdline,
         lookup=backend.host_process,
+        # a simulated GPU has no device file on this host to look for
+        holders=HolderScanner() if backend.kind == "nvml" else None,
+        scan_above_bytes=thresholds.LEAKED_MEMORY_BYTES,
     )
     host_reader = HostReader()
 

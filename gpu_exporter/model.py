@@ -479,6 +479,45 @@ class HostProcess:
     workers: int | None = None  # number of descendant processes
     resident_memory_bytes: int | None = None
     start_time_seconds: float | None = None  # Unix time
+    # "zombie" (its stat state is Z or X) or "gone" (no /proc entry, or its PID now names
+    # a process started after NVML first listed it) for a dead owner NVML still lists;
+    # "" when it lives or /proc cannot tell (another PID namespace)
+    dead: str = ""
+
+
+@dataclass(frozen=True)
+class DeadOwner:
+    """A PID NVML lists on a GPU whose process is dead: the driver keeps listing the owner
+    of a context while a process it forked holds the device files (nvidia-smi prints its
+    name as `[No data]`). Not a live process: its memory is unattributed."""
+
+    pid: int
+    state: str  # "zombie" or "gone" (`HostProcess.dead`)
+    memory_used_bytes: int | None  # as NVML lists it; None: unknown (vGPU)
+
+
+@dataclass(frozen=True)
+class DeviceHolder:
+    """A process that holds a GPU's device file `/dev/nvidiaN` open, as `fuser -v` finds
+    it: a link in /proc/PID/fd whose target is that file."""
+
+    pid: int
+    process: str  # command name (comm); "" if it exited before it was read
+    user: str  # user name, or numeric uid; "" if unknown
+    labels: CgroupLabels = field(default_factory=CgroupLabels)
+    namespace: str = ""  # Kubernetes, from the kubelet's log layout (collector kubernetes)
+    pod: str = ""
+    container: str = ""
+
+
+@dataclass(frozen=True)
+class HolderScanState:
+    """The last scan for the holders of the GPUs' device files (`attribution.holders`)."""
+
+    finished_seconds: float  # Unix time it ended
+    duration_seconds: float
+    denied_processes: int  # processes whose descriptors it could not read (permission)
+    complete: bool  # False: it stopped at its time budget, some processes unread
 
 
 @dataclass(frozen=True)
@@ -522,6 +561,15 @@ class Attribution:
     # host's: in no container and no pod by their cgroup, and seen in the host's /proc (a
     # PID it cannot see is left out)
     host_processes: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    # PIDs NVML lists whose process is dead (zombie or gone): not in `processes`, not in
+    # `process_count`, their memory in `unattributed_memory_bytes`
+    dead_owners: tuple[DeadOwner, ...] = ()
+    # processes holding /dev/nvidiaN, from the last holder scan, while more than the leak
+    # threshold of memory has no live listed process; None: not scanned for this GPU
+    holders: tuple[DeviceHolder, ...] | None = None
+    # that scan read every process (none denied, within its budget): no holder found
+    # means none holds the device file
+    holders_complete: bool = False
 
 
 # Kubernetes --------------------------------------------------------------------------
@@ -742,6 +790,7 @@ class Snapshot:
     stages: Mapping[str, StageResult] = field(default_factory=dict)  # by STAGES name
     # /proc shows the host's PID namespace (None: process attribution off)
     host_pid_namespace: bool | None = None
+    holder_scan: HolderScanState | None = None  # None: no holder scan has run
     kubernetes: KubernetesState | None = None  # None: collector kubernetes off
 
     @property

@@ -13,11 +13,15 @@ import pytest
 
 from gpu_exporter.model import (
     RECOVERY_ACTIONS,
+    Attribution,
+    DeadOwner,
+    DeviceHolder,
     DeviceReading,
     DeviceSample,
     EccReading,
     FabricReading,
     HealthReading,
+    MemoryReading,
     Snapshot,
     XidState,
 )
@@ -30,6 +34,7 @@ from tests.test_faults_e2e import FAST, write_scenario
 from tests.test_processes import STATIC
 
 NOW = 1_800_000_000.0
+GIB = 2**30
 CLEAN_ECC = EccReading(
     uncorrected_errors=0,
     retired_pages_pending=False,
@@ -49,6 +54,37 @@ def device(
 ) -> DeviceSample:
     reading = DeviceReading(ecc=ecc, health=health) if up else None
     return DeviceSample(0, STATIC, up=up, lost=lost, reading=reading)
+
+
+def leaked(
+    held: bool, *, complete: bool = True, scanned: bool = True, live: int = 0
+) -> DeviceSample:
+    """A healthy GPU holding 4.5 GiB whose listed owner (pid 1567) is dead; with `held`, its
+    forked child (pid 1592) holds the device file."""
+    holders = (DeviceHolder(1592, "python3", "alice"),) if held else ()
+    attribution = Attribution(
+        (),
+        4 * GIB,
+        live,
+        dead_owners=(DeadOwner(1567, "gone", 4 * GIB),),
+        holders=holders if scanned else None,
+        holders_complete=complete,
+    )
+    memory = MemoryReading(total_bytes=141 * GIB, used_bytes=4 * GIB + GIB // 2)
+    return replace(
+        device(),
+        reading=DeviceReading(ecc=CLEAN_ECC, health=HEALTHY, memory=memory),
+        attribution=attribution,
+    )
+
+
+def test_a_leak_asks_to_end_the_holder_or_to_reset_only_when_the_scan_proves_none() -> None:
+    assert judged(leaked(True)) == Recommendation("restart_workload", "memory_leaked_held")
+    assert judged(leaked(False)) == Recommendation("reset_gpu", "memory_leaked")
+    # a scan that could not read every process proves no absence; none yet decides nothing
+    assert judged(leaked(False, complete=False)) == Recommendation("none", "none")
+    assert judged(leaked(True, scanned=False)) == Recommendation("none", "none")
+    assert judged(leaked(False, live=1)) == Recommendation("none", "none")  # a live owner
 
 
 def judged(d: DeviceSample, xids: dict[int, float] | None = None) -> Recommendation | None:
@@ -75,6 +111,8 @@ def _case(signal: str) -> tuple[DeviceSample, dict[int, float] | None, str]:
     }
     if signal in fabric:
         return device(health=HealthReading(0, fabric[signal])), None, signal
+    if signal.startswith("memory_leaked"):
+        return leaked(signal == "memory_leaked_held"), None, signal
     ecc = {
         "row_remap_failed": replace(CLEAN_ECC, remapped_rows_failed=True),
         "row_remap_pending": replace(CLEAN_ECC, remapped_rows_pending=True),

@@ -112,11 +112,12 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
         for (_, labels) in samples
         if "gpu" in dict(labels) and "pid" not in dict(labels)
     ]
-    # processes on whole GPUs (under MIG the driver has no per-process utilization)
+    # processes on whole GPUs (under MIG the driver has no per-process utilization); the
+    # dead owner --simulate lists has its own info series, no process series
     process = [
         dict(labels)
-        for (_, labels) in samples
-        if "pid" in dict(labels) and not dict(labels).get("gpu_instance")
+        for (name, labels) in samples
+        if name.startswith("gpu_process_") and not dict(labels).get("gpu_instance")
     ]
     pids = {(labels["gpu"], labels["pid"]) for labels in process}
     plain = [labels for labels in device if labels["gpu"] == "0"]  # an H100 without MIG

@@ -898,3 +898,23 @@ def test_once_reads_the_kubelet_before_it_prints(
     assert result.returncode == 0, result.stderr
     assert allocations(result.stdout) == {("1", "", "ml", "train-0", "trainer")}
     assert kubelet.calls == 1
+
+
+def test_a_holder_of_a_leaked_gpu_s_device_file_is_named_with_its_pod() -> None:
+    from gpu_exporter.model import Attribution, CgroupLabels, ContainerName, DeviceHolder
+    from tests.test_processes import STATIC
+
+    cid = "ab" * 32
+    holders = (
+        DeviceHolder(1592, "python3", "alice", CgroupLabels(container_id=cid)),
+        DeviceHolder(1600, "bash", "bob"),  # on the node, in no pod
+    )
+    attribution = Attribution((), 4 * 2**30, 0, holders=holders)
+    device = DeviceSample(index=0, static=STATIC, up=True, attribution=attribution)
+    reading = KubeletReading(containers={cid: ContainerName("ml", "train-0", "trainer")})
+    (named,), _ = KubernetesAttributor()((device,), reading)
+    assert named.attribution is not None and named.attribution.holders is not None
+    assert [(h.pid, h.namespace, h.pod, h.container) for h in named.attribution.holders] == [
+        (1592, "ml", "train-0", "trainer"),
+        (1600, "", "", ""),
+    ]

@@ -114,6 +114,7 @@ def test_the_page_in_a_browser_shows_every_gpu_its_charts_and_verdicts(
         assert advice and not [a for a in advice if "`" in a], advice
         leaked = verdict(1, "memory-leaked")
         assert "GiB" in leaked and "fuser -v /dev/nvidia*" in leaked
+        assert "exited" in leaked  # the simulated crashed owner the driver still lists
         assert "%" in verdict(2, "near-oom")
         # the GPU at its power cap says so, with the reason
         assert "sw_power_cap" in verdict(3, "power-capped")

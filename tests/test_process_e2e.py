@@ -234,21 +234,30 @@ def test_cap_keeps_the_largest_and_rolls_the_rest_into_other(
     assert one(s, "gpu_memory_unattributed_bytes", gpu="0") == used - 10 * GIB
 
 
-def test_series_vanish_when_the_process_exits(trees: Trees, run: Callable[..., Exporter]) -> None:
+def test_an_owner_that_exits_while_listed_is_a_dead_owner_not_a_process(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    """The real driver keeps listing an owner that died while a child holds the device
+    files: it leaves the process series and gpu_processes, and its memory is unattributed."""
     stays, leaves = trees.spawn(0), trees.spawn(1)
     entries = [
         {"gpu": 0, "pid": stays.pid, "memory_bytes": GIB},
         {"gpu": 1, "pid": leaves.pid, "memory_bytes": 2 * GIB, "sm_ratio": 0.3},
     ]
     exporter = run(entries)
-    exporter.wait_for(has_pid(leaves.pid, "gpu_process_workers"))
-    # it exits while the driver still lists it: the sample goes on, with what is known
+    s = exporter.wait_for(has_pid(leaves.pid, "gpu_process_workers"))
+    assert one(s, "gpu_processes", gpu="1") == 1
+    attributed = one(s, "gpu_memory_unattributed_bytes", gpu="1")
+    # it exits (reaped: gone from /proc) while the driver still lists it
     trees.kill(leaves)
-    s = exporter.wait_for(lambda s: not values(s, "gpu_process_workers", pid=str(leaves.pid)))
-    gone = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(leaves.pid)]
-    assert [(x["process"], x["user"]) for x in gone] == [("", "")]
-    assert one(s, "gpu_process_memory_used_bytes", pid=str(leaves.pid)) == 2 * GIB
-    assert one(s, "gpu_process_workers", pid=str(stays.pid)) == 0
+    s = exporter.wait_for(lambda s: bool(values(s, "gpu_memory_dead_owner_info", gpu="1")))
+    assert one(s, "gpu_memory_dead_owner_info", gpu="1", pid=str(leaves.pid), state="gone") == 1
+    assert not any(str(leaves.pid) in str(k) for k in s if k[0].startswith("gpu_process_"))
+    assert one(s, "gpu_processes", gpu="1") == 0
+    leaked = one(s, "gpu_memory_unattributed_bytes", gpu="1")
+    assert leaked >= 2 * GIB and leaked > attributed
+    assert one(s, "gpu_process_workers", pid=str(stays.pid)) == 0  # the live one unchanged
+    assert one(s, "gpu_processes", gpu="0") == 1
     # the driver lets go of it: every series of it disappears from the next scrapes
     write_scenario(run.scenario, entries[:1])  # type: ignore[attr-defined]
     s = exporter.wait_for(lambda s: not any(str(leaves.pid) in str(k) for k in s))
@@ -256,23 +265,23 @@ def test_series_vanish_when_the_process_exits(trees: Trees, run: Callable[..., E
     assert one(s, "gpu_processes", gpu="0") == 1
 
 
-def test_pid_from_another_namespace_is_exported_with_what_is_known(
+def test_a_listed_pid_that_is_not_in_proc_is_a_gone_owner(
     trees: Trees, run: Callable[..., Exporter]
 ) -> None:
     job = trees.spawn(0)
-    invisible = 4_194_000  # near PID_MAX_LIMIT: not a process this host can see
-    assert not psutil.pid_exists(invisible)
+    gone = 4_194_000  # near PID_MAX_LIMIT: no process of this host
+    assert not psutil.pid_exists(gone)
     exporter = run(
         [
-            {"gpu": 0, "pid": invisible, "memory_bytes": GIB, "sm_ratio": 0.7},
+            {"gpu": 0, "pid": gone, "memory_bytes": GIB, "sm_ratio": 0.7},
             {"gpu": 0, "pid": job.pid, "memory_bytes": GIB},
         ]
     )
     s = exporter.wait_for(has_pid(job.pid, "gpu_process_workers"))
-    (found,) = [x for x in series(s, "gpu_process_memory_used_bytes") if x["pid"] == str(invisible)]
-    assert (found["process"], found["user"], found["container_id"]) == ("", "", "")
-    assert one(s, "gpu_process_utilization_ratio", pid=str(invisible)) == pytest.approx(0.7)
-    assert values(s, "gpu_process_cpu_seconds_total", pid=str(invisible)) == []
+    assert values(s, "gpu_process_memory_used_bytes", pid=str(gone)) == []
+    assert values(s, "gpu_process_utilization_ratio", pid=str(gone)) == []
+    assert one(s, "gpu_memory_dead_owner_info", pid=str(gone), state="gone") == 1
+    assert one(s, "gpu_processes", gpu="0") == 1
     assert one(s, "gpu_process_workers", pid=str(job.pid)) == 0
 
 

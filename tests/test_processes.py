@@ -263,8 +263,9 @@ def test_no_walk_when_no_gpu_has_a_process(host: FakeHost, monkeypatch: pytest.M
 
 
 def test_pid_from_another_namespace_keeps_its_gpu_series_with_empty_labels(
-    host: FakeHost,
+    tmp_path: Path,
 ) -> None:
+    host = FakeHost(tmp_path / "container-proc", host_namespace=False)
     out = attributor(host)(
         {0: raw([gpu(4_000_123, 3 * 2**30)], [ProcessUtilization(4_000_123, 5, 0.5, 0.25)])}
     )
@@ -325,11 +326,12 @@ def test_identity_is_cached_per_pid_and_start_time_but_cpu_is_read_every_sample(
     assert host.lookups == [10]
     assert (first.user, second.user) == ("alice", "alice")
     assert (first.cpu_seconds, second.cpu_seconds) == (1.0, 2.5)
-    # the PID is reused by a new process: a new start time, a fresh lookup
+    # the PID is reused by a new process while NVML still lists it: not the owner
     host.add(FakeProc(10, 1, "bash", start_ticks=900, user="mallory"))
-    third = a({0: raw([gpu(10)])})[0].processes[0]
-    assert (third.process, third.user) == ("bash", "mallory")
-    assert host.lookups == [10, 10]
+    third = a({0: raw([gpu(10)])})[0]
+    assert third.processes == () and third.process_count == 0
+    assert [(o.pid, o.state) for o in third.dead_owners] == [(10, "gone")]
+    assert host.lookups == [10]
 
 
 def test_exited_processes_leave_the_cache_and_their_series_vanish(host: FakeHost) -> None:
@@ -437,7 +439,8 @@ def test_no_other_series_under_the_cap(host: FakeHost) -> None:
     assert [p.process for p in out.processes] == ["python"]
 
 
-def test_other_sum_is_left_out_when_a_member_is_unknown(host: FakeHost) -> None:
+def test_other_sum_is_left_out_when_a_member_is_unknown(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "container-proc", host_namespace=False)  # nothing known
     out = attributor(host, limit=0)({0: raw([gpu(10, 5), gpu(11, None)])})[0]
     (other,) = out.processes
     assert other.memory_used_bytes is None and other.resident_memory_bytes is None
@@ -447,11 +450,14 @@ def test_other_sum_is_left_out_when_a_member_is_unknown(host: FakeHost) -> None:
 
 
 def test_unattributed_memory_is_used_minus_the_processes(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
+    host.add(FakeProc(11, 1, "python"))
     out = attributor(host)({0: raw([gpu(10, 3 * 2**30), gpu(11, 2**30)], used=10 * 2**30)})
     assert out[0].unattributed_memory_bytes == 6 * 2**30
 
 
 def test_unattributed_memory_is_never_negative(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
     out = attributor(host)({0: raw([gpu(10, 12 * 2**30)], used=10 * 2**30)})
     assert out[0].unattributed_memory_bytes == 0
 
@@ -462,6 +468,7 @@ def test_gpu_with_memory_and_no_process_is_all_unattributed(host: FakeHost) -> N
 
 
 def test_unattributed_memory_is_unknown_when_any_process_memory_is(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
     assert attributor(host)({0: raw([gpu(10, None)])})[0].unattributed_memory_bytes is None
     assert attributor(host)({0: raw([gpu(10)], used=None)})[0].unattributed_memory_bytes is None
 
@@ -482,6 +489,7 @@ def test_a_process_in_both_lists_is_one_series_with_its_memory_once(host: FakeHo
 
 
 def test_a_pid_listed_twice_in_one_context_is_one_series(host: FakeHost) -> None:
+    host.add(FakeProc(10, 1, "python"))
     out = attributor(host)({0: raw([gpu(10, 5), gpu(10, 7)], used=20)})[0]
     (p,) = out.processes
     assert p.memory_used_bytes == 12 and out.unattributed_memory_bytes == 8

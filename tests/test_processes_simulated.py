@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gpu_exporter.attribution.processes import ProcessAttributor
@@ -93,14 +95,14 @@ def test_scenario_processes_replace_the_built_in_ones() -> None:
     clock = FakeClock()
     backend = SimulatedBackend(2, clock=clock.wall)
     backend._scenario = Scenario(
-        processes=(SimulatedProcess(gpu=1, pid=4_000_001, memory_bytes=2**30, sm_ratio=0.5),)
+        processes=(SimulatedProcess(gpu=1, pid=os.getpid(), memory_bytes=2**30, sm_ratio=0.5),)
     )
     s = sampler(backend, clock)
     snapshot = s.sample_once()
     s.stop(0)
     assert snapshot.devices[0].attribution.processes == ()
     (p,) = snapshot.devices[1].attribution.processes or ()
-    assert (p.pid, p.memory_used_bytes, p.sm_ratio) == ("4000001", 2**30, 0.5)
+    assert (p.pid, p.memory_used_bytes, p.sm_ratio) == (str(os.getpid()), 2**30, 0.5)
     assert backend.host_process(BUILTIN_PID_BASE + 1) is None
 
 
@@ -129,7 +131,9 @@ def test_a_scenario_process_may_be_compute_and_graphics() -> None:
     backend = SimulatedBackend(1, clock=clock.wall)
     backend._scenario = Scenario(
         processes=(
-            SimulatedProcess(gpu=0, pid=4242, memory_bytes=2**20, context="compute+graphics"),
+            SimulatedProcess(
+                gpu=0, pid=os.getpid(), memory_bytes=2**20, context="compute+graphics"
+            ),
         )
     )
     s = sampler(backend, clock)
@@ -140,4 +144,4 @@ def test_a_scenario_process_may_be_compute_and_graphics() -> None:
     }  # as NVML lists it
     (p,) = s.sample_once().devices[0].attribution.processes or ()
     s.stop(0)
-    assert (p.pid, p.context, p.memory_used_bytes) == ("4242", "compute+graphics", 2**20)
+    assert (p.pid, p.context, p.memory_used_bytes) == (str(os.getpid()), "compute+graphics", 2**20)

@@ -185,6 +185,38 @@ def test_what_nvidia_smi_cannot_say_or_a_collector_off_is_skipped_not_a_finding(
     assert ", 4 skipped" in run.stdout  # two PCIe links, the threshold, the clock
 
 
+def test_thresholds_printed_as_t_limit_offsets_are_compared_through_the_margin(
+    tmp_path: Path,
+) -> None:
+    """R580's nvidia-smi prints the slowdown and maximum temperatures only as offsets from
+    T.Limit (gpu_temp_slow_tlimit_threshold -2 C): the absolute threshold is the temperature
+    plus the T.Limit margin (T.Limit, 88 C on the simulated H100) minus the offset."""
+    r580 = {
+        "temperature/gpu_temp_slow_threshold": "(absent)",
+        "temperature/gpu_temp_max_threshold": "(absent)",
+        "temperature/gpu_temp_slow_tlimit_threshold": "-2 C",
+    }
+    changes = {
+        0: {**r580, "temperature/gpu_temp_max_tlimit_threshold": "-4 C"},
+        1: {**r580, "temperature/gpu_temp_max_tlimit_threshold": "-8 C"},
+    }
+    run = self_check(tmp_path, gpus=2, changes=changes)
+    rows = run.rows()
+    slow = "temperature/gpu_temp_slow_threshold"
+    assert rows[("0", slow)] == ["90", "90 (T.Limit 88 +2 C)", "agree"]
+    assert rows[("0", "temperature/gpu_temp_max_threshold")] == [
+        "92",
+        "92 (T.Limit 88 +4 C)",
+        "agree",
+    ]
+    assert rows[("1", "temperature/gpu_temp_max_threshold")] == [
+        "92",
+        "96 (T.Limit 88 +8 C)",
+        "differ by 4 C (tolerance 1 C)",
+    ]
+    assert run.code == 1 and ", 0 skipped" in run.stdout  # compared, not skipped
+
+
 def test_nvidia_smi_missing_is_one_line_and_exit_2(tmp_path: Path) -> None:
     run = self_check(tmp_path, path=str(tmp_path / "empty"))
     assert run.code == 2

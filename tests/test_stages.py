@@ -26,6 +26,7 @@ class Attributor:
     """Process attribution as the sampler sees it, around a plain function."""
 
     sees_host_pid_namespace = True
+    holder_scan = None
 
     def __init__(self, fn: object) -> None:
         self._fn = fn

@@ -14,6 +14,8 @@ from gpu_exporter.model import (
     ActivityTotals,
     Attribution,
     ClocksReading,
+    DeadOwner,
+    DeviceHolder,
     DeviceReading,
     MemoryReading,
     MigInstanceReading,
@@ -106,6 +108,62 @@ def test_memory_leaked_only_when_attribution_says_no_process() -> None:
     assert "memory-leaked" not in run(3, busy=0.0, used=2 * GIB, processes=(trainer(0, 0),))
 
 
+LEAK_USED = 4_831_838_208  # 4.5 GiB, as the H200 listed for the dead owner
+
+
+def leak_verdicts(attribution: Attribution, busy: float = 0.0) -> dict[str, str]:
+    """Verdicts (name: summary) on a GPU (minor 0) holding 4.5 GiB, with `attribution`."""
+    history = History()
+    last: Snapshot | None = None
+    for t in range(10):
+        base = snapshot(float(t), [replace(static(0), minor_number=0)])
+        device = replace(
+            base.devices[0],
+            busy_seconds=busy * t,
+            reading=DeviceReading(
+                utilization=UtilizationReading(gpu_ratio=busy),
+                memory=MemoryReading(total_bytes=141 * GIB, used_bytes=LEAK_USED),
+            ),
+            attribution=attribution,
+        )
+        last = replace(base, devices=(device,))
+        history.add(last)
+    assert last is not None
+    return {v.name: v.summary for v in judge(last.devices[0], history)}
+
+
+def test_memory_leaked_names_the_dead_owner_and_the_child_that_holds_the_device_file() -> None:
+    dead = (DeadOwner(1567, "gone", LEAK_USED),)
+    holders = (DeviceHolder(1592, "python3", "alice"),)
+    found = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=dead, holders=holders))
+    assert (
+        found["memory-leaked"]
+        == "pid 1567 exited; pid 1592 (python3) still holds /dev/nvidia0: end it."
+    )
+    assert "idle-allocated" not in found  # a dead owner's GPU is not idle-allocated
+    nobody = leak_verdicts(
+        Attribution((), LEAK_USED, 0, dead_owners=dead, holders=(), holders_complete=True)
+    )
+    assert nobody["memory-leaked"] == (
+        "pid 1567 exited; no process holds the device files: reset the GPU."
+    )
+    unread = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=dead, holders=()))
+    assert "no process the exporter may read holds" in unread["memory-leaked"]
+    assert "sudo fuser -v /dev/nvidia*" in unread["memory-leaked"]
+    zombie = (DeadOwner(1567, "zombie", LEAK_USED), DeadOwner(1570, "gone", None))
+    unscanned = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=zombie))
+    assert unscanned["memory-leaked"] == (
+        "pids 1567, 1570 exited; 4.5 GiB stays taken until the process that holds its device "
+        "file ends."
+    )
+    listed_none = leak_verdicts(Attribution((), LEAK_USED, 0, holders=holders))
+    assert listed_none["memory-leaked"].startswith("4.5 GiB of memory is held by no live process")
+    # a live owner beside the dead one: no leak, and an idle one keeps its idle-allocated
+    live = ProcessSample(pid="1600", process="python", user="alice", context="compute")
+    beside = leak_verdicts(Attribution((live,), 0, 1, dead_owners=dead, holders=holders))
+    assert "memory-leaked" not in beside and "idle-allocated" in beside
+
+
 def test_idle_allocated_when_a_process_holds_an_idle_gpu() -> None:
     held = (trainer(0.0, 0),)
     assert "idle-allocated" in run(10, busy=0.01, util=0.0, processes=held)
@@ -171,6 +229,16 @@ def test_a_gpu_at_its_power_cap_says_so_with_the_watts_and_what_to_do() -> None:
     assert "power-capped" in throttled(20, share(0.3, "sw_power_cap"))
     assert "power-capped" not in throttled(20, share(0.2, "sw_power_cap"))
     assert "power-capped" not in throttled(2, share(1.0, "sw_power_cap"))  # too little history
+
+
+def test_a_bursty_job_at_its_power_cap_says_the_bursts_reach_the_limit() -> None:
+    """Seen on an H200: a starved loop's 45 ms bursts held sw_power_cap 83% of the time at
+    a mean of 305 of 700 W."""
+    found = throttled(20, share(0.85, "sw_power_cap"), watts=305.0)["power-capped"]
+    assert "in bursts: the draw averages 305 of 700 W" in found
+    assert "peaks reach the limit" in found
+    near = throttled(20, share(0.85, "sw_power_cap"), watts=0.8 * 700)["power-capped"]
+    assert "560 of 700 W" in near and "bursts" not in near  # not far below: as it is
 
 
 @pytest.mark.parametrize("reason", ["sw_thermal_slowdown", "hw_thermal_slowdown"])

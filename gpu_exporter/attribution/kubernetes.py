@@ -32,6 +32,7 @@ from gpu_exporter.attribution import dra
 from gpu_exporter.model import (
     ContainerDevices,
     ContainerName,
+    DeviceHolder,
     DeviceSample,
     GpuAllocation,
     KubeletReading,
@@ -85,7 +86,10 @@ def _named(device: DeviceSample, reading: KubeletReading) -> DeviceSample:
     if attribution is None or not (reading.containers or reading.pod_names):
         return device
     processes = tuple(_name(p, reading) for p in attribution.processes)
-    return replace(device, attribution=replace(attribution, processes=processes))
+    holders = attribution.holders
+    if holders is not None:
+        holders = tuple(_name_holder(h, reading) for h in holders)
+    return replace(device, attribution=replace(attribution, processes=processes, holders=holders))
 
 
 def _name(p: ProcessSample, reading: KubeletReading) -> ProcessSample:
@@ -93,6 +97,13 @@ def _name(p: ProcessSample, reading: KubeletReading) -> ProcessSample:
     if name is None:
         return p
     return replace(p, namespace=name.namespace, pod=name.pod, container=name.container)
+
+
+def _name_holder(h: DeviceHolder, reading: KubeletReading) -> DeviceHolder:
+    name = _lookup(reading, h.labels.container_id, h.labels.pod_uid)
+    if name is None:
+        return h
+    return replace(h, namespace=name.namespace, pod=name.pod, container=name.container)
 
 
 def _lookup(reading: KubeletReading, container_id: str, pod_uid: str) -> ContainerName | None:

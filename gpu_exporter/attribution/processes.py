@@ -11,10 +11,22 @@ each PID:
   sampler says will be seen (`sampling/counter_reads.py`), and whenever NVML lists a
   PID not known yet; the other samples carry the values last read.
 
-A PID the walk does not see (another PID namespace, or a process that exited after
-NVML listed it) keeps its GPU series with empty labels and no host values. A process that
-exits while it is read, or a file we may not read, are expected: what could be read is
-kept, the rest is "" or left out. Nothing is made up.
+A PID is only a claim: the driver keeps listing the owner of a context that died while
+a process it forked holds the device files (nvidia-smi prints it as `[No data]`). Where
+/proc shows the host's PID namespace, a listed PID is a dead owner when it is gone from
+/proc, when its stat state is Z (zombie) or X (dead), or when it was reused: its start
+time is later than when this attributor first saw the PID listed. A dead owner is no
+process: it has no `gpu_process_*` series, is not counted in `gpu_processes`, and its
+memory is unattributed (`Attribution.dead_owners` names it for the verdicts). Where /proc
+is another namespace's, a PID cannot be judged and keeps its GPU series with empty
+labels and no host values. A process that exits while it is read, or a file we may not
+read, are expected: what could be read is kept, the rest is "" or left out. Nothing is
+made up.
+
+While a GPU has more than `scan_above_bytes` of memory that no live listed process
+accounts for, the attributor asks `holders.HolderScanner` (its own thread, at most once
+a minute) who holds that GPU's `/dev/nvidiaN`, and hands the last answer on
+(`Attribution.holders`).
 
 Each process is one series per GPU (and MIG instance), as nvidia-smi lists it: one that
 NVML lists in both the compute and the graphics list (nvidia-smi's type C+G) has context
@@ -28,10 +40,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from gpu_exporter.attribution.holders import HolderScanner
 from gpu_exporter.attribution.identity import (
     FileReader,
     Identity,
@@ -45,8 +59,10 @@ from gpu_exporter.attribution.proctree import ProcTable, StatFiles, boot_time_se
 from gpu_exporter.model import (
     PROCESS_CONTEXTS,
     Attribution,
+    DeadOwner,
     DeviceRaw,
     GpuProcess,
+    HolderScanState,
     HostProcess,
     ProcessSample,
     ProcessUtilization,
@@ -55,7 +71,11 @@ from gpu_exporter.model import (
 log = logging.getLogger(__name__)
 
 OTHER = "other"
-UNKNOWN = HostProcess()  # a PID /proc does not show: frozen, so one serves them all
+UNKNOWN = HostProcess()  # a PID /proc cannot judge: frozen, so one serves them all
+GONE = HostProcess(dead="gone")
+REUSE_SLACK_SECONDS = 1.0
+"""A start time this much after the PID was first listed means the PID was reused: /proc's
+boot time is whole seconds, so a start time computed from it may be off by one."""
 
 HostProcessLookup = Callable[[int], HostProcess | None]
 """Answers for PIDs the backend itself knows (the simulated tenants); None: ask /proc."""
@@ -64,9 +84,11 @@ HostProcessLookup = Callable[[int], HostProcess | None]
 class ProcessAttributor:
     """Builds each GPU's process series once per sample. Used on the sampler thread only.
 
-    `proc_root`, `read` and `name_of` (files and accounts) and `lookup` are seams for
-    tests; `lookup` answers for PIDs that have no /proc entry on this host (the simulated
-    backend's).
+    `proc_root`, `read` and `name_of` (files and accounts), `clock` (Unix seconds: when
+    a PID was first seen listed) and `lookup` are seams for tests; `lookup` answers for
+    PIDs that have no /proc entry on this host (the simulated backend's), and a PID it
+    answers for is alive. `holders` scans for the holders of the device files while a
+    GPU has more than `scan_above_bytes` that no live listed process accounts for.
     """
 
     def __init__(
@@ -80,6 +102,9 @@ class ProcessAttributor:
         lookup: HostProcessLookup | None = None,
         clock_ticks: int | None = None,
         page_size: int | None = None,
+        clock: Callable[[], float] = time.time,
+        holders: HolderScanner | None = None,
+        scan_above_bytes: int = 2**30,
     ) -> None:
         self.limit = max(0, limit)
         self.cmdline = cmdline
@@ -94,6 +119,11 @@ class ProcessAttributor:
         self._stat_files = StatFiles()
         self._members: set[int] = set()  # last sample's GPU process trees
         self._hosts: dict[int, HostProcess] = {}  # the last host view read, by PID
+        self._clock = clock
+        # PID -> (Unix seconds it was first seen listed, its start ticks then or None)
+        self._first_seen: dict[int, tuple[float, int | None]] = {}
+        self.holders = holders
+        self._scan_above = scan_above_bytes
         self.sees_host_pid_namespace = sees_host_pid_namespace(proc_root)
         if not self.sees_host_pid_namespace:
             log.warning(
@@ -103,6 +133,11 @@ class ProcessAttributor:
                 proc_root,
             )
 
+    @property
+    def holder_scan(self) -> HolderScanState | None:
+        """The last scan for the holders of the device files; None before the first."""
+        return self.holders.state if self.holders is not None else None
+
     # One sample --------------------------------------------------------------------
 
     def __call__(
@@ -111,14 +146,49 @@ class ProcessAttributor:
         """Each GPU's process series. With `fresh` False, /proc is read only if NVML
         lists a PID not known yet; else the host values are those last read."""
         pids = {p.pid for raw in raws.values() for p in raw.processes or ()}
+        now = self._clock()
+        self._first_seen = {pid: self._first_seen.get(pid, (now, None)) for pid in pids}
         if fresh or not pids <= self._hosts.keys():
             self._hosts = self.host_processes(pids)
         hosts = self._hosts
-        return {
+        out = {
             index: self.attribute(raw, hosts)
             for index, raw in raws.items()
             if raw.processes is not None
         }
+        if self.holders is not None:
+            out = self._with_holders(raws, out, self.holders)
+        return out
+
+    def _with_holders(
+        self,
+        raws: Mapping[int, DeviceRaw],
+        attribution: dict[int, Attribution],
+        scanner: HolderScanner,
+    ) -> dict[int, Attribution]:
+        """Each GPU with more than `scan_above_bytes` no live process accounts for gets the
+        holders of its device file from the last scan; a scan is asked for (it runs on its
+        own thread, at most once a minute), never waited for."""
+        suspects = {
+            index: raws[index].static.minor_number
+            for index, a in attribution.items()
+            if a.unattributed_memory_bytes is not None
+            and a.unattributed_memory_bytes > self._scan_above
+            and raws[index].static.minor_number is not None
+        }
+        if not suspects:
+            return attribution
+        scanner.request()
+        scan = scanner.latest()
+        if scan is None:
+            return attribution
+        out = dict(attribution)
+        complete = scan.state.complete and not scan.state.denied_processes
+        for index, minor in suspects.items():
+            if minor is not None:
+                held = scan.holders.get(minor, ())
+                out[index] = replace(out[index], holders=held, holders_complete=complete)
+        return out
 
     # Host side ---------------------------------------------------------------------
 
@@ -143,8 +213,14 @@ class ProcessAttributor:
         used: set[tuple[int, int]] = set()
         for pid in rest:
             stat = table.get(pid)
-            if stat is None:  # another PID namespace, hidden, or already gone
-                out[pid] = UNKNOWN
+            if stat is None:  # in the host's PID namespace: gone
+                out[pid] = GONE
+                continue
+            if stat.dead:
+                out[pid] = HostProcess(process=stat.comm, dead="zombie")
+                continue
+            if self._reused(pid, stat.start_ticks):
+                out[pid] = GONE
                 continue
             key = (pid, stat.start_ticks)
             identity = self._cache.get(key)
@@ -181,6 +257,22 @@ class ProcessAttributor:
         self._members = members  # their stat files stay open for the next walk
         return out
 
+    def _reused(self, pid: int, start_ticks: int) -> bool:
+        """True when `pid` names a later process than the one NVML first listed: its start
+        ticks differ from those read then, or its start time is after it was first seen."""
+        first = self._first_seen.get(pid)
+        if first is None:
+            return False  # not listed by NVML (a backend's own PID): nothing to compare
+        seen, ticks_then = first
+        if ticks_then is None:
+            self._first_seen[pid] = (seen, start_ticks)
+        elif ticks_then != start_ticks:
+            return True
+        boot = self._boot()
+        if boot is None:
+            return False
+        return boot + start_ticks / self._ticks() > seen + REUSE_SLACK_SECONDS
+
     def _ticks(self) -> int:
         if self._clock_ticks is None:
             self._clock_ticks = os.sysconf("SC_CLK_TCK")
@@ -200,8 +292,20 @@ class ProcessAttributor:
     # One GPU -----------------------------------------------------------------------
 
     def attribute(self, raw: DeviceRaw, hosts: Mapping[int, HostProcess]) -> Attribution:
-        """The process series of one GPU and the memory none of them accounts for."""
-        entries = _merge(raw.processes or ())
+        """The process series of one GPU and the memory none of them accounts for; a dead
+        owner's entries are left out of both (its memory is unattributed)."""
+        merged = _merge(raw.processes or ())
+        entries: dict[Placement, int | None] = {}
+        dead: dict[int, DeadOwner] = {}
+        for placement, memory in merged.items():
+            pid = placement[0]
+            state = hosts.get(pid, UNKNOWN).dead
+            if not state:
+                entries[placement] = memory
+                continue
+            known = dead.get(pid)
+            total = memory if known is None else _sum_int([known.memory_used_bytes, memory])
+            dead[pid] = DeadOwner(pid, state, total)
         utilization = _latest_utilization(raw.process_utilization)
         samples = [
             _sample(
@@ -221,10 +325,11 @@ class ProcessAttributor:
         pids = len({placement[0] for placement in entries})
         return Attribution(
             tuple(kept),
-            _unattributed(raw, entries),
+            _unattributed(raw, merged, entries),
             pids,
             _containers(samples),
             _host_processes(samples),
+            tuple(dead[pid] for pid in sorted(dead)),
         )
 
 
@@ -373,22 +478,27 @@ def _other(rest: Sequence[ProcessSample]) -> ProcessSample:
     )
 
 
-def _unattributed(raw: DeviceRaw, entries: Mapping[Placement, int | None]) -> int | None:
-    """Used GPU memory no listed process accounts for, in bytes; never negative.
+def _unattributed(
+    raw: DeviceRaw, listed: Mapping[Placement, int | None], live: Mapping[Placement, int | None]
+) -> int | None:
+    """Used GPU memory no live listed process accounts for, in bytes; never negative.
 
     The used memory comes from NVML's v2 memory info, whose `used` already leaves out
     the driver's reservation (`gpu_memory_reserved_bytes`); where only v1 exists the
-    reservation is not reported and cannot be taken out. None when the used memory or any
-    process's memory is unknown (vGPU), and under MIG, where each GPU instance holds memory
-    of its own that no process accounts for: a guess would hide or invent a leak.
+    reservation is not reported and cannot be taken out. A dead owner's memory is in it.
+    None when the used memory or any live process's memory is unknown (vGPU), and under
+    MIG, where each GPU instance holds memory of its own that no process accounts for: a
+    guess would hide or invent a leak.
     """
     reading = raw.reading.memory
     used = reading.used_bytes if reading is not None else None
     if used is None:
         return None
-    listed = 0
-    for (_pid, _context, gpu_instance, _ci), memory in entries.items():
-        if memory is None or gpu_instance is not None:
+    if any(gpu_instance is not None for (_pid, _c, gpu_instance, _ci) in listed):
+        return None
+    accounted = 0
+    for memory in live.values():
+        if memory is None:
             return None
-        listed += memory  # one entry per process: a C+G one is counted once (`_merge`)
-    return max(0, used - listed)
+        accounted += memory  # one entry per process: a C+G one is counted once (`_merge`)
+    return max(0, used - accounted)

@@ -88,6 +88,12 @@ class ProcStat:
     cpu_ticks: int  # utime + stime + cutime + cstime, in clock ticks (SC_CLK_TCK)
     start_ticks: int  # start time in clock ticks after boot
     rss_pages: int  # resident set size in pages (SC_PAGE_SIZE)
+    state: str = "R"  # proc(5) field 3: R, S, D, ..., Z (zombie), X (dead)
+
+    @property
+    def dead(self) -> bool:
+        """A zombie (exited, not yet waited for) or dead task: no longer a process."""
+        return self.state in ("Z", "X")
 
 
 def parse_stat(data: bytes) -> ProcStat:
@@ -109,6 +115,7 @@ def parse_stat(data: bytes) -> ProcStat:
         cpu_ticks=int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14]),
         start_ticks=int(fields[19]),
         rss_pages=int(fields[21]),
+        state=fields[0].decode("ascii", "replace"),
     )
 
 

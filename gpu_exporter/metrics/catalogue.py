@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from gpu_exporter import __version__
+from gpu_exporter.attribution.holders import SCAN_BUDGET_SECONDS, SCAN_EVERY_SECONDS
 from gpu_exporter.metrics.specs import (
     SAMPLED,
     Collector,
@@ -48,6 +49,7 @@ from gpu_exporter.model import (
     DeviceSample,
     EccReading,
     FabricReading,
+    HolderScanState,
     HostSample,
     KernelLogState,
     MemoryReading,
@@ -68,6 +70,7 @@ from gpu_exporter.sampling.counter_reads import MAX_AGE_SECONDS as COUNTER_READS
 from gpu_exporter.sources.backend import COUNTER_MAX_AGE_SECONDS, SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.kernel_log import MAX_BACKLOG_BYTES
 from gpu_exporter.sources.kernel_log_counts import MAX_CODES_PER_KEY, MAX_KEYS, MAX_PAIRS
+from gpu_exporter.sampling.thresholds import LEAKED_MEMORY_BYTES
 
 COLLECTORS: tuple[Collector, ...] = (
     Collector("utilization", True, "GPU, memory-controller, encoder and decoder utilization"),
@@ -397,6 +400,27 @@ def _unattributed(d: DeviceSample) -> Number | None:
     return d.attribution.unattributed_memory_bytes if d.attribution is not None else None
 
 
+def _dead_owners(_s: Snapshot, d: DeviceSample) -> Rows:
+    a = d.attribution
+    return [((str(o.pid), o.state), 1) for o in (a.dead_owners if a is not None else ())]
+
+
+def _holders(_s: Snapshot, d: DeviceSample) -> Rows:
+    a = d.attribution
+    return [
+        (
+            (str(h.pid), h.process, h.user, h.labels.container_id, h.labels.pod_uid)
+            + (h.namespace, h.pod, h.container),
+            1,
+        )
+        for h in (a.holders or () if a is not None else ())
+    ]
+
+
+def _holder_scan(pick: Callable[[HolderScanState], Number]) -> Callable[[Snapshot], Rows]:
+    return lambda s: one(pick(s.holder_scan)) if s.holder_scan is not None else ()
+
+
 def _allocations(s: Snapshot, d: DeviceSample) -> Rows:
     k = s.kubernetes
     if k is None:
@@ -675,10 +699,42 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_memory_unattributed_bytes",
         "gauge",
-        "Used memory that no listed process accounts for (reservation excluded), in bytes: "
-        "memory pinned by dead or invisible processes.",
+        "Used memory that no live listed process accounts for (reservation excluded), in "
+        "bytes: memory pinned by dead or invisible processes, a dead owner's included.",
         "process",
         device(_unattributed),
+    ),
+    _d(
+        "gpu_memory_dead_owner_info",
+        "gauge",
+        "1 for each PID NVML lists on the GPU whose process is dead: state zombie (exited, "
+        "not waited for) or gone (no longer in /proc, or its PID reused). The driver keeps "
+        "listing it while a process it forked holds the device files; it has no "
+        "gpu_process_* series, and its memory is in gpu_memory_unattributed_bytes.",
+        "process",
+        _dead_owners,
+        "pid",
+        "state",
+    ),
+    _d(
+        "gpu_memory_holder_info",
+        "gauge",
+        "1 for each process that holds the GPU's device file /dev/nvidiaN open (what "
+        f"fuser -v finds), scanned at most once every {SCAN_EVERY_SECONDS:.0f} s while more "
+        f"than {LEAKED_MEMORY_BYTES / 2**30:.0f} GiB of the GPU's "
+        "memory has no live listed process; with the pod where Kubernetes attribution knows "
+        "it. Without root or CAP_SYS_PTRACE only the exporter's own user's processes are "
+        "seen (gpu_exporter_holder_scan_denied_processes).",
+        "process",
+        _holders,
+        "pid",
+        "process",
+        "user",
+        "container_id",
+        "pod_uid",
+        "namespace",
+        "pod",
+        "container",
     ),
     # Temperature and cooling.
     _d(
@@ -1176,7 +1232,8 @@ METRICS: tuple[MetricSpec, ...] = (
     _d(
         "gpu_processes",
         "gauge",
-        "Number of processes holding a context on this GPU.",
+        "Number of live processes holding a context on this GPU; a dead owner NVML still "
+        "lists (gpu_memory_dead_owner_info) is not counted.",
         "process",
         device(_attribution_count),
     ),
@@ -1365,6 +1422,25 @@ METRICS: tuple[MetricSpec, ...] = (
         "they are exported with their PID and GPU memory only.",
         collector="process",
         extract=lambda s: one(s.host_pid_namespace),
+    ),
+    ExporterMetric(
+        name="gpu_exporter_holder_scan_denied_processes",
+        type="gauge",
+        help="Processes whose descriptors the last scan for the holders of the GPUs' device "
+        "files could not read: another user's /proc/PID/fd needs root or CAP_SYS_PTRACE. "
+        "Holders among them are not in gpu_memory_holder_info: run sudo fuser -v "
+        "/dev/nvidia* instead.",
+        collector="process",
+        extract=_holder_scan(lambda h: h.denied_processes),
+    ),
+    ExporterMetric(
+        name="gpu_exporter_holder_scan_duration_seconds",
+        type="gauge",
+        help="Wall time of the last scan for the holders of the GPUs' device files (its own "
+        f"thread, never on the sampling path; it stops at a budget of {SCAN_BUDGET_SECONDS:.0f} "
+        "s).",
+        collector="process",
+        extract=_holder_scan(lambda h: h.duration_seconds),
     ),
     ExporterMetric(
         name="gpu_exporter_kubernetes_up",

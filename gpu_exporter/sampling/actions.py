@@ -5,7 +5,9 @@ a row of `RULES` (signal, condition, action, source) and nothing else decides. T
 read what the sample already holds: the driver's own recovery action, the Xids of the
 last `RECENT_XID_SECONDS` with the immediate action NVIDIA's Xid catalog gives each code
 (`XID_CATALOG`), the row remapper and page retirement, volatile uncorrectable ECC errors,
-the NVLink fabric, and a GPU that NVML says is lost. Where several fire, the strongest
+the NVLink fabric, a GPU that NVML says is lost, and memory that no live process holds
+(`verdicts.leak`, GPUMemoryLeaked's condition) once the holders of its device file are
+known. Where several fire, the strongest
 action wins (`ACTIONS` is in order of strength), and the first row of that strength in
 `RULES` names the reason. No signal, no action: a GPU none of whose signals could be read
 gets no recommendation at all, never "none".
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpu_exporter.model import RECOVERY_ACTIONS, DeviceReading, DeviceSample, Snapshot, XidState
+from gpu_exporter.sampling import thresholds
+from gpu_exporter.sampling.verdicts import leak
 
 Action = Literal[
     "none", "restart_workload", "reset_gpu", "drain", "reboot_node", "inspect_hardware"
@@ -129,6 +133,14 @@ class Rule:
 _NVML_H = "nvml.h, nvmlDeviceGpuRecoveryAction_t and NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
 _MEMORY_ERRORS = "NVIDIA GPU Memory Error Management (A100/H100), Error Recovery and Response Flags"
 _FABRIC = "NVIDIA Fabric Manager User Guide: a GPU not in the fabric has no NVLink peer-to-peer"
+_LEAK = (
+    f"more than {thresholds.LEAKED_MEMORY_BYTES / 2**30:.0f} GiB used while every owner NVML "
+    "lists is dead (or it lists none)"
+)
+_LEAK_SOURCE = (
+    "GPUMemoryLeaked runbook (docs/alerts.md); R580 on an H200: the driver keeps a dead "
+    "owner's memory while a process it forked holds /dev/nvidiaN"
+)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -198,6 +210,19 @@ RULES: tuple[Rule, ...] = (
         "reset_gpu",
         f"{_MEMORY_ERRORS}; Xid catalog: Xid 48 WORKFLOW_XID_48",
     ),
+    Rule(
+        "memory_leaked",
+        f"{_LEAK}, and no process holds the GPU's device file (the holder scan read every process)",
+        "reset_gpu",
+        f"{_LEAK_SOURCE}; nothing but a reset frees memory no process holds",
+    ),
+    Rule(
+        "memory_leaked_held",
+        f"{_LEAK}, and a process (a crashed job's forked child) still holds the GPU's device "
+        "file: end it (`gpu_memory_holder_info`), then restart the job",
+        "restart_workload",
+        f"{_LEAK_SOURCE}; the memory is freed when the last holder closes the files",
+    ),
 )
 """Every way to a recommendation, in the order that breaks a tie between equal actions."""
 
@@ -236,7 +261,25 @@ def _fired(device: DeviceSample, xid: XidState | None, now: float) -> tuple[list
             continue
         read = True
         fired.extend(answer)
+    leaked = _leaked(device)
+    if leaked is not None:
+        read = True
+        fired.extend(leaked)
     return fired, read
+
+
+def _leaked(device: DeviceSample) -> list[Fired] | None:
+    """Memory no live process holds, once the holders of the device file are known (a
+    scan that could not read every process proves no absence: it decides nothing then);
+    None when there is no leak: its absence alone reads no signal."""
+    found = leak(device)
+    if found is None or found.holders is None:
+        return None
+    if found.holders:
+        return [("memory_leaked_held", "memory_leaked_held")]
+    if found.attribution.holders_complete:
+        return [("memory_leaked", "memory_leaked")]
+    return None
 
 
 Check = Callable[[DeviceReading | None, XidState | None, float], "list[Fired] | None"]

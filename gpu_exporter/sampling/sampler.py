@@ -39,6 +39,7 @@ from gpu_exporter.model import (
     DeviceSample,
     DeviceStatic,
     DriverInfo,
+    HolderScanState,
     HostSample,
     KernelLogState,
     KubernetesState,
@@ -72,6 +73,10 @@ class AttributeProcesses(Protocol):
     @property
     def sees_host_pid_namespace(self) -> bool:
         """False where /proc is another PID namespace's: only PIDs and memory are known."""
+
+    @property
+    def holder_scan(self) -> HolderScanState | None:
+        """The last scan for the holders of the device files; None before the first."""
 
     def __call__(
         self, raws: Mapping[int, DeviceRaw], *, fresh: bool = True
@@ -290,8 +295,10 @@ class Sampler:
 
         attribution: Mapping[int, Attribution] = {}
         host_pid_namespace: bool | None = None
+        holder_scan: HolderScanState | None = None
         if "process" in collectors and self._attribute_processes is not None:
             host_pid_namespace = self._attribute_processes.sees_host_pid_namespace
+            holder_scan = self._attribute_processes.holder_scan
             t0 = self._monotonic()
             ok = True
             try:
@@ -361,6 +368,7 @@ class Sampler:
             collectors=collectors,
             stages=stages,
             host_pid_namespace=host_pid_namespace,
+            holder_scan=holder_scan,
             kubernetes=kubernetes,
         )
         self.latest = snapshot

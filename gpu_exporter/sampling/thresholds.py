@@ -25,7 +25,9 @@ INPUT_BOUND_CORES_PER_WORKER = 0.9
 core when it has no workers): the input pipeline cannot keep up."""
 
 LEAKED_MEMORY_BYTES = 1024 * 1024 * 1024
-"""GPUMemoryLeaked: more than this many bytes used while no process is on the GPU."""
+"""GPUMemoryLeaked: more than this many bytes used while no live process is on the GPU (a
+dead owner NVML still lists is none); the exporter looks for the holders of the GPU's
+device file while more than this has no live listed process."""
 
 BUSY_BUT_SMS_IDLE_BUSY_RATIO = 0.8
 """GPUBusyButSMsIdle: a kernel runs more than this share of the time (0..1) ..."""
@@ -48,6 +50,11 @@ POWER_BRAKE_REASON = "hw_power_brake_slowdown"
 POWER_CAPPED_RATIO = THERMAL_THROTTLE_RATIO
 """The page only (no alert: a GPU at its power limit is doing its job): held at the power
 limit (`sw_power_cap`) more than this share of the time (0..1), as for heat."""
+
+POWER_BURSTS_RATIO = 0.75
+"""The page only: a power-capped GPU whose mean draw over the window is below this share
+of its limit (0..1) is capped in bursts (a starved loop's short kernels reach the limit,
+the average does not): the verdict says so rather than leave 305 of 700 W unexplained."""
 
 SLOWDOWN_MARGIN_CELSIUS = 5.0
 """The page only (no alert rule): a temperature within this many degrees Celsius of the

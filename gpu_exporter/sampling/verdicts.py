@@ -19,10 +19,11 @@ own slowdown threshold before it throttles. Each summary names the driver's reas
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gpu_exporter.model import DeviceSample, ProcessSample
+from gpu_exporter.model import Attribution, DeviceHolder, DeviceSample, ProcessSample
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History, gpu_key
 
@@ -57,8 +58,9 @@ ADVICE: dict[VerdictName, str] = {
     "budget set it, the job runs at its speed for that budget.",
     "input-bound": "The input pipeline cannot keep up: raise the DataLoader's `num_workers`, "
     "set `pin_memory=True`, and check the data loader (decoding, augmentation, storage).",
-    "memory-leaked": "Find the holder with `fuser -v /dev/nvidia*` (a crashed job's "
-    "leftover process, or a container still running) and end it.",
+    "memory-leaked": "End the process that still holds the GPU's device file (a crashed "
+    "job's forked child, a container still running); `sudo fuser -v /dev/nvidia*` lists "
+    "them all. If none holds it, reset the GPU (`nvidia-smi -r -i <gpu>`).",
     "near-oom": "The next allocation may fail with CUDA out of memory: lower the batch "
     "size, or use mixed precision or gradient checkpointing.",
     "idle-allocated": "Release the GPU, or find out why the job does not use it.",
@@ -168,20 +170,30 @@ def _throttled(device: DeviceSample, history: History) -> list[GpuVerdict | None
         out.append(_verdict("hw-slowdown", "Clocks held down by hw_slowdown."))
     capped, points = history.mean(gpu_key(device), "power_capped_ratio", window)
     if capped is not None and points >= MIN_POINTS and capped > thresholds.POWER_CAPPED_RATIO:
-        power = reading.power if reading else None
-        watts = (
-            f": {power.watts:.0f} of {power.limit_watts:.0f} W"
-            if power and power.watts is not None and power.limit_watts
-            else ""
-        )
         out.append(
             _verdict(
                 "power-capped",
                 f"Clocks held down by sw_power_cap (the power limit) {capped:.0%} of the "
-                f"last {minutes}{watts}.",
+                f"last {minutes}{_watts(device, history)}.",
             )
         )
     return out
+
+
+def _watts(device: DeviceSample, history: History) -> str:
+    """ ": 690 of 700 W", or, when the mean draw of the window is far below the limit
+    (POWER_BURSTS_RATIO), that bursts reach it; "" when the power is not known."""
+    power = device.reading.power if device.reading else None
+    if power is None or power.watts is None or not power.limit_watts:
+        return ""
+    limit = power.limit_watts
+    mean, _ = history.mean(gpu_key(device), "power_watts", thresholds.VERDICT_WINDOW_SECONDS)
+    if mean is not None and mean < thresholds.POWER_BURSTS_RATIO * limit:
+        return (
+            f", in bursts: the draw averages {mean:.0f} of {limit:.0f} W, and its peaks "
+            "reach the limit (short kernels between waits for input)"
+        )
+    return f": {power.watts:.0f} of {limit:.0f} W"
 
 
 def _temperature(device: DeviceSample) -> str:
@@ -214,17 +226,74 @@ def _near_slowdown(device: DeviceSample) -> GpuVerdict | None:
     )
 
 
-def _memory_leaked(device: DeviceSample) -> GpuVerdict | None:
+@dataclass(frozen=True)
+class Leak:
+    """Memory held by no live process: GPUMemoryLeaked's condition on one GPU."""
+
+    used_bytes: int
+    attribution: Attribution
+    holders: tuple[DeviceHolder, ...] | None  # of the device file, dead owners left out;
+    # None: not scanned yet
+
+
+def leak(device: DeviceSample) -> Leak | None:
+    """More than the threshold used while no live process is listed: NVML lists none, or
+    every owner it lists is dead (a forked child that holds the device files is no owner).
+    The memory-leaked verdict and the recommended action both ask here."""
     attribution = device.attribution
-    memory = device.reading.memory if device.reading else None
+    memory = device.reading.memory if device.reading and device.up else None
     if attribution is None or memory is None or memory.used_bytes is None:
         return None
-    if attribution.process_count == 0 and memory.used_bytes > thresholds.LEAKED_MEMORY_BYTES:
-        return _verdict(
-            "memory-leaked",
-            f"{gib(memory.used_bytes)} of memory is held by no live process on this GPU.",
+    if attribution.process_count > 0 or memory.used_bytes <= thresholds.LEAKED_MEMORY_BYTES:
+        return None
+    owners = {o.pid for o in attribution.dead_owners}
+    holders = attribution.holders
+    if holders is not None:
+        holders = tuple(h for h in holders if h.pid not in owners)
+    return Leak(memory.used_bytes, attribution, holders)
+
+
+def _memory_leaked(device: DeviceSample) -> GpuVerdict | None:
+    """Names the dead owners and, once scanned, the holders of the device file."""
+    found = leak(device)
+    if found is None:
+        return None
+    minor = device.static.minor_number if device.static else None
+    return _verdict("memory-leaked", _leak_summary(found, minor))
+
+
+def _leak_summary(found: Leak, minor: int | None) -> str:
+    """ "pid 1567 exited; pid 1592 (python3) still holds /dev/nvidia0: end it.", or "...: no
+    process holds the device files: reset the GPU." once the holders were scanned."""
+    dead = found.attribution.dead_owners
+    exited = (
+        f"{_pids(str(o.pid) for o in dead)} exited; "
+        if dead
+        else f"{gib(found.used_bytes)} of memory is held by no live process; "
+    )
+    holders = found.holders
+    if holders is None:
+        return (
+            f"{exited}{gib(found.used_bytes)} stays taken until the process that holds its "
+            "device file ends."
         )
-    return None
+    if not holders and found.attribution.holders_complete:
+        return f"{exited}no process holds the device files: reset the GPU."
+    if not holders:
+        return (
+            f"{exited}no process the exporter may read holds its device file: find the "
+            "holder with sudo fuser -v /dev/nvidia*, or reset the GPU if none."
+        )
+    named = _pids(f"{h.pid} ({h.process})" if h.process else str(h.pid) for h in holders)
+    path = f"/dev/nvidia{minor}" if minor is not None else "the device file"
+    verb, them = ("holds", "it") if len(holders) == 1 else ("hold", "them")
+    return f"{exited}{named} still {verb} {path}: end {them}."
+
+
+def _pids(names: Iterable[str]) -> str:
+    """ "pid 1567" or "pids 1567, 1570"."""
+    listed = list(names)
+    return f"pid {listed[0]}" if len(listed) == 1 else f"pids {', '.join(listed)}"
 
 
 def _busy_verdicts(device: DeviceSample, history: History) -> list[GpuVerdict | None]:

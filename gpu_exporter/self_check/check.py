@@ -20,7 +20,13 @@ from gpu_exporter.daemon import EXIT_USAGE, make_backend, make_sampler, warn_if_
 from gpu_exporter.model import DeviceSample, Snapshot
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.self_check import nvidia_smi
-from gpu_exporter.self_check.compare import COLLECTORS, QUANTITIES, Row, judge
+from gpu_exporter.self_check.compare import (
+    COLLECTORS,
+    QUANTITIES,
+    Row,
+    judge,
+    nvidia_smi_answer,
+)
 
 SAMPLES_EACH_SIDE = 4
 SPACING_SECONDS = 0.5
@@ -44,7 +50,7 @@ def self_check(settings: Settings) -> int:
         answers = nvidia_smi.read(
             executable,
             [q.field for q in QUANTITIES if not q.xml],
-            [q.field for q in QUANTITIES if q.xml],
+            [f for q in QUANTITIES if q.xml for f in (q.field, q.tlimit) if f],
             settings.timeout_seconds,
         )
         snapshots += _sample(sampler, SAMPLES_EACH_SIDE, first=False)
@@ -103,7 +109,8 @@ def compare(
             off = q.collector is not None and q.collector not in collectors
             values = [v for s, d in seen[uuid] if (v := q.exporter(s, d)) is not None]
             skipped = f"--no-collector.{q.collector}" if off else ""
-            rows.append(judge(gpu, q, values, smi[q.field], skipped=skipped))
+            judged, answer, shown = nvidia_smi_answer(q, smi)
+            rows.append(judge(gpu, judged, values, answer, skipped=skipped, shown=shown))
     for uuid in answers.by_uuid.keys() - seen.keys():
         gpu = f"smi:{answers.index.get(uuid, '?')}"
         rows.append(Row(gpu, "uuid", "N/A", uuid, "absent", "in the exporter: no such GPU"))

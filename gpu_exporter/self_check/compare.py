@@ -14,8 +14,8 @@ agrees. docs/self-check.md and `--help` show the tolerances (a test holds them t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
 from gpu_exporter.model import (
@@ -48,6 +48,9 @@ class Quantity:
     relative: float = 0.0  # share of nvidia-smi's value, where larger than `tolerance`
     xml: bool = False  # read from `nvidia-smi -q -x` rather than the query
     parse: Callable[[str], Value] = float  # nvidia-smi's text -> the value compared
+    # a temperature threshold's T.Limit offset under <gpu>, which nvidia-smi prints instead
+    # of the absolute threshold on some branches (R580: gpu_temp_slow_tlimit_threshold -2 C)
+    tlimit: str = ""
 
     @property
     def numeric(self) -> bool:
@@ -136,6 +139,7 @@ QUANTITIES: tuple[Quantity, ...] = (
         _static(lambda st: st.slowdown_temperature_celsius),
         "C",
         xml=True,
+        tlimit="temperature/gpu_temp_slow_tlimit_threshold",
     ),
     Quantity(
         "temperature/gpu_temp_max_threshold",
@@ -143,6 +147,7 @@ QUANTITIES: tuple[Quantity, ...] = (
         _static(lambda st: st.shutdown_temperature_celsius),
         "C",
         xml=True,
+        tlimit="temperature/gpu_temp_max_tlimit_threshold",
     ),
     Quantity(
         "fan.speed",
@@ -238,6 +243,46 @@ class Row:
         return f"{self.verdict} ({self.detail})"
 
 
+GPU_TEMPERATURE = "temperature.gpu"
+TLIMIT_MARGIN = "temperature.gpu.tlimit"
+TLIMIT_TOLERANCE_CELSIUS = 1.0
+"""A threshold through the T.Limit margin: nvidia-smi's temperature and margin are whole
+degrees, read at one moment."""
+
+
+def nvidia_smi_answer(
+    q: Quantity, smi: Mapping[str, str | None]
+) -> tuple[Quantity, str | None, str]:
+    """nvidia-smi's answer for `q`: (the quantity as judged, the answer, what to show).
+
+    Where nvidia-smi prints a temperature threshold only as its offset from T.Limit
+    (R580: `gpu_temp_slow_tlimit_threshold` -2 C, no absolute threshold), the absolute
+    threshold is the temperature at which the T.Limit margin reaches that offset: the
+    temperature plus the margin (= T.Limit) minus the offset, within 1 C."""
+    answer = smi.get(q.field, MISSING)
+    shown = "N/A" if answer is None else answer
+    if answer != MISSING or not q.tlimit:
+        return q, answer, shown
+    offset, celsius, margin = (
+        smi.get(f, MISSING) for f in (q.tlimit, GPU_TEMPERATURE, TLIMIT_MARGIN)
+    )
+    if (
+        offset is None
+        or offset == MISSING
+        or celsius in (None, MISSING)
+        or margin in (None, MISSING)
+    ):
+        return q, answer, shown
+    try:
+        tlimit = float(str(celsius)) + float(str(margin))
+        absolute = tlimit - float(offset)
+    except ValueError:
+        return q, answer, shown
+    through = replace(q, tolerance=TLIMIT_TOLERANCE_CELSIUS)
+    text = f"{absolute:.0f}"
+    return through, text, f"{text} (T.Limit {tlimit:.0f} {-float(offset):+.0f} C)"
+
+
 def _digits(text: str) -> int:
     """The decimals nvidia-smi printed: '700.00' -> 2."""
     _, dot, decimals = text.partition(".")
@@ -249,11 +294,19 @@ def _show(value: float, digits: int) -> str:
 
 
 def judge(
-    gpu: str, q: Quantity, values: Sequence[Value], answer: str | None, *, skipped: str = ""
+    gpu: str,
+    q: Quantity,
+    values: Sequence[Value],
+    answer: str | None,
+    *,
+    skipped: str = "",
+    shown: str | None = None,
 ) -> Row:
     """The verdict on one value: `values` the exporter read during the check (none:
-    it has none), `answer` nvidia-smi's text (None: N/A; MISSING: not in its output)."""
-    shown = "N/A" if answer is None else answer
+    it has none), `answer` nvidia-smi's text (None: N/A; MISSING: not in its output),
+    `shown` what the table shows of it (the answer unless said)."""
+    if shown is None:
+        shown = "N/A" if answer is None else answer
     exporter = "not read" if skipped else _show_values(q, values, answer)
 
     def row(verdict: Verdict, detail: str = "") -> Row:

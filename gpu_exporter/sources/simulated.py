@@ -552,6 +552,8 @@ class SimulatedBackend:
         if gpu >= self._gpus:
             return None
         for p in PROFILE_PROCESSES[self.profile(gpu)]:
+            if p.offset == offset and p.dead:
+                return HostProcess(dead=p.dead)  # nothing of it is left on the host
             if p.offset == offset:
                 started = self._tenants_epoch - p.age_seconds
                 return HostProcess(

@@ -4,8 +4,11 @@ Each profile of `simulated.py` has a plausible tenant:
 
 - `input-starved`: a PyTorch training job in a Kubernetes pod whose 4 DataLoader workers
   keep 4 cores busy, yet cannot feed the GPU (utilization flickers between 0 and 95%);
-- `idle-allocated`: no process at all. A crashed job's memory is still pinned, so all of
-  it shows in `gpu_memory_unattributed_bytes` (what `fuser -v /dev/nvidia*` finds today);
+- `idle-allocated`: no live process. A job crashed while a process it forked kept the
+  device files open: the driver still lists the dead owner's PID with all the memory, as
+  R580 does (nvidia-smi prints `[No data]`), so it is a dead owner
+  (`gpu_memory_dead_owner_info`) and all the memory shows in
+  `gpu_memory_unattributed_bytes`;
 - `near-oom`: a Slurm fine-tuning job using nearly all the memory, beside a ParaView
   server of another job that renders offscreen with OpenGL and computes with CUDA: a
   process in both of NVML's lists, which nvidia-smi shows once as type C+G;
@@ -44,6 +47,7 @@ class BuiltinProcess:
     age_seconds: float  # started this long before the simulated driver load (fixed)
     contexts: tuple[ProcessContext, ...] = ("compute",)  # the NVML lists it is in
     sm_share: float = 1.0  # of the GPU's SM activity, 0..1
+    dead: str = ""  # "gone": a crashed owner the driver still lists (`HostProcess.dead`)
 
 
 PROFILE_PROCESSES: dict[str, tuple[BuiltinProcess, ...]] = {
@@ -62,7 +66,22 @@ PROFILE_PROCESSES: dict[str, tuple[BuiltinProcess, ...]] = {
             age_seconds=3 * 3600.0,
         ),
     ),
-    "idle-allocated": (),
+    "idle-allocated": (
+        BuiltinProcess(
+            offset=1,
+            process="python",
+            user="bob",
+            cmdline="python train.py --config configs/vit-l.yaml",
+            runtime="kubernetes",
+            memory_share=1.0,
+            cpu_cores=0.0,
+            workers=0,
+            resident_memory_bytes=0,
+            age_seconds=6 * 3600.0,
+            sm_share=0.0,
+            dead="gone",
+        ),
+    ),
     "near-oom": (
         BuiltinProcess(
             offset=1,

@@ -34,6 +34,8 @@ NVLink throughput fields also answer scopeId UINT_MAX with the sum over the link
 ECC totals are added into the value the caller's array holds, and the T.Limit thresholds
 are signed integers, as the driver does. `FakeGpu.tlimit_margin_celsius` is what
 nvmlDeviceGetMarginTemperature answers.
+A process that dies stays listed, as on a real driver while a child holds the device
+files (`FakeGpu.process_exited`; `released=True` is the driver letting go).
 The arrays follow the C API: a buffer whose count is smaller than the answer gets
 NVML_ERROR_INSUFFICIENT_SIZE with the count it needs (samples, process lists, process
 utilization), so callers that keep a buffer per device must grow it.
@@ -173,6 +175,20 @@ class FakeGpu:
     hang: dict[str, threading.Event] = field(default_factory=dict)
     # nvmlDeviceGetGpuFabricInfo(V): None answers NOT_SUPPORTED (no NVLink fabric)
     fabric: FakeFabric | None = None
+
+    def process_exited(self, pid: int, *, released: bool = False) -> None:
+        """Process `pid` died. As the real driver does (R580 on an H200: a job forked a
+        child that kept the device files it inherited, then died), NVML keeps listing the
+        dead PID with its memory, so by default nothing changes here. `released`: the last
+        holder of its context closed the files and the driver let go: it leaves the lists."""
+        if not released:
+            return
+        for name in ("compute_processes", "graphics_processes"):
+            listed = getattr(self, name)
+            if listed is not None:
+                setattr(self, name, [(p, used) for p, used in listed if p != pid])
+        for mig in self.mig_devices:
+            mig.processes = [(p, used) for p, used in mig.processes if p != pid]
 
 
 @dataclass

@@ -67,10 +67,10 @@ from gpu_exporter.model import (
 from gpu_exporter.sampling import actions
 from gpu_exporter.sampling.buffer_reads import SAFETY
 from gpu_exporter.sampling.counter_reads import MAX_AGE_SECONDS as COUNTER_READS_MAX_AGE
+from gpu_exporter.sampling.thresholds import LEAKED_MEMORY_BYTES
 from gpu_exporter.sources.backend import COUNTER_MAX_AGE_SECONDS, SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.kernel_log import MAX_BACKLOG_BYTES
 from gpu_exporter.sources.kernel_log_counts import MAX_CODES_PER_KEY, MAX_KEYS, MAX_PAIRS
-from gpu_exporter.sampling.thresholds import LEAKED_MEMORY_BYTES
 
 COLLECTORS: tuple[Collector, ...] = (
     Collector("utilization", True, "GPU, memory-controller, encoder and decoder utilization"),
@@ -1617,6 +1617,12 @@ READ: dict[str, str] = {
             "capped_records_total",
         )
     },
+    "gpu_memory_holder_info": (
+        "a /proc scan on its own thread, at most once a minute while a GPU has more than "
+        "1 GiB no live process accounts for (LEAKED_MEMORY_BYTES)"
+    ),
+    "gpu_exporter_holder_scan_denied_processes": "with each holder scan (see above)",
+    "gpu_exporter_holder_scan_duration_seconds": "with each holder scan (see above)",
     "gpu_process_cpu_seconds_total": _PROC_COUNTERS,
     "gpu_host_cpu_busy_seconds_total": _PROC_COUNTERS,
     "gpu_host_cpu_iowait_seconds_total": _PROC_COUNTERS,

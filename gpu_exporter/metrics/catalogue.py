@@ -1619,7 +1619,7 @@ READ: dict[str, str] = {
     },
     "gpu_memory_holder_info": (
         "a /proc scan on its own thread, at most once a minute while a GPU has more than "
-        "1 GiB no live process accounts for (LEAKED_MEMORY_BYTES)"
+        f"{LEAKED_MEMORY_BYTES / 2**30:g} GiB that no live process accounts for"
     ),
     "gpu_exporter_holder_scan_denied_processes": "with each holder scan (see above)",
     "gpu_exporter_holder_scan_duration_seconds": "with each holder scan (see above)",

@@ -5,10 +5,12 @@ web config.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
+import select
 import signal
 import socket
 import sys
@@ -414,7 +416,6 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
 
     stopping = threading.Event()
     reloading = threading.Event()
-    wakeup = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
@@ -422,10 +423,18 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
         else:
             log.info("shutting down", extra={"signal": signal.Signals(signum).name})
             stopping.set()
-        wakeup.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
+    # The kernel hands a signal to any thread that does not block it, and Python runs the
+    # handler on the main thread once that thread runs again: a signal another thread took
+    # did not end the main thread's wait on an Event (SIGHUP or SIGTERM acted up to 5 s
+    # late). Python writes each signal to this socket on whichever thread it lands, and the
+    # main thread waits on the socket.
+    wakeup, wakeup_writer = socket.socketpair()
+    wakeup.setblocking(False)
+    wakeup_writer.setblocking(False)
+    signal.set_wakeup_fd(wakeup_writer.fileno(), warn_on_full_buffer=False)
 
     log.info(
         "listening",
@@ -441,11 +450,15 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
     web_thread.start()
     exporter.start()
     while not stopping.is_set():
-        wakeup.wait(5.0)  # a signal handler sets it: SIGTERM stops at once
-        wakeup.clear()
+        select.select([wakeup], [], [], 5.0)  # a signal ends the wait: SIGTERM stops at once
+        with contextlib.suppress(BlockingIOError):  # the handlers have run by now
+            wakeup.recv(4096)
         if reloading.is_set() and not stopping.is_set():
             reloading.clear()
             exporter.reload()
+    signal.set_wakeup_fd(-1)
+    wakeup.close()
+    wakeup_writer.close()
     exporter.stop()
     logging.shutdown()
     return 0

@@ -184,16 +184,16 @@ def test_a_bad_scenario_rewrite_keeps_the_old_scenario_with_one_error_line(
     try:
         exporter.wait_for(lambda s: values(s, "gpu_up", gpu="1") == [0.0])
         path.write_text("faults: {lots: [0]}\n")  # misspelled: must not clear the fault
-        time.sleep(1.0)
+        log = exporter.wait_log("scenario file not reloaded", 1)
         s = exporter.scrape()
         assert values(s, "gpu_up", gpu="1") == [0.0] and values(s, "gpu_up", gpu="0") == [1.0]
-        assert exporter.log().count("scenario file not reloaded") == 1
+        assert log.count("scenario file not reloaded") == 1
         assert "unknown faults keys: ['lots']" in exporter.log()
         path.write_text("faults: {lost: [0, 7]}\n")  # no GPU 7: nothing of it applies
-        time.sleep(1.0)
+        log = exporter.wait_log("scenario file not reloaded", 2)
         s = exporter.scrape()
         assert values(s, "gpu_up", gpu="1") == [0.0] and values(s, "gpu_up", gpu="0") == [1.0]
-        assert exporter.log().count("scenario file not reloaded") == 2
+        assert log.count("scenario file not reloaded") == 2
         assert "faults.lost: GPU 7 does not exist" in exporter.log()
         path.write_text("faults: {}\n")
         exporter.wait_for(lambda s: values(s, "gpu_up", gpu="1") == [1.0])

@@ -11,17 +11,21 @@ from gpu_exporter.serving.connection_threads import ConnectionThreads
 
 def test_a_stalled_connection_holds_no_other_and_threads_are_reused() -> None:
     stall = threading.Event()
+    stalled = threading.Event()
     served: dict[str, int] = {}
     done = threading.Semaphore(0)
 
     def serve(request: str) -> None:
         served[request] = threading.get_ident()
         if request == "stalled":
+            stalled.set()
             stall.wait(10)
         done.release()
 
     threads = ConnectionThreads("test-connection", keep_idle=2)
     threads.run(partial(serve, "stalled"))
+    # on its thread before the next arrives (on a busy machine that thread may start late)
+    assert stalled.wait(10)
     threads.run(partial(serve, "first"))
     assert done.acquire(timeout=10), "a connection waited for a stalled one"
     threads.run(partial(serve, "second"))

@@ -134,6 +134,37 @@ def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> Non
                 sock.close()
 
 
+def test_connections_accepted_together_make_room_in_the_order_they_were_accepted() -> None:
+    """A connection waits for its first request from its accept, not from when its
+    thread begins: on a busy host those threads begin in any order, and the test above
+    saw its second idle connection closed instead of its first."""
+    now = [0.0]
+    connections = Connections(2, clock=lambda: now[0])
+    pairs = [socket.socketpair() for _ in range(3)]
+    for _server_end, client_end in pairs:
+        client_end.settimeout(5)
+    try:
+        first, second, new = (server_end for server_end, _client_end in pairs)
+        assert connections.admit(first, "127.0.0.1")
+        now[0] = 1.0
+        assert connections.admit(second, "127.0.0.1")
+        now[0] = 2.0
+        connections.waiting(second)  # its thread began first
+        now[0] = 3.0
+        connections.waiting(first)
+        now[0] = 4.0
+        assert connections.admit(new, "127.0.0.1")
+        assert pairs[0][1].recv(1) == b""  # the first accepted was shut down
+        assert len(connections) == 2
+        pairs[1][1].setblocking(False)
+        with pytest.raises(BlockingIOError):
+            pairs[1][1].recv(1)  # the second is still open, nothing to read
+    finally:
+        for pair in pairs:
+            for sock in pair:
+                sock.close()
+
+
 def test_when_every_connection_is_busy_a_new_one_gets_503() -> None:
     routes = GatedRoutes()
     with serving(routes, max_requests=4, max_connections=2) as server:

@@ -140,8 +140,15 @@ class Connections:
                 state.live = live
 
     def waiting(self, sock: socket.socket) -> None:
-        """Waiting for a request's head: closable for a new connection from now."""
-        self._set(sock, self._clock(), sending=False)
+        """Waiting for a request's head: closable for a new connection from now, or from
+        its accept when it has not been served yet (not from when its thread began: on a
+        busy host the threads of connections accepted together begin in any order)."""
+        now = self._clock()
+        with self._lock:
+            state = self._open.get(sock)
+            if state is not None and (state.closable_from is None or state.sending):
+                state.closable_from = now
+                state.sending = False
 
     def building(self, sock: socket.socket) -> None:
         """A request's response is being built: not closable."""

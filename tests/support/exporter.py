@@ -119,6 +119,17 @@ class Exporter:
             time.sleep(interval)
         raise AssertionError(f"condition not met within {timeout}s; log:\n{self.log()}")
 
+    def wait_log(self, text: str, count: int = 1, timeout: float = 10.0) -> str:
+        """Read the log until `text` is in it `count` times (what a reload or a rewritten
+        file led to), or `timeout` seconds have passed; returns the log, for the caller to
+        assert on."""
+        deadline = time.monotonic() + timeout
+        log = self.log()
+        while log.count(text) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+            log = self.log()
+        return log
+
     def wait_health(self, status: int, timeout: float = 15.0) -> HttpResult:
         """Poll /healthz until it answers `status` (a loaded machine delays samples)."""
         deadline = time.monotonic() + timeout

@@ -52,8 +52,13 @@ class Trees:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(self, burners: int = 0, *extra_args: str) -> psutil.Process:
+        # argv[0] the interpreter's name, not its path: a command line whose length does
+        # not depend on where the checkout is (the cmdline label is cut at 256 bytes)
+        argv0 = os.path.basename(sys.executable)
         proc = subprocess.Popen(
-            [sys.executable, "-c", TREE, str(burners), *extra_args], stdout=subprocess.PIPE
+            [argv0, "-c", TREE, str(burners), *extra_args],
+            executable=sys.executable,
+            stdout=subprocess.PIPE,
         )
         self.procs.append(proc)
         assert proc.stdout is not None

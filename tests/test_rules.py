@@ -26,6 +26,7 @@ RULES = PROMETHEUS / "rules"
 RULE_FILES = (RULES / "gpu-recording.yml", RULES / "gpu-alerts.yml")
 ALERT_TESTS = PROMETHEUS / "tests" / "gpu-alerts.test.yml"
 RECORDING_TESTS = PROMETHEUS / "tests" / "gpu-recording.test.yml"
+CHARGEBACK_TESTS = PROMETHEUS / "tests" / "gpu-chargeback.test.yml"
 PROMETHEUS_RULE = REPO / "deploy" / "kubernetes" / "prometheusrule.yaml"
 ALERTS_DOC = REPO / "docs" / "alerts.md"
 
@@ -81,7 +82,9 @@ def test_promtool_check_rules_rejects_a_broken_expression(tmp_path: Path) -> Non
     assert result.returncode != 0
 
 
-@pytest.mark.parametrize("tests", [ALERT_TESTS, RECORDING_TESTS], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "tests", [ALERT_TESTS, RECORDING_TESTS, CHARGEBACK_TESTS], ids=lambda p: p.name
+)
 def test_promtool_test_rules_passes(tests: Path) -> None:
     result = promtool("test", "rules", str(tests))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -121,18 +124,44 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
 
 
 def test_every_recording_rule_is_tested() -> None:
+    """Each recorded series has a case of its own (the chargeback's rounded to 0.001:
+    promtool compares floats exactly, and their products carry the last bit)."""
     tested = {
-        case["expr"].split("{")[0].strip()
-        for test in load(RECORDING_TESTS)["tests"]
+        case["expr"].removeprefix("round(").split("{")[0].split(",")[0].strip()
+        for path in (RECORDING_TESTS, CHARGEBACK_TESTS)
+        for test in load(path)["tests"]
         for case in test.get("promql_expr_test", [])
     }
     assert set(recordings()) - tested == set()
+
+
+def test_promtool_test_rules_fails_when_a_chargeback_invariant_breaks(tmp_path: Path) -> None:
+    """Used seconds capped at the allocation is what keeps used <= allocated: without
+    the cap, the time-sliced pod that ran beyond its half is charged more than it held,
+    and the unit tests say so."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    text = (RULES / "gpu-recording.yml").read_text()
+    capped = (
+        "instance_gpu_owner:gpu_used:ratio_rate5m <= instance_gpu_owner:gpu_allocation_weight:ratio"
+    )
+    assert capped in text
+    (rules / "gpu-recording.yml").write_text(
+        text.replace(capped, "instance_gpu_owner:gpu_used:ratio_rate5m")
+    )
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copy(CHARGEBACK_TESTS, tests)
+    result = promtool("test", "rules", str(tests / CHARGEBACK_TESTS.name))
+    assert result.returncode != 0
+    assert "instance_gpu_owner:gpu_used_seconds:sum1m > " in result.stdout + result.stderr
 
 
 def test_the_test_files_load_both_rule_files() -> None:
     wanted = {"../rules/gpu-recording.yml", "../rules/gpu-alerts.yml"}
     assert set(load(ALERT_TESTS)["rule_files"]) == wanted
     assert set(load(RECORDING_TESTS)["rule_files"]) <= wanted
+    assert set(load(CHARGEBACK_TESTS)["rule_files"]) <= wanted
 
 
 # --- the alert contract -----------------------------------------------------------------

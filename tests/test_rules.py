@@ -93,22 +93,34 @@ def test_promtool_test_rules_passes(tests: Path) -> None:
 
 def test_promtool_test_rules_fails_when_an_alert_changes(tmp_path: Path) -> None:
     """The unit tests are sharp: a changed threshold makes them fail."""
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    shutil.copy(RULES / "gpu-recording.yml", rules)
-    text = (RULES / "gpu-alerts.yml").read_text()
     # GPUMemoryNearFull's one threshold, for GPUs and MIG instances alike
-    changed = text.replace(
-        "            ) > 0.95\n          )\n", "            ) > 0\n          )\n"
+    result = changed_rules_tested(
+        tmp_path,
+        "gpu-alerts.yml",
+        "            ) > 0.95\n          )\n",
+        "            ) > 0\n          )\n",
+        ALERT_TESTS,
     )
-    assert changed != text
-    (rules / "gpu-alerts.yml").write_text(changed)
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    shutil.copy(ALERT_TESTS, tests)
-    result = promtool("test", "rules", str(tests / ALERT_TESTS.name))
     assert result.returncode != 0
     assert "GPUMemoryNearFull" in result.stdout + result.stderr
+
+
+def changed_rules_tested(
+    tmp_path: Path, rule_file: str, old: str, new: str, tests: Path
+) -> subprocess.CompletedProcess[str]:
+    """promtool's run of the unit tests `tests` on the rule files with `old` replaced by
+    `new` in `rule_file`."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for path in RULE_FILES:
+        text = path.read_text()
+        if path.name == rule_file:
+            assert old in text
+            text = text.replace(old, new)
+        (rules / path.name).write_text(text)
+    (tmp_path / "tests").mkdir()
+    shutil.copy(tests, tmp_path / "tests")
+    return promtool("test", "rules", str(tmp_path / "tests" / tests.name))
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
@@ -139,20 +151,16 @@ def test_promtool_test_rules_fails_when_a_chargeback_invariant_breaks(tmp_path: 
     """Used seconds capped at the allocation is what keeps used <= allocated: without
     the cap, the time-sliced pod that ran beyond its half is charged more than it held,
     and the unit tests say so."""
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    text = (RULES / "gpu-recording.yml").read_text()
     capped = (
         "instance_gpu_owner:gpu_used:ratio_rate5m <= instance_gpu_owner:gpu_allocation_weight:ratio"
     )
-    assert capped in text
-    (rules / "gpu-recording.yml").write_text(
-        text.replace(capped, "instance_gpu_owner:gpu_used:ratio_rate5m")
+    result = changed_rules_tested(
+        tmp_path,
+        "gpu-recording.yml",
+        capped,
+        "instance_gpu_owner:gpu_used:ratio_rate5m",
+        CHARGEBACK_TESTS,
     )
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    shutil.copy(CHARGEBACK_TESTS, tests)
-    result = promtool("test", "rules", str(tests / CHARGEBACK_TESTS.name))
     assert result.returncode != 0
     assert "instance_gpu_owner:gpu_used_seconds:sum1m > " in result.stdout + result.stderr
 

@@ -57,6 +57,17 @@ def test_a_reused_pid_starts_again_at_zero_and_an_exited_process_is_forgotten() 
     assert counter.add(entries(7, 5 * PERIOD, [1.0]), {7: 9.0})[7] == pytest.approx(0.2)
 
 
+def test_after_a_rebase_totals_stay_and_the_next_read_only_sets_the_cursors() -> None:
+    """NVML re-initialised: the driver's timestamps may restart lower, and the buffer is
+    read whole again; nothing is counted twice, nothing is lost from the totals."""
+    counter = ProcessSeconds()
+    counter.add(entries(7, 10 * PERIOD, [1.0]), {7: 1.0})
+    total = counter.add(entries(7, 11 * PERIOD, [1.0]), {7: 1.0})[7]
+    counter.rebase()
+    assert counter.add(entries(7, 0, [1.0, 1.0, 1.0]), {7: 1.0})[7] == total
+    assert counter.add(entries(7, 3 * PERIOD, [0.5]), {7: 1.0})[7] == pytest.approx(total + 0.1)
+
+
 def test_entries_already_counted_or_out_of_range_add_nothing_more() -> None:
     counter = ProcessSeconds()
     counter.add(entries(7, 0, [1.0]), {7: 1.0})

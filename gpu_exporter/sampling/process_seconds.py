@@ -99,3 +99,10 @@ class ProcessSeconds:
         self._processes = live
         self._read = True
         return out
+
+    def rebase(self) -> None:
+        """Forget the driver's timestamps (after NVML re-initialised: they may restart),
+        keep the totals; the next read only sets the cursors again."""
+        for process in self._processes.values():
+            process.last_us = None
+        self._read = False

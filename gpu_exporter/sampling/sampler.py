@@ -415,6 +415,7 @@ class Sampler:
             counters.gpu.rebase()
             counters.memory_controller.rebase()
             counters.process_utilization_us = 0
+            counters.process_seconds.rebase()
         for hook in self.on_nvml_init:
             hook()
         return True

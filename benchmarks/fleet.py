@@ -68,6 +68,8 @@ from tests.support.alertmanager import (  # noqa: E402
 RULE_FILES = sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.yml"))
 DASHBOARD = REPO / "grafana" / "dashboards" / "gpu-fleet.json"
 NODE_DASHBOARD = REPO / "grafana" / "dashboards" / "gpu-node.json"
+CHARGEBACK_DASHBOARD = REPO / "grafana" / "dashboards" / "gpu-chargeback.json"
+CHARGEBACK_RANGE_SECONDS = 24 * 3600  # the chargeback dashboard's default range
 DAY_SECONDS = 24 * 3600
 GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
@@ -525,6 +527,9 @@ class Live:
     panels: list[tuple[Panel, float, int]]
     refresh_sum: float
     refresh_parallel: float
+    # the chargeback dashboard at its 24-hour range (over the minutes scraped)
+    chargeback: list[tuple[Panel, float, int]]
+    chargeback_parallel: float
 
     @property
     def rule_share(self) -> float:
@@ -581,12 +586,25 @@ def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workd
         groups = prometheus.rule_groups(window)
         missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
         timed, total, parallel = refresh(prometheus, panels())
+        charged = panels(CHARGEBACK_DASHBOARD, CHARGEBACK_RANGE_SECONDS)
+        charged_timed, _charged_total, charged_parallel = refresh(prometheus, charged)
         head = prometheus.value("prometheus_tsdb_head_series")
         rss_peak = max(rss_peak, prometheus.rss_bytes())
     finally:
         prometheus.stop()
         server.stop()
-    return Live(gpus, head, rss_peak / 2**30, groups, missed, timed, total, parallel)
+    return Live(
+        gpus,
+        head,
+        rss_peak / 2**30,
+        groups,
+        missed,
+        timed,
+        total,
+        parallel,
+        charged_timed,
+        charged_parallel,
+    )
 
 
 # --- history -------------------------------------------------------------------------
@@ -1686,6 +1704,17 @@ def report(lives: list[Live], hist: History | None, minutes: float) -> str:
         for panel, seconds, count in biggest.panels:
             kind = "instant" if panel.instant else "range"
             lines.append(f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | {count} |")
+        lines += [
+            "",
+            f"Chargeback dashboard panels at {biggest.gpus:,} GPUs (its 24 h range, over the"
+            f" {minutes:g} minutes scraped: a day's history is not measured here; median of 3;"
+            f" all at once {biggest.chargeback_parallel:.2f} s):",
+            "",
+            "| panel | query | seconds | series |",
+            "|---|---|---|---|",
+        ]
+        for panel, seconds, count in biggest.chargeback:
+            lines.append(f"| {panel.title} | {panel.ref} | {seconds:.3f} | {count} |")
     if hist is not None:
         sizes = [run.gpus for run in lives] or [1000, 2000, 4000]
         lines += [

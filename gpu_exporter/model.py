@@ -542,6 +542,9 @@ class ProcessSample:
     memory_used_bytes: int | None = None
     sm_ratio: float | None = None  # 0..1
     memory_controller_ratio: float | None = None  # 0..1
+    # SM seconds integrated from the driver's per-process samples since the exporter
+    # first saw the process (sampling/process_seconds.py); None: not integrated
+    sm_seconds: float | None = None
     cpu_seconds: float | None = None  # process and all descendants
     workers: int | None = None  # number of descendant processes
     resident_memory_bytes: int | None = None
@@ -655,6 +658,9 @@ class KubernetesState:
     reason: str | None  # why not, or a warning while up (a pod using a GPU it never asked for)
     allocations: tuple[GpuAllocation, ...] = ()
     unallocated: tuple[UnallocatedUse, ...] = ()
+    # the share of its physical GPU each allocation holds (attribution/weights.py); an
+    # allocation whose share is unknown is absent
+    weights: Mapping[GpuAllocation, float] = field(default_factory=dict)
 
 
 # One sample --------------------------------------------------------------------------

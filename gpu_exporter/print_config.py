@@ -33,6 +33,7 @@ CONFIGS: dict[tuple[str, ...], str] = {
     ("alertmanager",): "deploy/alertmanager/alertmanager.yml",
     ("dashboard", "fleet"): "grafana/dashboards/gpu-fleet.json",
     ("dashboard", "node"): "grafana/dashboards/gpu-node.json",
+    ("dashboard", "chargeback"): "grafana/dashboards/gpu-chargeback.json",
     ("dashboard", "provisioning"): "grafana/provisioning/dashboards/gpu-exporter.yaml",
     ("runbooks",): RUNBOOKS,
 }

@@ -495,4 +495,4 @@ def test_docs_describe_every_panel() -> None:
 def test_queries_helper_lists_every_target() -> None:
     for name in DASHBOARD_FILES:
         expected = sum(len(p["targets"]) for p in data_panels(load(name)))
-        assert len(queries(name)) == expected > 20
+        assert len(queries(name)) == expected >= 10

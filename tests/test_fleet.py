@@ -533,3 +533,132 @@ def test_alerts_reach_the_webhook_through_a_real_alertmanager(fleet: Fleet) -> N
         if a["labels"].get("node") == XID_NODE
     }
     assert not paged & {("GPULost", LOST_GPU), ("GPUXidCritical", XID_GPU)}, paged
+
+
+# Chargeback (docs/chargeback.md) ---------------------------------------------------------
+
+GPU_LABELS = "instance, job, gpu, uuid"
+# the chargeback group's rows (the dashboard group's idle-holding-memory ones are not)
+CHARGEBACK_ROWS = (
+    "instance_gpu_owner:gpu_(allocation_weight|allocated_seconds|used|used_seconds"
+    "|wasted_seconds|energy_joules):.+"
+)
+
+
+def chargeback_evaluation(prometheus: Prometheus, after: float = 0.0) -> float:
+    """The time of the chargeback group's latest evaluation after `after`: its last
+    rule's samples are written, so every row of that evaluation can be read at it."""
+    last = "max(timestamp(instance_gpu_owner:gpu_energy_joules:sum1m))"
+    (result,) = prometheus.wait_for(f"{last} > {after}")
+    return float(result["value"][1])
+
+
+def by_gpu(result: list[dict[str, Any]], fleet: Fleet) -> dict[tuple[str, str], float]:
+    return {
+        (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"]): float(r["value"][1])
+        for r in result
+    }
+
+
+def assert_chargeback_adds_up(fleet: Fleet, at: float) -> set[tuple[str, str]]:
+    """The invariants of issue 45 at one evaluation; returns the GPUs charged."""
+    query = fleet.prometheus.query
+    up = set(by_gpu(query("gpu_up == 1", at), fleet))
+    allocated = by_gpu(
+        query(f"sum by ({GPU_LABELS}) (instance_gpu_owner:gpu_allocated_seconds:sum1m)", at),
+        fleet,
+    )
+    # per GPU the allocated rows, the remainder's included, are the minute; GPUs up only
+    assert allocated == {gpu: pytest.approx(60.0) for gpu in up}
+    used, wasted, held = (
+        f"instance_gpu_owner:gpu_{kind}_seconds:sum1m" for kind in ("used", "wasted", "allocated")
+    )
+    assert query(f"{used} > {held}", at) == []
+    assert query(f"abs({used} + {wasted} - {held}) > 1e-9", at) == []
+    assert len(query(f"{used} + {wasted}", at)) == len(query(held, at))
+    # per GPU and method, every joule of the minute to someone, within 1%
+    energy = "instance_gpu:gpu_energy_joules:sum1m"
+    rows = f"sum by ({GPU_LABELS}, method) (instance_gpu_owner:gpu_energy_joules:sum1m)"
+    off = f"abs({rows} - on ({GPU_LABELS}) group_left () {energy})"
+    assert query(f"{off} > on ({GPU_LABELS}) group_left () 0.01 * {energy}", at) == []
+    for method in ("allocation", "usage"):
+        charged = query(f"{rows.replace('method)', 'method)')} and on () vector(1)", at)
+        assert {
+            (fleet.node_of(r["metric"]["instance"]), r["metric"]["gpu"])
+            for r in charged
+            if r["metric"]["method"] == method
+        } == up
+    return up
+
+
+def owner_rows(fleet: Fleet, kind: str, at: float) -> dict[tuple[str, str, str], float]:
+    """(node, gpu, owner) -> value of instance_gpu_owner:gpu_<kind>_seconds:sum1m; the
+    owner is the pod, else the user, else "none" for the remainder row."""
+    result = fleet.prometheus.query(f"instance_gpu_owner:gpu_{kind}_seconds:sum1m", at)
+    return {
+        (
+            fleet.node_of(r["metric"]["instance"]),
+            r["metric"]["gpu"],
+            r["metric"].get("pod") or r["metric"].get("user") or r["metric"]["allocation"],
+        ): float(r["value"][1])
+        for r in result
+    }
+
+
+def test_chargeback_rows_add_up_and_a_lost_gpu_drops_out_whole(fleet: Fleet) -> None:
+    """The chargeback rules over the simulated fleet in a real Prometheus: on every
+    evaluation each GPU's allocated rows make the minute, used never exceeds allocated,
+    used + wasted = allocated, and each method's energy rows make the GPU's energy; the
+    owners are the kubelet's (node-c) or the processes' (node-a, node-b); a GPU lost
+    mid-run leaves at the next evaluation with all its rows, the others' unharmed."""
+    prometheus = fleet.prometheus
+    me = pwd.getpwuid(os.getuid()).pw_name
+    # node-b's GPU 2 holds carol's and dave's jobs: every kind of row has been written
+    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{user="dave"}')
+    # node-c's GPUs, both allocated (the alerts' test above may have just given back the
+    # one it lost)
+    prometheus.wait_for(
+        'instance_gpu_owner:gpu_wasted_seconds:sum1m{pod=~"serve|notebook"}', minimum=2
+    )
+    # carol's job has kernels running: once her GPU's busy counter has stepped (every
+    # ~12 s), her share of its busy time shows
+    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{user="carol"} > 0')
+    # and every GPU's busy counter has two readings (it steps every ~12 s): used and
+    # wasted are left out of a GPU whose busy time is not known yet
+    prometheus.wait_for(
+        "count(instance_gpu_owner:gpu_used_seconds:sum1m)"
+        " == count(instance_gpu_owner:gpu_allocated_seconds:sum1m)"
+    )
+    at = chargeback_evaluation(prometheus)
+    up = assert_chargeback_adds_up(fleet, at)
+    assert ("node-b", "0") not in up  # lost from the start: no rows at all
+    held, used = owner_rows(fleet, "allocated", at), owner_rows(fleet, "used", at)
+    wasted = owner_rows(fleet, "wasted", at)
+    # node-c, on Kubernetes: GPU 0 is ml/serve's by its device plugin, the whole GPU, so
+    # all its busy time is serve's (the stowaway in ml/train-0 holds no allocation);
+    # GPU 1 is the notebook's by its DRA claim, idle: all of it wasted
+    busy = by_gpu(prometheus.query("instance_gpu:gpu_busy_charged:ratio_rate5m", at), fleet)
+    assert held[("node-c", "0", "serve")] == pytest.approx(60)
+    assert used[("node-c", "0", "serve")] == pytest.approx(60 * busy[("node-c", "0")])
+    assert (held[("node-c", "1", "notebook")], wasted[("node-c", "1", "notebook")]) == (60, 60)
+    # node-b, bare metal: carol's and dave's jobs share GPU 2, half each; dave's ran no
+    # kernel. GPU 1 is held by no process: all remainder, idle
+    assert held[("node-b", "2", "carol")] == held[("node-b", "2", "dave")] == 30
+    assert used[("node-b", "2", "dave")] == 0 and used[("node-b", "2", "carol")] > 0
+    assert held[("node-b", "2", "none")] == 0
+    assert [k for k in held if k[:2] == ("node-b", "1")] == [("node-b", "1", "none")]
+    # node-a: the test's own process holds every GPU, idle on GPU 1
+    assert held[("node-a", "1", me)] == 60 and used[("node-a", "1", me)] == 0
+    # node-a's GPU 0 is lost mid-run: its rows leave together at the next evaluation
+    scenario = scenarios()["node-a"]["scenario"]
+    write_yaml(fleet.scenario_files["node-a"], dict(scenario, faults={"lost": [0]}))
+    try:
+        prometheus.wait_for(f'gpu_up{{instance="{fleet.instance("node-a")}",gpu="0"}} == 0')
+        lost_at = chargeback_evaluation(prometheus, after=time.time())
+        up = assert_chargeback_adds_up(fleet, lost_at)
+        assert ("node-a", "0") not in up and ("node-a", "1") in up
+        left = f'{{__name__=~"{CHARGEBACK_ROWS}",instance="{fleet.instance("node-a")}",gpu="0"}}'
+        assert prometheus.query(left, lost_at) == []
+    finally:
+        write_yaml(fleet.scenario_files["node-a"], scenario)
+    prometheus.wait_for(f'gpu_up{{instance="{fleet.instance("node-a")}",gpu="0"}} == 1')

@@ -37,7 +37,7 @@ from gpu_exporter.sources.kubelet.watch import KubeletWatcher, retry_delay
 from gpu_exporter.sources.simulated import SimulatedBackend
 from gpu_exporter.sources.simulated_tenants import PROFILE_PROCESSES, labels
 from tests.support.clock import FakeClock
-from tests.support.exporter import parse_samples, series, start_exporter, values
+from tests.support.exporter import Labels, parse_samples, series, start_exporter, values
 from tests.support.kubelet import (
     Claim,
     ClaimDevice,
@@ -132,6 +132,16 @@ def host(tmp_path: Path, socket_path: Path) -> Iterator[Host]:
     h.sampler.stop(0)
 
 
+def weights(exposition: str) -> dict[tuple[str, str, str, str, str], float]:
+    """gpu_allocation_weight by (gpu, gpu_instance, namespace, pod, container)."""
+    return {
+        (ls["gpu"], ls["gpu_instance"], ls["namespace"], ls["pod"], ls["container"]): value
+        for (name, labels), value in parse_samples(exposition).items()
+        if name == "gpu_allocation_weight"
+        for ls in [Labels(labels)]
+    }
+
+
 def allocations(exposition: str) -> set[tuple[str, str, str, str, str]]:
     return {
         (s["gpu"], s["gpu_instance"], s["namespace"], s["pod"], s["container"])
@@ -168,6 +178,17 @@ def test_whole_gpus_by_uuid_mig_devices_and_time_sliced_replicas_are_allocations
     }
     samples = parse_samples(exposition)
     assert values(samples, "gpu_exporter_kubernetes_up") == [1.0]
+    # each allocation's share of its GPU: a whole GPU 1, two pods' replicas of one GPU
+    # half each, the 3g.40gb instance its half of the GPU's memory (more than 3/7 of its
+    # compute slices)
+    memory = values(samples, "gpu_memory_total_bytes", gpu="3")[0]
+    assert weights(exposition) == {
+        ("0", "", "ml", "train-0", "trainer"): 1.0,
+        ("1", "", "ml", "shared-a", "worker"): 0.5,
+        ("1", "", "ml", "shared-b", "worker"): 0.5,
+        ("3", "2", "infer", "triton", "server"): pytest.approx(40448 * 2**20 / memory),
+    }
+    assert 3 / 7 < 40448 * 2**20 / memory <= 0.5
     # no pod uses a GPU it was not given; the node's own jobs are stowaways (below)
     assert {s["gpu"] for s in series(samples, "gpu_unallocated_processes")} == {"2", "3"}
     assert [s["pod"] for s in series(samples, "gpu_unallocated_processes")] == ["", ""]
@@ -293,6 +314,12 @@ def test_dra_claims_resolve_to_gpus_and_mig_instances_by_minor_and_placement(
     }
     samples = parse_samples(exposition)
     assert values(samples, "gpu_exporter_kubernetes_up") == [1.0]
+    # a claim shared by three containers: a third of the GPU each; a 1g.10gb instance 1/7
+    shares = weights(exposition)
+    assert [
+        shares[("2", "", "ml", p, c)] for p, c in [("pair", "a"), ("pair", "b"), ("third", "c")]
+    ] == pytest.approx([1 / 3] * 3)
+    assert shares[("3", "9", "infer", "vllm", "server")] == pytest.approx(1 / 7)
     # every DRA name resolved: the one reason left is the simulated host's own container
     # started by hand (docker run, outside every pod), a stowaway whatever the claims say
     assert snapshot.kubernetes is not None
@@ -800,6 +827,7 @@ def test_the_program_serves_allocation_and_keeps_serving_while_the_kubelet_hangs
     try:
         samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [1.0])
         assert len(values(samples, "gpu_allocation_info")) == 2
+        assert values(samples, "gpu_allocation_weight") == [1.0, 1.0]
         # a kubelet that takes 3 s per answer: sampling goes on at its own pace
         kubelet.delay = 3.0
         first = values(exporter.scrape(), "gpu_exporter_samples_total")[0]

@@ -362,3 +362,35 @@ def test_in_a_private_pid_namespace_no_unrelated_process_is_attributed(tmp_path:
     assert values(in_container, "gpu_process_memory_used_bytes") == [2.0**30]
     assert not values(in_container, "gpu_process_cpu_seconds_total")
     assert inside.stderr.count("not in the host's PID namespace") == 1
+
+
+def test_sm_seconds_count_each_process_share_and_stop_with_the_process(
+    trees: Trees, run: Callable[..., Exporter]
+) -> None:
+    """gpu_process_sm_seconds_total integrates the driver's per-process samples: two
+    processes sharing GPU 0 at 60% and 20% of its SMs gain SM seconds 3 to 1, at those
+    shares of the wall time; a process that leaves the GPU leaves with its series."""
+    a, b = trees.spawn(), trees.spawn()
+    placed = [
+        {"gpu": 0, "pid": a.pid, "memory_bytes": GIB, "sm_ratio": 0.6},
+        {"gpu": 0, "pid": b.pid, "memory_bytes": GIB, "sm_ratio": 0.2},
+    ]
+    exporter = run(placed)
+    name = "gpu_process_sm_seconds_total"
+
+    def counted(s: Samples) -> bool:
+        return all(values(s, name, pid=str(p.pid)) for p in (a, b))
+
+    first = exporter.wait_for(counted)
+    started = time.monotonic()
+    a0, b0 = one(first, name, pid=str(a.pid)), one(first, name, pid=str(b.pid))
+    later = exporter.wait_for(lambda s: counted(s) and one(s, name, pid=str(a.pid)) >= a0 + 1.8)
+    elapsed = time.monotonic() - started
+    da, db = one(later, name, pid=str(a.pid)) - a0, one(later, name, pid=str(b.pid)) - b0
+    assert da / db == pytest.approx(3.0, rel=0.02)  # the same periods, each its share
+    assert da / elapsed == pytest.approx(0.6, rel=0.2)  # wall time, read to a sample or two
+    assert {s["context"] for s in series(later, name)} == {"compute"}
+    # b leaves the GPU: its series goes; a's counter goes on from where it was
+    write_scenario(run.scenario, placed[:1])  # type: ignore[attr-defined]
+    gone = exporter.wait_for(lambda s: not values(s, name, pid=str(b.pid)))
+    assert one(gone, name, pid=str(a.pid)) >= a0 + da

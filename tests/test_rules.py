@@ -26,6 +26,7 @@ RULES = PROMETHEUS / "rules"
 RULE_FILES = (RULES / "gpu-recording.yml", RULES / "gpu-alerts.yml")
 ALERT_TESTS = PROMETHEUS / "tests" / "gpu-alerts.test.yml"
 RECORDING_TESTS = PROMETHEUS / "tests" / "gpu-recording.test.yml"
+CHARGEBACK_TESTS = PROMETHEUS / "tests" / "gpu-chargeback.test.yml"
 PROMETHEUS_RULE = REPO / "deploy" / "kubernetes" / "prometheusrule.yaml"
 ALERTS_DOC = REPO / "docs" / "alerts.md"
 
@@ -81,7 +82,9 @@ def test_promtool_check_rules_rejects_a_broken_expression(tmp_path: Path) -> Non
     assert result.returncode != 0
 
 
-@pytest.mark.parametrize("tests", [ALERT_TESTS, RECORDING_TESTS], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "tests", [ALERT_TESTS, RECORDING_TESTS, CHARGEBACK_TESTS], ids=lambda p: p.name
+)
 def test_promtool_test_rules_passes(tests: Path) -> None:
     result = promtool("test", "rules", str(tests))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -90,22 +93,34 @@ def test_promtool_test_rules_passes(tests: Path) -> None:
 
 def test_promtool_test_rules_fails_when_an_alert_changes(tmp_path: Path) -> None:
     """The unit tests are sharp: a changed threshold makes them fail."""
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    shutil.copy(RULES / "gpu-recording.yml", rules)
-    text = (RULES / "gpu-alerts.yml").read_text()
     # GPUMemoryNearFull's one threshold, for GPUs and MIG instances alike
-    changed = text.replace(
-        "            ) > 0.95\n          )\n", "            ) > 0\n          )\n"
+    result = changed_rules_tested(
+        tmp_path,
+        "gpu-alerts.yml",
+        "            ) > 0.95\n          )\n",
+        "            ) > 0\n          )\n",
+        ALERT_TESTS,
     )
-    assert changed != text
-    (rules / "gpu-alerts.yml").write_text(changed)
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    shutil.copy(ALERT_TESTS, tests)
-    result = promtool("test", "rules", str(tests / ALERT_TESTS.name))
     assert result.returncode != 0
     assert "GPUMemoryNearFull" in result.stdout + result.stderr
+
+
+def changed_rules_tested(
+    tmp_path: Path, rule_file: str, old: str, new: str, tests: Path
+) -> subprocess.CompletedProcess[str]:
+    """promtool's run of the unit tests `tests` on the rule files with `old` replaced by
+    `new` in `rule_file`."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for path in RULE_FILES:
+        text = path.read_text()
+        if path.name == rule_file:
+            assert old in text
+            text = text.replace(old, new)
+        (rules / path.name).write_text(text)
+    (tmp_path / "tests").mkdir()
+    shutil.copy(tests, tmp_path / "tests")
+    return promtool("test", "rules", str(tmp_path / "tests" / tests.name))
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
@@ -121,18 +136,40 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
 
 
 def test_every_recording_rule_is_tested() -> None:
+    """Each recorded series has a case of its own (the chargeback's rounded to 0.001:
+    promtool compares floats exactly, and their products carry the last bit)."""
     tested = {
-        case["expr"].split("{")[0].strip()
-        for test in load(RECORDING_TESTS)["tests"]
+        case["expr"].removeprefix("round(").split("{")[0].split(",")[0].strip()
+        for path in (RECORDING_TESTS, CHARGEBACK_TESTS)
+        for test in load(path)["tests"]
         for case in test.get("promql_expr_test", [])
     }
     assert set(recordings()) - tested == set()
+
+
+def test_promtool_test_rules_fails_when_a_chargeback_invariant_breaks(tmp_path: Path) -> None:
+    """Used seconds capped at the allocation is what keeps used <= allocated: without
+    the cap, the time-sliced pod that ran beyond its half is charged more than it held,
+    and the unit tests say so."""
+    capped = (
+        "instance_gpu_owner:gpu_used:ratio_rate5m <= instance_gpu_owner:gpu_allocation_weight:ratio"
+    )
+    result = changed_rules_tested(
+        tmp_path,
+        "gpu-recording.yml",
+        capped,
+        "instance_gpu_owner:gpu_used:ratio_rate5m",
+        CHARGEBACK_TESTS,
+    )
+    assert result.returncode != 0
+    assert "instance_gpu_owner:gpu_used_seconds:sum1m > " in result.stdout + result.stderr
 
 
 def test_the_test_files_load_both_rule_files() -> None:
     wanted = {"../rules/gpu-recording.yml", "../rules/gpu-alerts.yml"}
     assert set(load(ALERT_TESTS)["rule_files"]) == wanted
     assert set(load(RECORDING_TESTS)["rule_files"]) <= wanted
+    assert set(load(CHARGEBACK_TESTS)["rule_files"]) <= wanted
 
 
 # --- the alert contract -----------------------------------------------------------------

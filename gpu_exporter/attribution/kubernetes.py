@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from gpu_exporter.attribution import dra
+from gpu_exporter.attribution.weights import allocation_weights
 from gpu_exporter.model import (
     ContainerDevices,
     ContainerName,
@@ -178,6 +179,7 @@ def _state(
         or _outside_pods_reason(unallocated),
         allocations=tuple(allocations),
         unallocated=unallocated,
+        weights=allocation_weights(allocations, devices),
     )
 
 

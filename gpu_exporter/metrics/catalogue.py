@@ -49,6 +49,7 @@ from gpu_exporter.model import (
     DeviceSample,
     EccReading,
     FabricReading,
+    GpuAllocation,
     HolderScanState,
     HostSample,
     KernelLogState,
@@ -426,14 +427,30 @@ def _allocations(s: Snapshot, d: DeviceSample) -> Rows:
     if k is None:
         return ()
     return [
-        (
-            (a.gpu_instance, a.namespace, a.pod, a.container)
-            + ((a.dra.claim, a.dra.device) if a.dra is not None else ("", "")),
-            1,
-        )
-        for a in k.allocations
-        if a.gpu == d.index and a.uuid == d.uuid
+        (_allocation_labels(a), 1) for a in k.allocations if a.gpu == d.index and a.uuid == d.uuid
     ]
+
+
+def _allocation_weights(s: Snapshot, d: DeviceSample) -> Rows:
+    k = s.kubernetes
+    if k is None:
+        return ()
+    return [
+        (_allocation_labels(a), weight)
+        for a in k.allocations
+        if a.gpu == d.index and a.uuid == d.uuid and (weight := k.weights.get(a)) is not None
+    ]
+
+
+ALLOCATION_LABELS = ("gpu_instance", "namespace", "pod", "container", "dra_claim", "dra_device")
+"""The labels of gpu_allocation_info and gpu_allocation_weight after gpu and uuid."""
+
+
+def _allocation_labels(a: GpuAllocation) -> tuple[str, ...]:
+    """The values of ALLOCATION_LABELS for one allocation."""
+    return (a.gpu_instance, a.namespace, a.pod, a.container) + (
+        (a.dra.claim, a.dra.device) if a.dra is not None else ("", "")
+    )
 
 
 def _unallocated_use(s: Snapshot, d: DeviceSample) -> Rows:
@@ -1247,12 +1264,19 @@ METRICS: tuple[MetricSpec, ...] = (
         "per container.",
         "kubernetes",
         _allocations,
-        "gpu_instance",
-        "namespace",
-        "pod",
-        "container",
-        "dra_claim",
-        "dra_device",
+        *ALLOCATION_LABELS,
+    ),
+    _d(
+        "gpu_allocation_weight",
+        "gauge",
+        "The share of the physical GPU each allocation of gpu_allocation_info holds (0..1; "
+        "per GPU they add up to 1 at most): 1 for a whole GPU, 1/n for each of n containers "
+        "given one GPU (time-sliced replicas, a shared claim), and for a MIG GPU instance the "
+        "larger of its compute-slice and memory share (docs/chargeback.md). The chargeback "
+        "rules charge allocated GPU-seconds by it.",
+        "kubernetes",
+        _allocation_weights,
+        *ALLOCATION_LABELS,
     ),
     _d(
         "gpu_unallocated_processes",
@@ -1283,6 +1307,16 @@ METRICS: tuple[MetricSpec, ...] = (
         "Share of the GPU's SM time the process used over the driver's latest sample period "
         "(0..1); 0 when it ran no kernel.",
         lambda p: p.sm_ratio,
+    ),
+    _p(
+        "gpu_process_sm_seconds_total",
+        "counter",
+        "SM seconds the process used since the exporter first saw it: each of the driver's "
+        "per-process samples (its SM share of one sample period, with its own timestamp) "
+        "times the period it covers, as gpu_busy_seconds_total integrates the GPU's buffer. "
+        "Its rate over any window is the process's average share of the GPU's SM time. A "
+        "reused PID starts again at 0; left out under MIG and for the other roll-up.",
+        lambda p: p.sm_seconds,
     ),
     _p(
         "gpu_process_memory_controller_utilization_ratio",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from gpu_exporter.model import UtilizationSample
 
@@ -32,6 +32,18 @@ JITTER_SLACK = 1.5
 
 UNKNOWN_PERIOD_US = 1_000_000
 """The period assumed before two entries were read together: nvml.h's longest, 1 s."""
+
+
+def median_period(spacings: Iterable[int]) -> float:
+    """The median of entries' spacings in microseconds, `UNKNOWN_PERIOD_US` without any
+    (by hand: `statistics` brings `decimal` and `fractions`, 0.5 MiB resident)."""
+    ordered = sorted(spacings)
+    if not ordered:
+        return UNKNOWN_PERIOD_US
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[middle])
+    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 class BusyCounter:
@@ -62,15 +74,8 @@ class BusyCounter:
 
     @property
     def period_us(self) -> float:
-        """The driver's sample period: the median spacing of entries read together (by
-        hand: `statistics` brings `decimal` and `fractions`, 0.5 MiB resident)."""
-        if not self._spacings:
-            return UNKNOWN_PERIOD_US
-        ordered = sorted(self._spacings)
-        middle = len(ordered) // 2
-        if len(ordered) % 2:
-            return float(ordered[middle])
-        return (ordered[middle - 1] + ordered[middle]) / 2
+        """The driver's sample period: the median spacing of entries read together."""
+        return median_period(self._spacings)
 
     def add_samples(self, samples: Sequence[UtilizationSample], now_monotonic: float) -> None:
         """Integrate buffer entries newer than the cursor, oldest first.

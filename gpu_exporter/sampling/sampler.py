@@ -52,6 +52,7 @@ from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
+from gpu_exporter.sampling.process_seconds import ProcessSeconds
 from gpu_exporter.sampling.xid_merge import merge_xids
 from gpu_exporter.sources.backend import (
     LOST,
@@ -133,6 +134,7 @@ class _Counters:
     gpu: BusyCounter = field(default_factory=BusyCounter)
     memory_controller: BusyCounter = field(default_factory=BusyCounter)
     process_utilization_us: int = 0  # newest per-process sample already seen
+    process_seconds: ProcessSeconds = field(default_factory=ProcessSeconds)
     idle: bool = False  # the last sample listed no process on the GPU and read it idle
     buffer_read: BufferRead = BufferRead.READ  # what this sample does with the buffers
     activity: ActivityCounter = field(default_factory=ActivityCounter)  # GPM, NVLink bytes
@@ -310,7 +312,10 @@ class Sampler:
                 ok = False
                 log.exception("process attribution failed")
             stages["processes"] = StageResult(self._monotonic() - t0, ok)
-            devices = tuple(_with_attribution(d, attribution) for d in devices)
+            devices = tuple(
+                self._with_sm_seconds(_with_attribution(d, attribution), raws.get(d.index))
+                for d in devices
+            )
 
         kubernetes: KubernetesState | None = None
         if "kubernetes" in collectors and self._attribute_kubernetes is not None:
@@ -418,6 +423,7 @@ class Sampler:
             counters.gpu.rebase()
             counters.memory_controller.rebase()
             counters.process_utilization_us = 0
+            counters.process_seconds.rebase()
         for hook in self.on_nvml_init:
             hook()
         return True
@@ -602,6 +608,23 @@ class Sampler:
                 )
             )
         return tuple(out)
+
+    def _with_sm_seconds(self, device: DeviceSample, raw: DeviceRaw | None) -> DeviceSample:
+        """The device's process series with their SM seconds integrated from this
+        interval's per-process samples (`process_seconds.py`); unchanged where the driver
+        gives no per-process samples (MIG, unsupported)."""
+        extra = device.attribution
+        if extra is None or raw is None or raw.process_utilization is None:
+            return device
+        counters = self._counters.get((device.index, raw.static.uuid))
+        if counters is None:
+            return device
+        starts = {int(p.pid): p.start_time_seconds for p in extra.processes if p.pid}
+        seconds = counters.process_seconds.add(raw.process_utilization, starts)
+        processes = tuple(
+            replace(p, sm_seconds=seconds[int(p.pid)]) if p.pid else p for p in extra.processes
+        )
+        return replace(device, attribution=replace(extra, processes=processes))
 
 
 def _with_attribution(device: DeviceSample, attribution: Mapping[int, Attribution]) -> DeviceSample:

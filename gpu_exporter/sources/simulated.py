@@ -460,17 +460,23 @@ class SimulatedBackend:
         faults = self._check(index)
         if SAMPLES in faults.unsupported or self.is_mig(index):
             return None  # the MIG parent answers NOT_SUPPORTED, as a real one does
+        pick = 0 if domain == "gpu" else 1
+        return [
+            UtilizationSample(ts, self.utilization_at(index, mid)[pick])
+            for ts, mid in self._periods(since_us)
+        ]
+
+    def _periods(self, since_us: int) -> list[tuple[int, float]]:
+        """The driver's sample periods newer than `since_us` still in its buffer, oldest
+        first: (the timestamp that ends each, in microseconds; its midpoint, Unix time)."""
         now_us = self._timestamp_us(self._clock())
         last = now_us - now_us % SAMPLE_PERIOD_US
         first = max(since_us + 1, last - (BUFFER_SAMPLES - 1) * SAMPLE_PERIOD_US)
         first += (-first) % SAMPLE_PERIOD_US
-        out: list[UtilizationSample] = []
-        pick = 0 if domain == "gpu" else 1
-        for ts in range(first, last + 1, SAMPLE_PERIOD_US):
-            # each entry covers the period that ends at ts; use its midpoint
-            mid = self._epoch + (ts - SAMPLE_PERIOD_US / 2 - 1_000_000_000) / 1e6
-            out.append(UtilizationSample(ts, self.utilization_at(index, mid)[pick]))
-        return out
+        return [
+            (ts, self._epoch + (ts - SAMPLE_PERIOD_US / 2 - 1_000_000_000) / 1e6)
+            for ts in range(first, last + 1, SAMPLE_PERIOD_US)
+        ]
 
     def processes(self, index: int) -> Sequence[GpuProcess] | None:
         faults = self._check(index)
@@ -522,16 +528,20 @@ class SimulatedBackend:
         faults = self._check(index)
         if PROCESS_LIST in faults.unsupported or self.is_mig(index):
             return None  # per-process utilization is not supported under MIG
-        t = self._clock()
-        ts = self._timestamp_us(t)
+        # one entry per sample period since `since_us` and process that ran in it, as the
+        # driver answers (each period's shares; the process's SM seconds integrate them)
+        periods = self._periods(since_us)
         scenario = self._current().processes
         if scenario is None:
-            sm, mc = self.utilization_at(index, t)
-            return [
-                ProcessUtilization(builtin_pid(index, p), ts, sm * p.sm_share, mc * p.sm_share)
-                for p in PROFILE_PROCESSES[self.profile(index)]
-                if sm * p.sm_share > 0
-            ]
+            out: list[ProcessUtilization] = []
+            for ts, mid in periods:
+                sm, mc = self.utilization_at(index, mid)
+                out += [
+                    ProcessUtilization(builtin_pid(index, p), ts, sm * p.sm_share, mc * p.sm_share)
+                    for p in PROFILE_PROCESSES[self.profile(index)]
+                    if sm * p.sm_share > 0
+                ]
+            return out
         return [
             ProcessUtilization(
                 pid=p.pid,
@@ -539,6 +549,7 @@ class SimulatedBackend:
                 sm_ratio=p.sm_ratio,
                 memory_controller_ratio=p.memory_controller_ratio or 0.0,
             )
+            for ts, _mid in periods
             for p in scenario
             if p.gpu == index and p.sm_ratio is not None
         ]

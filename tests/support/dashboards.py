@@ -19,7 +19,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"
-DASHBOARD_FILES = ("gpu-fleet.json", "gpu-node.json")
+DASHBOARD_FILES = ("gpu-fleet.json", "gpu-node.json", "gpu-chargeback.json")
 TEMPLATE_VARIABLES = ("datasource", "job", "instance", "gpu", "namespace", "pod")
 
 # Grafana's built-in variables a query may use, with the values the tests substitute.

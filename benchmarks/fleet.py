@@ -1185,6 +1185,7 @@ class Day:
     continuity: list[tuple[str, int, int, int]]  # recorded family, backfilled, live, both
     load: str  # the machine's load average before the run
     rollup_hours: tuple[float, float]  # idle-allocated GPU-hours in 24 h: roll-up, 1-minute
+    charged_hours: tuple[float, float]  # allocated GPU-hours in 24 h: roll-up, 1-minute rows
     compaction_seconds: float  # until the compactor settled, before the measurement
     layout: dict[float, int]  # hours a block spans: how many, once compacted
 
@@ -1278,6 +1279,11 @@ def day(
             prometheus.value(f"sum(sum_over_time({IDLE_ROLLUP}[24h])) / 3600"),
             prometheus.value(f"sum(sum_over_time({IDLE_POINTS}[24h])) / 60"),
         )
+        allocated = "instance_gpu_owner:gpu_allocated_seconds"
+        charged_hours = (
+            prometheus.value(f"sum(sum_over_time({allocated}:sum5m[24h])) / 3600"),
+            prometheus.value(f"sum(sum_over_time({allocated}:sum1m[24h])) / 3600"),
+        )
         fleet, fleet_sum, _p = refresh(prometheus, fleet_q)
         fleet_parallel = statistics.median(at_once(prometheus, fleet_q) for _ in range(3))
         node, node_sum, _p = refresh(prometheus, node_q)
@@ -1330,6 +1336,7 @@ def day(
         continuity,
         " ".join(load),
         rollup_hours,
+        charged_hours,
         compaction,
         layout,
     )
@@ -1460,7 +1467,13 @@ def day_report(found: Day) -> str:
             kind = "instant" if panel.instant else f"range, {panel.step} s step"
             lines.append(f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | {count} |")
     rolled, points = found.rollup_hours
+    charged, minutes = found.charged_hours
     lines += [
+        "",
+        "Allocated GPU-hours in the last 24 hours (every row, the remainder's included),"
+        " added up by the chargeback's 5-minute roll-up (what the Chargeback dashboard"
+        f" reads): {charged:,.1f}; by its 1-minute rows: {minutes:,.1f}"
+        f" ({(charged - minutes) / minutes:+.2%}).",
         "",
         "Chargeback groups' rules as instant queries one by one after the run (what one"
         " evaluation reads; a 15-minute group may not have run in the minutes scraped): "

@@ -362,6 +362,11 @@ class Prometheus:
         result = self.api("query", query=expr)["result"]
         return float(result[0]["value"][1]) if result else math.nan
 
+    def count(self, expr: str) -> int:
+        """How many series `expr` gives now (0 for none: `count` then answers nothing)."""
+        found = self.value(f"count({expr})")
+        return 0 if math.isnan(found) else int(found)
+
     def by(self, expr: str, label: str) -> dict[str, float]:
         return {
             r["metric"][label]: float(r["value"][1])
@@ -1270,9 +1275,9 @@ def day(
             continuity.append(
                 (
                     family,
-                    int(prometheus.value(f"count({before})") or 0),
-                    int(prometheus.value(f"count({family})") or 0),
-                    int(prometheus.value(f"count({both})") or 0),
+                    prometheus.count(before),
+                    prometheus.count(family),
+                    prometheus.count(both),
                 )
             )
         rollup_hours = (

@@ -31,6 +31,7 @@ machine's, shared with other work: compare them with each other, not across mach
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -360,6 +361,11 @@ class Prometheus:
     def value(self, expr: str) -> float:
         result = self.api("query", query=expr)["result"]
         return float(result[0]["value"][1]) if result else math.nan
+
+    def count(self, expr: str) -> int:
+        """How many series `expr` gives now (0 for none: `count` then answers nothing)."""
+        found = self.value(f"count({expr})")
+        return 0 if math.isnan(found) else int(found)
 
     def by(self, expr: str, label: str) -> dict[str, float]:
         return {
@@ -995,22 +1001,139 @@ def rule_queries() -> list[Panel]:
     return [Panel(group, name, expr, True) for group, name, expr, _i in rules()]
 
 
+CHARGEBACK_GROUPS = (
+    "gpu-exporter.recording.chargeback",
+    "gpu-exporter.recording.chargeback-idle",
+    "gpu-exporter.recording.chargeback-rollup",
+)
+
+
+def chargeback_rule_files(workdir: Path) -> list[Path]:
+    """A copy of the shipped recording rules with only the chargeback groups and the
+    groups that record what they read, the 15-minute idle-power group every minute (so
+    that its series is there within minutes, not a quarter of an hour)."""
+    groups = [
+        group
+        for path in RULE_FILES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        if any("record" in rule for rule in group["rules"])
+    ]
+    ours = [g for g in groups if g["name"] in CHARGEBACK_GROUPS]
+    read = {n for g in ours for rule in g["rules"] for n in NAME.findall(rule["expr"])}
+    keep = [
+        {**g, "interval": "1m"}
+        for g in groups
+        if g["name"] in CHARGEBACK_GROUPS or any(r.get("record") in read for r in g["rules"])
+    ]
+    path = workdir / "chargeback-rules.yml"
+    path.write_text(yaml.safe_dump({"groups": keep}, sort_keys=False))
+    return [path]
+
+
+def chargeback_recorded(
+    nodes: int, samples: list[tuple[str, str, float]], workdir: Path, timeout: float = 600
+) -> dict[str, list[tuple[str, float, float]]]:
+    """{family: [(name and labels, value, 0)]} of every series the chargeback groups
+    record for `nodes` nodes, and of the recorded series they read, as the groups wrote
+    them: a Prometheus with those groups (chargeback_rule_files) scrapes the nodes until
+    every GPU's idle energy is there (the idle-power series it needs, then one more
+    evaluation), and gives the values. The synthetic values hold still, so do these."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = chargeback_rule_files(workdir)
+    families = sorted(
+        {r["record"] for g in yaml.safe_load(files[0].read_text())["groups"] for r in g["rules"]}
+        & ({n for g, n, _e, _i in rules() if g in CHARGEBACK_GROUPS} | _chargeback_inputs())
+    )
+    origin = time.time() - 3600
+    server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
+    prometheus = Prometheus(workdir, nodes, server.port, workdir / "data", rule_files=files)
+    ready = (
+        "count(instance_gpu:gpu_idle_energy_joules:sum1m > 0)"
+        " == count(instance_gpu:gpu_energy_joules:sum1m) == count(gpu_up == 1)"
+        " and count(instance_gpu_owner:gpu_energy_joules:sum1m)"
+    )
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    try:
+        deadline = time.monotonic() + timeout
+        while math.isnan(prometheus.value(ready)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the chargeback rules gave no idle energy in {timeout:.0f} s")
+            time.sleep(10)
+        time.sleep(RULE_SECONDS + 5)  # one more evaluation: every row from complete inputs
+        for family in families:
+            for r in prometheus.api("query", query=family)["result"]:
+                labels = ",".join(
+                    f"{k}={json.dumps(v)}"
+                    for k, v in sorted(r["metric"].items())
+                    if k != "__name__"
+                )
+                out.setdefault(family, []).append(
+                    (f"{family}{{{labels}}}", float(r["value"][1]), 0.0)
+                )
+    finally:
+        prometheus.stop()
+        server.stop()
+    for rollup, source in ROLLED_UP.items():  # the 5-minute roll-ups: five minutes' worth
+        if source in out:
+            out[rollup] = [
+                (rollup + text[len(source) :], value * resolution(rollup) / RULE_SECONDS, 0.0)
+                for text, value, _slope in out[source]
+            ]
+    print(
+        f"  chargeback: {sum(map(len, out.values()))} recorded series of {len(out)} families",
+        file=sys.stderr,
+    )
+    return out
+
+
+ROLLED_UP = {  # 5-minute roll-up -> the 1-minute chargeback rows it adds up
+    name: found[1]
+    for _group, name, expr, _i in rules()
+    if (found := re.fullmatch(r"sum_over_time\((\S+:sum1m)\[5m\] offset 30s\)\s*", expr))
+}
+
+
+def minute_rows(queries: list[Panel]) -> list[Panel]:
+    """`queries` on the chargeback's 1-minute rows in place of their 5-minute roll-ups
+    (what the Chargeback dashboard read before it read the roll-ups)."""
+    out = []
+    for query in queries:
+        expr = query.expr
+        for rollup, source in ROLLED_UP.items():
+            expr = expr.replace(rollup, source)
+        out.append(dataclasses.replace(query, expr=expr))
+    return out
+
+
+def _chargeback_inputs() -> set[str]:
+    """The recorded families the chargeback groups read (the 1-minute lowest power)."""
+    recorded_names = {n for _g, n, _e, _i in rules() if ":" in n}
+    ours = {n for g, n, _e, _i in rules() if g in CHARGEBACK_GROUPS}
+    read = {n for g, _n, e, _i in rules() if g in CHARGEBACK_GROUPS for n in NAME.findall(e)}
+    return (read & recorded_names) - ours
+
+
 def what_is_read(
     nodes: int,
     viewed_nodes: set[int],
     samples: list[tuple[str, str, float]],
     end: int,
     origin: float,
+    recorded_too: dict[str, list[tuple[str, float, float]]] | None = None,
 ) -> tuple[dict[str, list[tuple[str, float, float]]], dict[str, int], dict[str, int]]:
     """The history to backfill before `end` (see write_history): (families, when each
-    family starts, when each series of `viewed_nodes` starts). Every family the rules
-    or the fleet dashboard (at 24 h) read, over what they read of it, rounded up to the
-    hour, for every node; every family the node dashboard (at 24 h) reads, over what it
-    reads, for `viewed_nodes` only (it shows one node). A family counts as read over the
-    longest window of an expression that names it."""
+    family starts, when each series of `viewed_nodes` starts). Every family the rules,
+    the fleet dashboard or the chargeback dashboard (at 24 h) read, over what they read
+    of it, rounded up to the hour, for every node; every family the node dashboard (at
+    24 h) reads, over what it reads, for `viewed_nodes` only (it shows one node). A
+    family counts as read over the longest window of an expression that names it.
+    `recorded_too` adds recorded families that history_families does not compute (the
+    chargeback groups': chargeback_recorded)."""
     known = {name for name, _l, _v in samples} | {n for _g, n, _e, _i in rules() if ":" in n}
     known |= {"gpu_xid_errors_total", "gpu_xid_error_timestamp_seconds"}
-    every, _ = dashboard_reads(rule_queries() + panels(DASHBOARD, DAY_SECONDS), known)
+    read = rule_queries() + panels(DASHBOARD, DAY_SECONDS)
+    charge_q = panels(CHARGEBACK_DASHBOARD, DAY_SECONDS)
+    every, _ = dashboard_reads(read + charge_q + minute_rows(charge_q), known)
     node_q = panels(NODE_DASHBOARD, DAY_SECONDS, instance=node_name(VIEWED))
     viewed, _ = dashboard_reads(node_q, known)
 
@@ -1021,7 +1144,8 @@ def what_is_read(
     since = {family: first(span) for family, span in every.items()}
     first_of: dict[str, int] = {}
     names = [f'instance="{node_name(i)}"' for i in viewed_nodes]
-    for name, members in history_families(nodes, samples, origin).items():
+    computed = history_families(nodes, samples, origin)
+    for name, members in {**computed, **(recorded_too or {})}.items():
         for text, base, slope in members:
             if name in viewed and any(n in text for n in names):
                 first_of[text] = min(since.get(name, end), first(viewed[name]))
@@ -1049,6 +1173,15 @@ class Day:
     node: list[tuple[Panel, float, int]]
     node_sum: float
     node_parallel: float
+    chargeback: list[tuple[Panel, float, int]]
+    chargeback_sum: float
+    chargeback_parallel: float
+    minute: list[tuple[Panel, float, int]]  # the chargeback dashboard on the 1-minute rows
+    minute_sum: float
+    minute_parallel: float
+    # group -> seconds of its rules as instant queries, one by one, after the run (a
+    # 15-minute group may not have evaluated in the minutes scraped)
+    chargeback_rules: dict[str, float]
     head_series: float
     rss_gib: float  # after the dashboards
     rss_peak_gib: float
@@ -1057,6 +1190,7 @@ class Day:
     continuity: list[tuple[str, int, int, int]]  # recorded family, backfilled, live, both
     load: str  # the machine's load average before the run
     rollup_hours: tuple[float, float]  # idle-allocated GPU-hours in 24 h: roll-up, 1-minute
+    charged_hours: tuple[float, float]  # allocated GPU-hours in 24 h: roll-up, 1-minute rows
     compaction_seconds: float  # until the compactor settled, before the measurement
     layout: dict[float, int]  # hours a block spans: how many, once compacted
 
@@ -1092,9 +1226,14 @@ def day(
     load = Path("/proc/loadavg").read_text().split()[:3]
     fleet_q = panels(DASHBOARD, DAY_SECONDS)
     node_q = panels(NODE_DASHBOARD, DAY_SECONDS, instance=node_name(VIEWED))
+    charge_q = panels(CHARGEBACK_DASHBOARD, DAY_SECONDS)
+    charged = chargeback_recorded(nodes, samples, workdir / "chargeback")
+    shutil.rmtree(workdir / "chargeback")
     end = int(time.time()) // RULE_SECONDS * RULE_SECONDS
     origin = end - DAY_SECONDS - 3600
-    families, since, first_of = what_is_read(nodes, set(range(view_nodes)), samples, end, origin)
+    families, since, first_of = what_is_read(
+        nodes, set(range(view_nodes)), samples, end, origin, charged
+    )
     data = workdir / "data"
     started = time.monotonic()
     start = min([*since.values(), *first_of.values()])
@@ -1136,19 +1275,35 @@ def day(
             continuity.append(
                 (
                     family,
-                    int(prometheus.value(f"count({before})") or 0),
-                    int(prometheus.value(f"count({family})") or 0),
-                    int(prometheus.value(f"count({both})") or 0),
+                    prometheus.count(before),
+                    prometheus.count(family),
+                    prometheus.count(both),
                 )
             )
         rollup_hours = (
             prometheus.value(f"sum(sum_over_time({IDLE_ROLLUP}[24h])) / 3600"),
             prometheus.value(f"sum(sum_over_time({IDLE_POINTS}[24h])) / 60"),
         )
+        allocated = "instance_gpu_owner:gpu_allocated_seconds"
+        charged_hours = (
+            prometheus.value(f"sum(sum_over_time({allocated}:sum5m[24h])) / 3600"),
+            prometheus.value(f"sum(sum_over_time({allocated}:sum1m[24h])) / 3600"),
+        )
         fleet, fleet_sum, _p = refresh(prometheus, fleet_q)
         fleet_parallel = statistics.median(at_once(prometheus, fleet_q) for _ in range(3))
         node, node_sum, _p = refresh(prometheus, node_q)
         node_parallel = statistics.median(at_once(prometheus, node_q) for _ in range(3))
+        charge, charge_sum, _p = refresh(prometheus, charge_q)
+        charge_parallel = statistics.median(at_once(prometheus, charge_q) for _ in range(3))
+        minute, minute_sum, _p = refresh(prometheus, minute_rows(charge_q))
+        minute_parallel = statistics.median(
+            at_once(prometheus, minute_rows(charge_q)) for _ in range(3)
+        )
+        charge_rules: dict[str, float] = {}
+        for group, _name, expr, _interval in rules():
+            if group in CHARGEBACK_GROUPS:
+                seconds, _n = prometheus.timed(expr, instant=True)
+                charge_rules[group] = charge_rules.get(group, 0.0) + seconds
         head = prometheus.value("prometheus_tsdb_head_series")
         rss = prometheus.rss_bytes()
     finally:
@@ -1171,6 +1326,13 @@ def day(
         node,
         node_sum,
         node_parallel,
+        charge,
+        charge_sum,
+        charge_parallel,
+        minute,
+        minute_sum,
+        minute_parallel,
+        charge_rules,
         head,
         rss / 2**30,
         max(rss, rss_peak) / 2**30,
@@ -1179,6 +1341,7 @@ def day(
         continuity,
         " ".join(load),
         rollup_hours,
+        charged_hours,
         compaction,
         layout,
     )
@@ -1199,6 +1362,18 @@ def day_report(found: Day) -> str:
     fleet_panels, node_panels = _per_panel(found.fleet), _per_panel(found.node)
     fleet_slow = max(fleet_panels, key=lambda t: fleet_panels[t])
     node_slow = max(node_panels, key=lambda t: node_panels[t])
+    charge_panels = _per_panel(found.chargeback)
+    charge_slow = max(charge_panels, key=lambda t: charge_panels[t])
+    minute_panels = _per_panel(found.minute)
+    minute_slow = max(minute_panels, key=lambda t: minute_panels[t])
+    charge_groups = {g: v for g, v in found.groups.items() if g in CHARGEBACK_GROUPS}
+    charge_worst = max(
+        (peak / interval for _m, peak, interval in charge_groups.values()), default=0
+    )
+    charge_rules = max(
+        (s / found.groups[g][2] for g, s in found.chargeback_rules.items() if g in found.groups),
+        default=0,
+    )
     per_sample = found.blocks_bytes / max(found.samples, 1)
     thousands = found.gpus / 1000
     broken = [c for c in found.continuity if c[3] > max(c[1], c[2])]
@@ -1216,8 +1391,10 @@ def day_report(found: Day) -> str:
         f" work (load average {found.load} when it began). {found.gpus:,} GPUs"
         f" ({found.gpus // GPUS_PER_NODE} nodes, one in {FAULT_EVERY} with a GPU that logged"
         " Xid 79 and needs a reboot, every other such node's GPU also out of the NVLink"
-        " fabric); every family the rules and the fleet dashboard read, over what they"
-        " read of it at a 24-hour range, rounded up to the hour, and for"
+        " fabric); every family the rules, the fleet and the chargeback dashboards read,"
+        " over what they read of it at a 24-hour range, rounded up to the hour (the"
+        " chargeback groups' recorded series as they wrote them on a first Prometheus"
+        " that scraped the same nodes), and for"
         f" {found.view_nodes} node(s) a day of every family the node dashboard reads:"
         f" {found.samples / 1e6:,.0f} M samples of {found.families} families in"
         f" {found.backfill_seconds / 60:.0f} minutes, {found.blocks_bytes / 2**30:.2f} GiB"
@@ -1243,6 +1420,18 @@ def day_report(found: Day) -> str:
         f" | <= 1 s | {met(node_panels[node_slow] <= 1)} |",
         f"| node dashboard, whole refresh: one by one / all at once | {found.node_sum:.2f}"
         f" s / {found.node_parallel:.2f} s | <= 5 s | {met(found.node_parallel <= 5)} |",
+        f"| chargeback dashboard, slowest panel | {charge_slow}"
+        f" {charge_panels[charge_slow]:.2f} s | <= 1 s | {met(charge_panels[charge_slow] <= 1)} |",
+        f"| chargeback dashboard, whole refresh: one by one / all at once"
+        f" | {found.chargeback_sum:.2f} s / {found.chargeback_parallel:.2f} s | <= 5 s"
+        f" | {met(found.chargeback_parallel <= 5)} |",
+        f"| chargeback dashboard on the 1-minute rows (before the roll-up): slowest panel;"
+        f" refresh one by one / all at once | {minute_slow} {minute_panels[minute_slow]:.2f} s;"
+        f" {found.minute_sum:.2f} s / {found.minute_parallel:.2f} s | <= 1 s; <= 5 s"
+        f" | {met(minute_panels[minute_slow] <= 1 and found.minute_parallel <= 5)} |",
+        f"| chargeback groups, worst evaluation / interval (reported; their rules one by"
+        f" one after the run) | {charge_worst:.1%}; {charge_rules:.1%} | within 25%"
+        f" | {met(max(charge_worst, charge_rules) <= 0.25)} |",
         f"| head series | {found.head_series / 1e3:,.0f} k | | |",
         f"| Prometheus RSS, peak / after the dashboards | {found.rss_peak_gib:.2f} GiB /"
         f" {found.rss_gib:.2f} GiB ({found.rss_peak_gib / thousands:.2f} GiB per 1,000"
@@ -1267,6 +1456,8 @@ def day_report(found: Day) -> str:
     for title, timed, total, parallel in (
         ("Fleet", found.fleet, found.fleet_sum, found.fleet_parallel),
         ("Node", found.node, found.node_sum, found.node_parallel),
+        ("Chargeback", found.chargeback, found.chargeback_sum, found.chargeback_parallel),
+        ("Chargeback (1-minute rows)", found.minute, found.minute_sum, found.minute_parallel),
     ):
         lines += [
             "",
@@ -1281,7 +1472,23 @@ def day_report(found: Day) -> str:
             kind = "instant" if panel.instant else f"range, {panel.step} s step"
             lines.append(f"| {panel.title} | {panel.ref} | {kind} | {seconds:.3f} | {count} |")
     rolled, points = found.rollup_hours
+    charged, minutes = found.charged_hours
     lines += [
+        "",
+        "Allocated GPU-hours in the last 24 hours (every row, the remainder's included),"
+        " added up by the chargeback's 5-minute roll-up (what the Chargeback dashboard"
+        f" reads): {charged:,.1f}; by its 1-minute rows: {minutes:,.1f}"
+        f" ({(charged - minutes) / minutes:+.2%}).",
+        "",
+        "Chargeback groups' rules as instant queries one by one after the run (what one"
+        " evaluation reads; a 15-minute group may not have run in the minutes scraped): "
+        + "; ".join(
+            f"`{g}` {s:.2f} s of its {found.groups[g][2]:.0f} s"
+            if g in found.groups
+            else f"`{g}` {s:.2f} s"
+            for g, s in found.chargeback_rules.items()
+        )
+        + ".",
         "",
         f"Idle-allocated GPU-hours in the last 24 hours, added up by the 5-minute roll-up"
         f" (`{IDLE_ROLLUP}`, what the fleet dashboard reads): {rolled:,.1f}; by the 1-minute"

@@ -45,9 +45,14 @@ def immediate_alert_rules(dest: Path) -> Path:
     return dest
 
 
-# The shipped 5-minute roll-up (gpu-exporter.recording.rollup): each evaluation covers
-# the 5 minutes that end 30 s before it, and counts each 1-minute point as 60 seconds.
-ROLLUP_GROUP = "  - name: gpu-exporter.recording.rollup\n"
+# The shipped 5-minute roll-ups (gpu-exporter.recording.rollup, the fleet's, and
+# ...chargeback-rollup): each evaluation covers the 5 minutes that end 30 s before it;
+# the fleet's count each 1-minute point as 60 seconds (the chargeback's rows are seconds).
+ROLLUP_GROUPS = (
+    "  - name: gpu-exporter.recording.rollup\n",
+    "  - name: gpu-exporter.recording.chargeback-rollup\n",
+)
+ROLLUP_RULES = 8  # in both groups together
 ROLLUP_WINDOW = "[5m] offset 30s)"
 ROLLUP_POINT_SECONDS = ") * 60"
 
@@ -56,18 +61,20 @@ def every_evaluation_rules(source: Path, dest: Path, rollup_seconds: int | None 
     """A copy at `dest` of the rule file `source` whose groups all run at the global
     evaluation interval (TEST_INTERVAL, 1 s): the shipped groups that run once a minute
     (`interval: 1m`) would make a test wait a minute for their first value. The roll-up
-    group keeps its shape at that scale: a point stands for 1 s, and the group runs every
+    groups keep their shape at that scale: a point stands for 1 s, and the group runs every
     `rollup_seconds` (the global interval unless given) over the `rollup_seconds` that
     end 0.5 s before it (none with the global interval)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     text = re.sub(r"^    interval: \S+\n", "", source.read_text(), flags=re.M)
-    if ROLLUP_GROUP in text:
+    if any(group in text for group in ROLLUP_GROUPS):
         window = f"[{rollup_seconds}s] offset 500ms)" if rollup_seconds else f"[{TEST_INTERVAL}])"
         rolled = text.replace(ROLLUP_WINDOW, window).replace(ROLLUP_POINT_SECONDS, ") * 1")
-        assert rolled.count(window) == 4 and ROLLUP_POINT_SECONDS not in rolled, "roll-up moved"
+        assert rolled.count(window) == ROLLUP_RULES, "roll-up moved"
+        assert ROLLUP_POINT_SECONDS not in rolled, "roll-up moved"
         if rollup_seconds:
             interval = f"    interval: {rollup_seconds}s\n"
-            rolled = rolled.replace(ROLLUP_GROUP, ROLLUP_GROUP + interval)
+            for group in ROLLUP_GROUPS:
+                rolled = rolled.replace(group, group + interval)
         text = rolled
     dest.write_text(text)
     return dest

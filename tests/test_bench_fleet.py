@@ -1,0 +1,48 @@
+"""`make bench-fleet`'s day of history (benchmarks/fleet.py) backfills what the
+Chargeback dashboard reads at its 24-hour range: a day of the chargeback's 5-minute
+roll-ups, and a day of the 1-minute rows the bench times the dashboard on for
+comparison. Its figures are measured, never asserted; this only holds that the history
+behind them is the one the dashboard reads.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import fleet  # noqa: E402  (benchmarks/ is no package)
+
+ROWS = ("allocated_seconds", "used_seconds", "wasted_seconds", "energy_joules")
+
+
+def test_every_chargeback_row_family_has_its_roll_up() -> None:
+    assert {
+        f"instance_gpu_owner:gpu_{row}:sum5m": f"instance_gpu_owner:gpu_{row}:sum1m" for row in ROWS
+    } == fleet.ROLLED_UP
+    dashboard = fleet.panels(fleet.CHARGEBACK_DASHBOARD, fleet.DAY_SECONDS)
+    read, _ = fleet.dashboard_reads(dashboard)
+    assert set(read) == set(fleet.ROLLED_UP)  # the dashboard reads only the roll-ups
+    minute, _ = fleet.dashboard_reads(fleet.minute_rows(dashboard))
+    assert set(minute) == set(fleet.ROLLED_UP.values())
+
+
+def test_the_day_backfills_a_day_of_what_the_chargeback_dashboard_reads() -> None:
+    samples = [("gpu_up", '{gpu="0",uuid="GPU-a"}', 1.0)]
+    end = 1_000 * 3600
+    labels = '{instance="node-0000:9872",job="gpu-exporter",gpu="0",uuid="GPU-a"}'
+    charged = {
+        name: [(name + labels, 60.0, 0.0)] for pair in fleet.ROLLED_UP.items() for name in pair
+    }
+    charged["instance_gpu:gpu_power_watts:min1m"] = [
+        ("instance_gpu:gpu_power_watts:min1m" + labels, 70.0, 0.0)
+    ]
+    families, since, _first_of = fleet.what_is_read(1, set(), samples, end, 0.0, charged)
+    day = end - 25 * 3600  # 24 hours, the lookback, rounded up to the hour
+    for name in charged:
+        assert name in families
+        assert since[name] == day, name
+    # the recorded families' resolution: the group's interval
+    assert fleet.resolution("instance_gpu_owner:gpu_used_seconds:sum5m") == 300
+    assert fleet.resolution("instance_gpu_owner:gpu_used_seconds:sum1m") == 60

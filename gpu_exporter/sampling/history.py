@@ -343,9 +343,11 @@ class History:
         before = self._previous.get(key)
         self._previous[key] = now
         source = busy_source(device)
-        busy = _rate(before, now, BUSY_COUNTERS[source])
-        if source == "busy_time":
-            busy = self._busy(key, now, device.busy_read)
+        busy = (
+            self._busy(key, now, device.busy_read)
+            if source == "busy_time"
+            else _rate(before, now, BUSY_COUNTERS[source])
+        )
         static = device.static
         reasons = reading.clocks.throttle_reasons if reading.clocks else None
         return {

@@ -4,6 +4,7 @@ symptoms of a down exporter or a lost GPU held back."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -31,6 +32,69 @@ RECEIVER_OF_SEVERITY = {"critical": "gpu-hardware", "warning": "gpu-team", "info
 def alert_severities() -> dict[str, str]:
     groups = yaml.safe_load(RULES.read_text())["groups"]
     return {r["alert"]: r["labels"]["severity"] for g in groups for r in g["rules"]}
+
+
+def _rules() -> dict[str, dict[str, Any]]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+
+
+def _seconds(duration: str) -> int:
+    """A rule's `for:` (`30s`, `5m`, `1h`) in seconds; none is 0."""
+    unit = {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+    return int(duration[:-1]) * unit
+
+
+# The action alert that a held-back fault with a `for:` of its own leads to
+# (docs/actions.md): the fault must wait longer than that action.
+ACTION_OF_FAULT = {
+    "GPULost": "GPUNeedsReboot",  # gpu_lost -> reboot_node
+    "GPURowRemapPending": "GPUNeedsReset",  # row_remap_pending -> reset_gpu
+    "GPUFabricNotRegistered": "GPUNeedsDrain",  # fabric_registration_failed -> drain
+    "GPUMemoryLeaked": "GPUNeedsReset",  # memory_leaked -> reset_gpu
+}
+
+
+def test_no_fault_an_action_holds_back_fires_before_the_action() -> None:
+    """An inhibition holds an alert back only while its source fires, and the action
+    alerts wait their `for:`: a held-back fault that fired first paged on its own (an
+    Xid 79 paged GPUXidCritical 30 s after it was logged, then GPUNeedsReboot). Each
+    target of the actions' inhibit rule either steps aside in its expression while its
+    GPU has an action that pages, or waits at least a minute longer than its action."""
+    config = yaml.safe_load(EXAMPLE.read_text())
+    (rule,) = [
+        r
+        for r in config["inhibit_rules"]
+        if any("GPUNeedsReboot" in m for m in r["source_matchers"])
+    ]
+    assert "gpu" in rule["equal"]
+    pattern = rule["source_matchers"][0].split("=~", 1)[1].strip('"')
+    rules = _rules()
+    sources = [name for name in rules if re.fullmatch(pattern, name)]
+    paging = sorted(
+        re.sub(r'gpu_recommended_action\{action="(\w+)"\} == 1', r"\1", rules[s]["expr"])
+        for s in sources
+    )
+    assert paging == ["drain", "inspect_hardware", "reboot_node", "reset_gpu"]
+    step_aside = (
+        "unless on (job, instance, gpu)\n"
+        '  gpu_recommended_action{action=~"reboot_node|inspect_hardware|drain|reset_gpu"} == 1'
+    )
+    targets = [
+        name
+        for name in rules
+        if re.fullmatch(rule["target_matchers"][0].split("=~", 1)[1].strip('"'), name)
+    ]
+    assert len(targets) == 8, targets
+    for name in targets:
+        expr = rules[name]["expr"]
+        waits = _seconds(rules[name].get("for", "0s"))
+        if name in ACTION_OF_FAULT:
+            action = rules[ACTION_OF_FAULT[name]]
+            assert waits >= _seconds(action["for"]) + 60, (name, waits)
+            assert "unless" not in expr, name
+        else:
+            assert step_aside in expr, f"{name} fires before its action: {expr}"
 
 
 def amtool(*args: str) -> subprocess.CompletedProcess[str]:

@@ -461,7 +461,8 @@ def test_alerts_reach_the_webhook_through_a_real_alertmanager(fleet: Fleet) -> N
     its UUID was read, as a GPU that falls off the bus does), then restores the scenario.
 
     GPUIdleWhileAllocated, GPUMemoryNearFull and GPUNeedsReboot (for the Xid 79 and for
-    the lost GPU, each holding back its GPULost and GPUXidCritical) arrive at the
+    the lost GPU: GPUXidCritical steps aside while its GPU's action pages, GPULost is
+    held back) arrive at the
     receiver of their severity with node, GPU, UUID, the user of the process that holds
     the memory (container and pod too where it has them), a summary naming them, and a
     runbook link that the exporter under test serves, at a section that exists.

@@ -1053,6 +1053,7 @@ def chargeback_recorded(
         " and count(instance_gpu_owner:gpu_energy_joules:sum1m)"
     )
     out: dict[str, list[tuple[str, float, float]]] = {}
+    rows: dict[str, list[tuple[dict[str, str], float]]] = {}  # family -> (labels, value)
     try:
         deadline = time.monotonic() + timeout
         while math.isnan(prometheus.value(ready)):
@@ -1062,23 +1063,21 @@ def chargeback_recorded(
         time.sleep(RULE_SECONDS + 5)  # one more evaluation: every row from complete inputs
         for family in families:
             for r in prometheus.api("query", query=family)["result"]:
-                labels = ",".join(
-                    f"{k}={json.dumps(v)}"
-                    for k, v in sorted(r["metric"].items())
-                    if k != "__name__"
-                )
-                out.setdefault(family, []).append(
-                    (f"{family}{{{labels}}}", float(r["value"][1]), 0.0)
-                )
+                labels = {k: v for k, v in r["metric"].items() if k != "__name__"}
+                rows.setdefault(family, []).append((labels, float(r["value"][1])))
     finally:
         prometheus.stop()
         server.stop()
-    for rollup, source in ROLLED_UP.items():  # the 5-minute roll-ups: five minutes' worth
-        if source in out:
-            out[rollup] = [
-                (rollup + text[len(source) :], value * resolution(rollup) / RULE_SECONDS, 0.0)
-                for text, value, _slope in out[source]
-            ]
+    for family, found in rows.items():
+        out[family] = [(_series(family, labels), value, 0.0) for labels, value in found]
+    for rollup, source in ROLLED_UP.items():  # the 5-minute roll-ups: five minutes' worth,
+        per_owner: dict[str, float] = {}  # per node and owner
+        for labels, value in rows.get(source, []):
+            kept = {k: v for k, v in labels.items() if k not in ROLLED_UP_DROPS}
+            text = _series(rollup, kept)
+            per_owner[text] = per_owner.get(text, 0.0) + value * resolution(rollup) / RULE_SECONDS
+        if per_owner:
+            out[rollup] = [(text, value, 0.0) for text, value in per_owner.items()]
     print(
         f"  chargeback: {sum(map(len, out.values()))} recorded series of {len(out)} families",
         file=sys.stderr,
@@ -1086,10 +1085,17 @@ def chargeback_recorded(
     return out
 
 
-ROLLED_UP = {  # 5-minute roll-up -> the 1-minute chargeback rows it adds up
+def _series(family: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
+    return f"{family}{{{inner}}}"
+
+
+ROLLED_UP_DROPS = ("gpu", "uuid", "gpu_instance")  # the GPU's labels the roll-ups leave out
+ROLLED_UP = {  # 5-minute roll-up per node and owner -> the 1-minute rows it adds up
     name: found[1]
-    for _group, name, expr, _i in rules()
-    if (found := re.fullmatch(r"sum_over_time\((\S+:sum1m)\[5m\] offset 30s\)\s*", expr))
+    for group, name, expr, _i in rules()
+    if group == "gpu-exporter.recording.chargeback-rollup"
+    and (found := re.search(r"sum_over_time\((\S+:sum1m)\[5m\] offset 30s\)", expr))
 }
 
 

@@ -19,7 +19,7 @@ ROWS = ("allocated_seconds", "used_seconds", "wasted_seconds", "energy_joules")
 
 def test_every_chargeback_row_family_has_its_roll_up() -> None:
     assert {
-        f"instance_gpu_owner:gpu_{row}:sum5m": f"instance_gpu_owner:gpu_{row}:sum1m" for row in ROWS
+        f"instance_owner:gpu_{row}:sum5m": f"instance_gpu_owner:gpu_{row}:sum1m" for row in ROWS
     } == fleet.ROLLED_UP
     dashboard = fleet.panels(fleet.CHARGEBACK_DASHBOARD, fleet.DAY_SECONDS)
     read, _ = fleet.dashboard_reads(dashboard)
@@ -44,5 +44,5 @@ def test_the_day_backfills_a_day_of_what_the_chargeback_dashboard_reads() -> Non
         assert name in families
         assert since[name] == day, name
     # the recorded families' resolution: the group's interval
-    assert fleet.resolution("instance_gpu_owner:gpu_used_seconds:sum5m") == 300
+    assert fleet.resolution("instance_owner:gpu_used_seconds:sum5m") == 300
     assert fleet.resolution("instance_gpu_owner:gpu_used_seconds:sum1m") == 60

@@ -72,7 +72,7 @@ def test_federation_pulls_only_recording_rules_with_their_labels() -> None:
     assert job["metrics_path"] == "/federate"
     assert job["honor_labels"] is True
     assert job["params"]["match[]"] == [
-        '{__name__=~"(instance|instance_gpu|instance_gpu_instance|instance_gpu_pod|instance_gpu_owner'
+        '{__name__=~"(instance|instance_gpu|instance_gpu_instance|instance_gpu_pod|instance_gpu_owner|instance_owner'
         '|name|namespace):gpu_.+"}'
     ]
 
@@ -143,6 +143,7 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     per_pod = [n for n in names if n.startswith("instance_gpu_pod:")]
     per_namespace = [n for n in names if n.startswith("namespace:")]
     per_owner = [n for n in names if n.startswith("instance_gpu_owner:")]
+    per_node_owner = [n for n in names if n.startswith("instance_owner:")]
     per_link = [n for n in names if n.startswith("instance_gpu_link:")]
     per_node = [n for n in names if n.startswith("instance:")]
     levels = (
@@ -152,6 +153,7 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
         per_pod,
         per_namespace,
         per_owner,
+        per_node_owner,
         per_link,
         per_node,
     )
@@ -159,6 +161,7 @@ def test_scaling_doc_series_counts_match_the_exporter_and_the_rules() -> None:
     assert len(per_node) == doc_figure(text, "recording rules, per node")
     assert len(per_pod) == doc_figure(text, "recording rules, per allocation (Kubernetes)")
     assert len(per_owner) == doc_figure(text, "recording rules, per GPU and owner of its processes")
+    assert len(per_node_owner) == doc_figure(text, "recording rules, per node and owner")
     assert len(per_link) == doc_figure(text, "recording rules, per NVLink link")
     assert len(per_namespace) == doc_figure(text, "recording rules, per namespace (Kubernetes)")
     assert len(per_gpu) == doc_figure(text, "recording rules, per GPU")

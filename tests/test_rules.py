@@ -405,9 +405,16 @@ def references(expr: str) -> tuple[list[tuple[str, list[str]]], list[str]]:
 
 
 def recorded_labels(record: str, seen: frozenset[str] = frozenset()) -> set[str]:
-    """Labels a recorded series may carry: those of the metrics its rule reads."""
+    """Labels a recorded series may carry: those of the metrics its rules read (every
+    rule that records it: a name may have several, as the chargeback's remainder rows)."""
     rules = recordings()
-    selectors, _ = references(rules[record]["expr"])
+    selectors = [
+        selector
+        for g in groups()
+        for r in g["rules"]
+        if r.get("record") == record
+        for selector in references(r["expr"])[0]
+    ]
     labels = set(TARGET_LABELS)
     for name, _ in selectors:
         if name in rules and name not in seen:

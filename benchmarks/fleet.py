@@ -1290,10 +1290,10 @@ def day(
             prometheus.value(f"sum(sum_over_time({IDLE_ROLLUP}[24h])) / 3600"),
             prometheus.value(f"sum(sum_over_time({IDLE_POINTS}[24h])) / 60"),
         )
-        allocated = "instance_gpu_owner:gpu_allocated_seconds"
+        rolled_up = "instance_owner:gpu_allocated_seconds:sum5m"
         charged_hours = (
-            prometheus.value(f"sum(sum_over_time({allocated}:sum5m[24h])) / 3600"),
-            prometheus.value(f"sum(sum_over_time({allocated}:sum1m[24h])) / 3600"),
+            prometheus.value(f"sum(sum_over_time({rolled_up}[24h])) / 3600"),
+            prometheus.value(f"sum(sum_over_time({ROLLED_UP[rolled_up]}[24h])) / 3600"),
         )
         fleet, fleet_sum, _p = refresh(prometheus, fleet_q)
         fleet_parallel = statistics.median(at_once(prometheus, fleet_q) for _ in range(3))

@@ -113,6 +113,22 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "processes: [{gpu: 3, pid: 5, gpu_instance: 4}]\n",
         "processes[0].gpu_instance: GPU 3 has instances 2, 3, 9, not instance 4",
     ),
+    "short container id": (
+        "processes: [{gpu: 0, pid: 5, container_id: abc123}]\n",
+        "processes[0].container_id must be 64 lowercase hex digits, not 'abc123'",
+    ),
+    "pod uid of the wrong shape": (
+        "processes: [{gpu: 0, pid: 5, pod_uid: 1234-5678}]\n",
+        "processes[0].pod_uid must be a pod UID (8-4-4-4-12 lowercase hex digits), not '1234-5678'",
+    ),
+    "user with a newline": (
+        'processes: [{gpu: 0, pid: 5, user: "bob\\nroot"}]\n',
+        "processes[0].user must be a user name (a-z, 0-9, _ and -, at most 32), not 'bob\\nroot'",
+    ),
+    "user that is a number": (
+        "processes: [{gpu: 0, pid: 5, user: 1000}]\n",
+        "processes[0].user must be a user name (a-z, 0-9, _ and -, at most 32), not 1000",
+    ),
     "alias": ("a: &a [1]\nb: *a\n", "aliases (*name) are not allowed"),
     # every number is bounded by what a real host can have: a 300-digit memory size once
     # passed and broke every scrape with OverflowError

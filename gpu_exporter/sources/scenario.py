@@ -31,6 +31,10 @@ and every number is bounded by what a real host can have (`MAX_*` below).
     processes:                        # replace the built-in processes (real PIDs allowed)
       - {gpu: 0, pid: 1234, memory_bytes: 1073741824, sm_ratio: 0.5}
       - {gpu: 3, pid: 1235, memory_bytes: 1073741824, gpu_instance: 3}  # on a MIG instance
+      # a process of a container (a Kubernetes pod's where pod_uid is given): the host
+      # side comes from here, not /proc, as for the built-in tenants
+      - {gpu: 1, pid: 4000, sm_ratio: 0.6, user: alice,
+         container_id: <64 hex digits>, pod_uid: <the pod's metadata.uid>}
 """
 
 from __future__ import annotations
@@ -83,6 +87,14 @@ class SimulatedProcess:
     memory_controller_ratio: float | None = None
     context: str = "compute"  # or "graphics", or "compute+graphics": in both NVML lists
     gpu_instance: int | None = None  # a MIG GPU instance of its GPU (`simulated_layout`)
+    # its host side, where given (else /proc's): a container's process, a pod's with pod_uid
+    user: str | None = None
+    container_id: str | None = None  # 64 lowercase hex digits
+    pod_uid: str | None = None  # 8-4-4-4-12 lowercase hex digits
+
+    @property
+    def has_host_side(self) -> bool:
+        return self.user is not None or self.container_id is not None
 
 
 @dataclass(frozen=True)
@@ -283,7 +295,40 @@ def _process(data: Any, n: int) -> SimulatedProcess:
         ),
         context=context,
         gpu_instance=gpu_instance,
+        **{key: _host_label(raw.get(key), where, key) for key in HOST_LABELS},
     )
+
+
+def _is_user(value: str) -> bool:
+    return 0 < len(value) <= 32 and set(value) <= _USER_CHARS and not value[0].isdigit()
+
+
+def _is_container_id(value: str) -> bool:
+    return len(value) == 64 and set(value) <= _HEX
+
+
+def _is_pod_uid(value: str) -> bool:
+    parts = value.split("-", 5)
+    return [len(part) for part in parts] == [8, 4, 4, 4, 12] and set("".join(parts)) <= _HEX
+
+
+# A scenario process's host side: each label's shape, checked without a pattern.
+_HEX = frozenset("0123456789abcdef")
+_USER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+HOST_LABELS: dict[str, tuple[str, typing.Callable[[str], bool]]] = {
+    "user": ("a user name (a-z, 0-9, _ and -, at most 32)", _is_user),
+    "container_id": ("64 lowercase hex digits", _is_container_id),
+    "pod_uid": ("a pod UID (8-4-4-4-12 lowercase hex digits)", _is_pod_uid),
+}
+
+
+def _host_label(value: Any, where: str, key: str) -> str | None:
+    if value is None:
+        return None
+    shape, valid = HOST_LABELS[key]
+    if not isinstance(value, str) or not valid(value):
+        raise ScenarioError(f"{where}.{key} must be {shape}, not {one_line(repr(value))[:80]}")
+    return value
 
 
 def _event(data: Any, n: int) -> SimulatedEvent:

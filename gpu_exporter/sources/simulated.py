@@ -46,6 +46,7 @@ from gpu_exporter.model import (
     PCIE_ERRORS,
     PROCESS_CONTEXTS,
     THROTTLE_REASONS,
+    CgroupLabels,
     ClocksReading,
     DeviceEvent,
     DeviceReading,
@@ -555,9 +556,22 @@ class SimulatedBackend:
         ]
 
     def host_process(self, pid: int) -> HostProcess | None:
-        """The host side of a built-in process (they have no /proc entry); None otherwise."""
+        """The host side of a built-in process (they have no /proc entry), or of a scenario
+        process that gives one (its user, container and pod); None otherwise: /proc's."""
+        scenario = self._current().processes
+        if scenario is not None:
+            for s in scenario:
+                if s.pid == pid and s.has_host_side:
+                    return HostProcess(
+                        process="python",
+                        user=s.user or "",
+                        labels=CgroupLabels(
+                            container_id=s.container_id or "", pod_uid=s.pod_uid or ""
+                        ),
+                    )
+            return None
         where = split_pid(pid)
-        if where is None or self._current().processes is not None:
+        if where is None:
             return None
         gpu, offset = where
         if gpu >= self._gpus:

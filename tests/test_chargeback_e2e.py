@@ -1,0 +1,194 @@
+"""The chargeback (docs/chargeback.md) from the real exporter to a real Prometheus, on
+Kubernetes: a simulated 4-GPU host whose kubelet is the tests' stand-in, scraped by
+Debian's Prometheus with the shipped recording rules. What promtool's cases hold with
+series written by hand, here with the series the exporter writes (their labels, their
+joins) on every kind of GPU at once:
+
+- GPU 0, a whole GPU given to ml/train: all its busy time is train's;
+- GPU 1, idle and given to nobody: all of it the remainder, none of it used;
+- GPU 2, time-sliced between ml/a and ml/b (two replicas of it), whose processes run 60%
+  and 20% of its SMs: half of it allocated to each, its busy time split 3 to 1;
+- GPU 3, MIG: instance 2 given to infer/triton, instances 3 and 9 free: triton holds its
+  instance's share, the remainder the rest.
+
+Bare metal (two users' processes on one GPU) and a GPU lost mid-minute are in
+test_fleet.py's chargeback test; the arithmetic of each case in promtool's
+deploy/prometheus/tests/gpu-chargeback.test.yml.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.exporter import Exporter, http_get, parse_samples, start_exporter
+from tests.support.fleet import cluster_config, write_yaml
+from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
+from tests.support.prometheus import Prometheus, start_prometheus
+
+pytestmark = pytest.mark.e2e
+
+GIB = 1024**3
+GPU = "nvidia.com/gpu"
+GPU_LABELS = "instance, job, gpu, uuid"
+SM = {"a": 0.6, "b": 0.2}  # the SM share of the time-sliced pods' processes
+# the containers of the processes the scenario places (the kubelet's log tree maps
+# their IDs to the pods below)
+CONTAINERS = {pod: f"{n:x}" * 64 for n, pod in enumerate(("train", "a", "b", "triton"), 10)}
+
+
+@dataclass
+class Node:
+    exporter: Exporter
+    prometheus: Prometheus
+
+    def query(self, expr: str, at: float | None = None) -> dict[tuple[str, str], float]:
+        """(gpu, owner) -> value; the owner is the pod, or "none" for the remainder."""
+        return {
+            (
+                r["metric"].get("gpu", ""),
+                r["metric"].get("pod") or r["metric"].get("allocation", ""),
+            ): (float(r["value"][1]))
+            for r in self.prometheus.query(expr, at)
+        }
+
+    def per_gpu(self, expr: str, at: float) -> dict[str, float]:
+        return {r["metric"]["gpu"]: float(r["value"][1]) for r in self.prometheus.query(expr, at)}
+
+
+def pods(uuids: dict[str, str], mig_uuid: str) -> list[Pod]:
+    """The stand-in kubelet's pods, given the GPUs' UUIDs by index and the MIG device's."""
+    whole, shared = uuids.get("0", ""), uuids.get("2", "")
+    return [
+        Pod("ml", "train", [Container("main", {GPU: [whole]})]),
+        Pod("ml", "a", [Container("main", {GPU: [f"{shared}::0"]})]),
+        Pod("ml", "b", [Container("main", {GPU: [f"{shared}::1"]})]),
+        Pod("infer", "triton", [Container("main", {"nvidia.com/mig-3g.40gb": [mig_uuid]})]),
+    ]
+
+
+def scenario(pod_uids: dict[str, str]) -> dict[str, object]:
+    def process(pod: str, gpu: int, pid: int, **more: object) -> dict[str, object]:
+        host = {"user": "alice", "container_id": CONTAINERS[pod], "pod_uid": pod_uids[pod]}
+        return {"gpu": gpu, "pid": pid, "memory_bytes": 8 * GIB, **host, **more}
+
+    return {
+        "processes": [
+            process("train", 0, 4_100_000, sm_ratio=0.5),
+            process("a", 2, 4_100_001, sm_ratio=SM["a"]),
+            process("b", 2, 4_100_002, sm_ratio=SM["b"]),
+            process("triton", 3, 4_100_003, gpu_instance=2),
+        ]
+    }
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    workdir = tmp_path_factory.mktemp("chargeback")
+    socket_path = Path(f"/tmp/chargeback-kubelet-{os.getpid()}.sock")
+    kubelet = FakeKubelet(socket_path, []).start()
+    exporter: Exporter | None = None
+    prometheus: Prometheus | None = None
+    try:
+        # the pods' UIDs and containers are known before the GPUs' UUIDs: the processes
+        # and the log tree first, then the pods' devices once the exporter names them
+        by_name = {p.name: p for p in pods({}, "")}
+        logs = write_log_tree(
+            workdir / "log", [(by_name[pod], "main", cid) for pod, cid in CONTAINERS.items()]
+        )
+        file = write_yaml(workdir / "scenario.yml", scenario({p: by_name[p].uid for p in by_name}))
+        args = ["--simulate", "4", "--simulate.scenario", str(file), "--collect.interval", "1s"]
+        args += ["--collector.kubernetes", "--kubernetes.pod-resources-socket", str(socket_path)]
+        args += ["--kubernetes.log-directory", str(logs)]
+        exporter = start_exporter(args, workdir)
+        samples = parse_samples(http_get(exporter.url + "/metrics").body.decode())
+        uuids = {dict(ls)["gpu"]: dict(ls)["uuid"] for name, ls in samples if name == "gpu_info"}
+        (mig_uuid,) = [
+            dict(ls)["mig_uuid"]
+            for name, ls in samples
+            if name == "gpu_mig_info" and dict(ls)["gpu_instance"] == "2"
+        ]
+        kubelet.pods = pods(uuids, mig_uuid)
+        write_yaml(
+            workdir / "targets" / "gpu-exporter-node.yml",
+            [{"targets": [f"127.0.0.1:{exporter.port}"]}],
+        )
+        config = write_yaml(workdir / "prometheus.yml", cluster_config(workdir / "targets"))
+        prometheus = start_prometheus(config, workdir)
+        yield Node(exporter, prometheus)
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        if exporter is not None:
+            exporter.stop()
+        kubelet.stop()
+
+
+def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node) -> None:
+    """Per GPU the allocated rows make the minute, used + wasted = allocated and used
+    never exceeds it, each method's energy rows make the GPU's energy to 1%; and each
+    GPU's rows are its owners' as the kubelet and the processes say."""
+    prometheus = node.prometheus
+    # the time-sliced pods' SM seconds have two readings each: their split is known
+    prometheus.wait_for("count(rate(gpu_process_sm_seconds_total{pod=~'a|b'}[5m]) > 0) == 2")
+    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{pod="b"} > 0')
+    prometheus.wait_for(
+        "count(instance_gpu_owner:gpu_used_seconds:sum1m)"
+        " == count(instance_gpu_owner:gpu_allocated_seconds:sum1m)"
+    )
+    last = "max(timestamp(instance_gpu_owner:gpu_energy_joules:sum1m))"
+    (result,) = prometheus.wait_for(f"{last} > 0")
+    at = float(result["value"][1])
+
+    held = node.query("instance_gpu_owner:gpu_allocated_seconds:sum1m", at)
+    used = node.query("instance_gpu_owner:gpu_used_seconds:sum1m", at)
+    wasted = node.query("instance_gpu_owner:gpu_wasted_seconds:sum1m", at)
+    # the owners of each GPU, and per GPU the minute
+    assert set(held) == {
+        ("0", "train"), ("0", "none"),
+        ("1", "none"),
+        ("2", "a"), ("2", "b"), ("2", "none"),
+        ("3", "triton"), ("3", "none"),
+    }  # fmt: skip
+    for gpu in "0123":
+        assert sum(v for (g, _), v in held.items() if g == gpu) == pytest.approx(60), gpu
+    assert set(used) == set(wasted) == set(held)
+    for key, seconds in held.items():
+        assert used[key] <= seconds + 1e-9, key
+        assert used[key] + wasted[key] == pytest.approx(seconds, abs=1e-9), key
+    busy = node.per_gpu("instance_gpu:gpu_busy_charged:ratio_rate5m", at)
+    # GPU 0: the whole GPU is train's, and all its busy time
+    assert (held[("0", "train")], held[("0", "none")]) == (60, 0)
+    assert used[("0", "train")] == pytest.approx(60 * busy["0"], rel=0.01)
+    # GPU 1: nobody's, idle
+    assert held[("1", "none")] == 60 and used[("1", "none")] == 0
+    # GPU 2: half each; the busy time split by the SM seconds (3 to 1), each capped at
+    # its half
+    assert held[("2", "a")] == held[("2", "b")] == 30 and held[("2", "none")] == 0
+    share = SM["a"] / (SM["a"] + SM["b"])
+    assert busy["2"] > 0
+    assert used[("2", "a")] == pytest.approx(min(30, 60 * busy["2"] * share), rel=0.01)
+    assert used[("2", "b")] == pytest.approx(min(30, 60 * busy["2"] * (1 - share)), rel=0.01)
+    # GPU 3: triton holds its 3g.40gb instance's share (its half of the memory, more than
+    # 3/7 of the slices), used by the instance's graphics-engine activity
+    weight = node.query('gpu_allocation_weight{gpu="3"}', at)[("3", "triton")]
+    assert 3 / 7 < weight <= 0.5
+    assert held[("3", "triton")] == pytest.approx(60 * weight)
+    assert held[("3", "none")] == pytest.approx(60 * (1 - weight))
+    activity = node.query(
+        'clamp_max(rate(gpu_mig_graphics_engine_active_seconds_total{gpu_instance="2"}[5m]), 1)',
+        at,
+    )
+    assert activity[("3", "")] > 0  # no pod label: the series is the instance's
+    assert used[("3", "triton")] == pytest.approx(60 * weight * activity[("3", "")], rel=0.01)
+    # every joule of the minute to someone, by each method, to 1%
+    energy = node.per_gpu("instance_gpu:gpu_energy_joules:sum1m", at)
+    assert set(energy) == set("0123")
+    for method in ("allocation", "usage"):
+        charged = f'instance_gpu_owner:gpu_energy_joules:sum1m{{method="{method}"}}'
+        rows = node.per_gpu(f"sum by ({GPU_LABELS}) ({charged})", at)
+        assert rows == {g: pytest.approx(e, rel=0.01) for g, e in energy.items()}, method

@@ -1,13 +1,13 @@
 # gpu-exporter container image.
 #
 #   docker build -t gpu-exporter:0.1.0 .     # the tag deploy/kubernetes asks for
-#   docker run -d --gpus all --pid=host --device /dev/kmsg --cap-add SYSLOG -p 9872:9872 gpu-exporter:0.1.0
+#   docker run -d --gpus all --pid=host --device /dev/kmsg:/dev/kmsg:r --cap-add SYSLOG -p 9872:9872 gpu-exporter:0.1.0
 #   docker run --rm -p 127.0.0.1:9872:9872 gpu-exporter:0.1.0 --simulate 4   # no GPU needed
 #
 # podman and buildah: add --format docker, or the HEALTHCHECK is dropped.
 # --gpus all (the NVIDIA Container Toolkit) mounts the driver's libnvidia-ml into the
 # container; --pid=host lets the exporter see the processes that hold the GPUs, without it
-# process names, users and containers cannot be attributed; --device /dev/kmsg and
+# process names, users and containers cannot be attributed; --device /dev/kmsg:/dev/kmsg:r and
 # --cap-add SYSLOG let it read the kernel log's Xid lines (make test-deploy checks all);
 # --cap-add SYS_PTRACE (not needed otherwise) lets it name the processes of other users
 # that still hold a leaked GPU's /dev/nvidiaN (docs/processes.md).

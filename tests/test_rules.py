@@ -181,6 +181,7 @@ REQUIRED_ALERTS = {
     "GPULost",
     "GPUMissing",
     "GPUXidCritical",
+    "GPUXidNotFromDriver",  # an Xid line a program wrote into the kernel log
     "GPUEccUncorrectable",
     "GPURowRemapFailure",
     "GPURowRemapPending",

@@ -88,6 +88,7 @@ GRAFANA = {
     "gpu": ".+",
     "namespace": ".+",
     "pod": ".+",
+    "method": "usage",  # the Chargeback dashboard's energy split (its default)
 }
 RANGE_SECONDS = 6 * 3600
 STEP_SECONDS = 20

@@ -15,6 +15,7 @@ from gpu_exporter.metrics.catalogue import METRICS_BY_NAME
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS
 from tests.support.dashboards import (
     DASHBOARD_FILES,
+    EXTRA_VARIABLES,
     PARSE_VALUES,
     REPO,
     TEMPLATE_VARIABLES,
@@ -141,14 +142,19 @@ def test_no_import_inputs_so_file_provisioning_works(dashboard: dict[str, Any]) 
     assert dashboard.get("id") is None
 
 
-def test_variables_are_datasource_job_instance_gpu_namespace_pod_in_that_order(
-    dashboard: dict[str, Any],
-) -> None:
-    variables = dashboard["templating"]["list"]
-    assert [v["name"] for v in variables] == list(TEMPLATE_VARIABLES)
+@pytest.mark.parametrize("name", DASHBOARD_FILES)
+def test_variables_are_datasource_job_instance_gpu_namespace_pod_in_that_order(name: str) -> None:
+    """The same filters on every dashboard, in one order (the Chargeback dashboard's
+    energy split after them)."""
+    variables = load(name)["templating"]["list"]
+    extra = EXTRA_VARIABLES.get(name, ())
+    assert [v["name"] for v in variables] == [*TEMPLATE_VARIABLES, *extra]
     assert variables[0]["type"] == "datasource"
     assert variables[0]["query"] == "prometheus"
-    for variable in variables[1:]:
+    for variable in variables[len(TEMPLATE_VARIABLES) :]:
+        assert variable["type"] == "custom" and not variable.get("includeAll")
+        assert variable["current"]["value"] == PARSE_VALUES[variable["name"]]
+    for variable in variables[1 : len(TEMPLATE_VARIABLES)]:
         assert variable["type"] == "query"
         if variable.get("includeAll"):
             assert variable.get("allValue") == ".+", variable["name"]
@@ -158,7 +164,7 @@ def test_variables_are_used_only_as_regex_matchers() -> None:
     """`=~"$var"` is what makes All (.+) and multi-value selections work; `uuid!~"$gpu"`
     (no GPU under All: every UUID matches .+) is the per-GPU side of a fleet time series
     that reads per-node series under All."""
-    filters = {"job", "instance", "gpu", "namespace", "pod"}
+    filters = {"job", "instance", "gpu", "namespace", "pod", "method"}
     for query in all_queries():
         for variable in filters:
             uses = len(re.findall(rf"\${variable}\b", query.expr))
@@ -496,3 +502,24 @@ def test_queries_helper_lists_every_target() -> None:
     for name in DASHBOARD_FILES:
         expected = sum(len(p["targets"]) for p in data_panels(load(name)))
         assert len(queries(name)) == expected >= 10
+
+
+def test_the_chargeback_tables_compute_wasted_as_allocated_minus_used() -> None:
+    """Wasted is not read: per row the rules give used + wasted = allocated (promtool
+    and tests/test_chargeback_e2e.py hold it), so the table subtracts its used column
+    from its allocated one, after the merge and before the columns are renamed."""
+    tables = [p for p in load("gpu-chargeback.json")["panels"] if p["type"] == "table"]
+    assert len(tables) == 2
+    for table in tables:
+        exprs = {t["refId"]: t["expr"] for t in table["targets"]}
+        assert "gpu_allocated_seconds" in exprs["A"] and "gpu_used_seconds" in exprs["B"]
+        assert not any("wasted" in e for e in exprs.values()), table["title"]
+        assert exprs["A"].replace("allocated", "used") == exprs["B"]
+        ids = [t["id"] for t in table["transformations"]]
+        assert ids == ["merge", "calculateField", "organize"], table["title"]
+        calculation = table["transformations"][1]["options"]
+        assert calculation["mode"] == "binary"
+        assert calculation["binary"] == {"left": "Value #A", "operator": "-", "right": "Value #B"}
+        renamed = table["transformations"][2]["options"]["renameByName"]
+        assert (renamed["Value #A"], renamed["Value #B"]) == ("allocated GPU-h", "used GPU-h")
+        assert calculation["alias"] == "wasted GPU-h"

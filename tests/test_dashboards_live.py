@@ -67,6 +67,7 @@ except RuntimeError:
 
 GIB = 1024**3
 LIVE_VALUES = {
+    "method": "usage",
     "namespace": ".+",
     "pod": ".+",
     "__rate_interval": "10s",  # what Grafana derives from a 1s scrape interval, or near it

@@ -775,8 +775,10 @@ def test_a_socket_that_answers_http2_settings_and_then_junk_costs_a_few_connecti
         connections = junk.connections  # counted before the server stops
     finally:
         junk.stop()
-    # before: 40 to 950 connections per call (5,677 for 20 calls); now 5 on average
-    assert connections <= 10 * 25, connections
+    # before: 40 to 950 connections per call (5,677 for 20 calls, 284 a call on
+    # average); now 5 on average, 28 once under `make test`'s load (the cancel runs on
+    # gRPC's callback thread, later on a busy machine): a bound well between the two
+    assert connections <= 10 * 80, connections
     assert {r.error for r in readings} == {
         f"the socket {socket_path} accepts connections and then breaks them: it is not the "
         "kubelet's pod-resources gRPC server, or the kubelet is restarting"

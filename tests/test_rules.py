@@ -6,6 +6,8 @@ from deploy/prometheus/rules/*.yml.
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import shutil
 import subprocess
@@ -53,8 +55,15 @@ def load(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
+@functools.cache
+def _groups() -> tuple[dict[str, Any], ...]:
+    return tuple(group for path in RULE_FILES for group in load(path)["groups"])
+
+
 def groups() -> list[dict[str, Any]]:
-    return [group for path in RULE_FILES for group in load(path)["groups"]]
+    """The rule files' groups (parsed once: the label checks walk them per reference;
+    a test that changes one changes a deep copy)."""
+    return copy.deepcopy(list(_groups()))
 
 
 def alerts() -> dict[str, dict[str, Any]]:
@@ -62,7 +71,7 @@ def alerts() -> dict[str, dict[str, Any]]:
 
 
 def recordings() -> dict[str, dict[str, Any]]:
-    return {r["record"]: r for g in groups() for r in g["rules"] if "record" in r}
+    return {r["record"]: r for g in _groups() for r in g["rules"] if "record" in r}
 
 
 # --- promtool ------------------------------------------------------------------------
@@ -411,7 +420,7 @@ def recorded_labels(record: str, seen: frozenset[str] = frozenset()) -> set[str]
     rules = recordings()
     selectors = [
         selector
-        for g in groups()
+        for g in _groups()
         for r in g["rules"]
         if r.get("record") == record
         for selector in references(r["expr"])[0]

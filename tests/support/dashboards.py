@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"
 DASHBOARD_FILES = ("gpu-fleet.json", "gpu-node.json", "gpu-chargeback.json")
 TEMPLATE_VARIABLES = ("datasource", "job", "instance", "gpu", "namespace", "pod")
+EXTRA_VARIABLES = {"gpu-chargeback.json": ("method",)}  # after the common ones
 
 # Grafana's built-in variables a query may use, with the values the tests substitute.
 # $__interval_ms must agree with $__interval (both one minute here).
@@ -35,6 +36,7 @@ PARSE_VALUES: dict[str, str] = {
     "gpu": ".+",
     "namespace": ".+",
     "pod": ".+",
+    "method": "usage",  # the Chargeback dashboard's energy split
 }
 
 PROMQL_KEYWORDS = frozenset(

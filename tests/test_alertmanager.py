@@ -29,14 +29,13 @@ RULES = REPO / "deploy" / "prometheus" / "rules" / "gpu-alerts.yml"
 RECEIVER_OF_SEVERITY = {"critical": "gpu-hardware", "warning": "gpu-team", "info": "gpu-waste"}
 
 
-def alert_severities() -> dict[str, str]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
-    return {r["alert"]: r["labels"]["severity"] for g in groups for r in g["rules"]}
-
-
 def _rules() -> dict[str, dict[str, Any]]:
     groups = yaml.safe_load(RULES.read_text())["groups"]
     return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+
+
+def alert_severities() -> dict[str, str]:
+    return {name: rule["labels"]["severity"] for name, rule in _rules().items()}
 
 
 def _seconds(duration: str) -> int:

@@ -94,7 +94,7 @@ class SimulatedProcess:
 
     @property
     def has_host_side(self) -> bool:
-        return self.user is not None or self.container_id is not None
+        return any(v is not None for v in (self.user, self.container_id, self.pod_uid))
 
 
 @dataclass(frozen=True)

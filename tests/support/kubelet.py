@@ -203,11 +203,12 @@ class JunkSocket:
         self.connections = 0
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._open: deque[socket.socket] = deque()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def start(self) -> JunkSocket:
         self._listener.bind(str(self.socket_path))
         self._listener.listen(64)
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._thread.start()
         return self
 
     def _serve(self) -> None:
@@ -232,7 +233,10 @@ class JunkSocket:
         except OSError:
             pass
         self._listener.close()
-        for connection in self._open:
-            connection.close()
+        # the server thread may be between accept() and append(): let it finish before the
+        # connections it keeps are closed, or the deque changes while it is emptied
+        self._thread.join(timeout=5)
+        while self._open:
+            self._open.popleft().close()
         if self.socket_path.exists():
             os.unlink(self.socket_path)

@@ -10,7 +10,8 @@
   Then: each rule group's evaluation time as Prometheus reports it
   (`prometheus_rule_group_last_duration_seconds`, mean and max over the last minutes),
   missed iterations, head series, Prometheus' RSS, and every fleet-dashboard query
-  (Grafana's defaults: the last 6 hours, 20 s interval, 1 m rate interval; median of 3).
+  (Grafana's defaults: the last 6 hours, 20 s interval, 1 m rate interval; median of 5
+  rounds over the dashboard).
 - **History** (the cost that grows with history): `--history-nodes` nodes (default 2,
   16 GPUs) get 24 hours of 15-second samples, written as OpenMetrics and turned into
   blocks by `promtool tsdb create-blocks-from openmetrics`, the series the dashboard's
@@ -544,14 +545,29 @@ class Live:
         return sum(mean / interval for mean, _max, interval in self.groups.values())
 
 
+ROUNDS = 5  # a dashboard is timed this many times over, each query once a round
+
+
 def refresh(
     prometheus: Prometheus, queries: list[Panel], at: float | None = None
 ) -> tuple[list[tuple[Panel, float, int]], float, float]:
-    """Every query timed alone (median of 3), their sum, and the seconds of one refresh
-    that sends them all at once; at `at` (now unless given)."""
+    """Every query timed alone, their sum, and the seconds of one refresh that sends them
+    all at once; at `at` (now unless given). Each query's figure is the median of
+    ROUNDS rounds over the whole dashboard, not of repeats back to back: a rule group
+    evaluating on the same cores slows the queries of one round, not every try of one
+    query."""
+    rounds = [
+        [
+            prometheus.timed(
+                p.expr, p.instant, repeats=1, step=p.step, at=at, range_seconds=p.range_seconds
+            )
+            for p in queries
+        ]
+        for _ in range(ROUNDS)
+    ]
     timed = [
-        (p, *prometheus.timed(p.expr, p.instant, step=p.step, at=at, range_seconds=p.range_seconds))
-        for p in queries
+        (p, statistics.median(r[i][0] for r in rounds), rounds[-1][i][1])
+        for i, p in enumerate(queries)
     ]
     return timed, sum(t for _p, t, _n in timed), at_once(prometheus, queries, at)
 
@@ -577,20 +593,21 @@ def panels_at_once(
     prometheus: Prometheus, timed: list[tuple[Panel, float, int]], at: float | None = None
 ) -> dict[str, float]:
     """{panel title: seconds until its queries, sent at once, are all answered (median of
-    3)}: what a panel waits on Grafana 12 and later, whose Prometheus data source runs a
-    panel's queries together (`prometheusRunQueriesInParallel`, on by default since 12.0;
-    up to `concurrent_query_count`, 10). A panel of one query: its time alone."""
+    ROUNDS rounds over the dashboard's panels)}: what a panel waits on Grafana 12 and
+    later, whose Prometheus data source runs a panel's queries together
+    (`prometheusRunQueriesInParallel`, on by default since 12.0; up to
+    `concurrent_query_count`, 10). A panel of one query: its time alone."""
     queries: dict[str, list[Panel]] = {}
     for panel, _seconds, _n in timed:
         queries.setdefault(panel.title, []).append(panel)
+    together = {title: mine for title, mine in queries.items() if len(mine) > 1}
+    rounds = [
+        {t: at_once(prometheus, mine, at) for t, mine in together.items()} for _ in range(ROUNDS)
+    ]
     alone = _per_panel(timed)
     return {
-        title: (
-            statistics.median(at_once(prometheus, mine, at) for _ in range(3))
-            if len(mine) > 1
-            else alone[title]
-        )
-        for title, mine in queries.items()
+        title: statistics.median(r[title] for r in rounds) if title in together else alone[title]
+        for title in queries
     }
 
 
@@ -959,7 +976,7 @@ class DashboardHistory:
     samples: int
     backfill_seconds: float
     panels: list[tuple[Panel, float, int]]
-    refresh_sum: float  # seconds, every query one by one (each the median of 3)
+    refresh_sum: float  # seconds, every query one by one (each the median of ROUNDS)
     refresh_parallel: float  # seconds, all at once, median of 3
     rss_gib: float
 
@@ -1506,7 +1523,8 @@ def day_report(found: Day) -> str:
     ):
         lines += [
             "",
-            f"{title} dashboard at a 24-hour range (median of 3; a range query's step is"
+            f"{title} dashboard at a 24-hour range (median of {ROUNDS} rounds over the"
+            " dashboard, each query once a round; a range query's step is"
             " Grafana's $__interval at 24 h on a 1,000-point panel, 60 s, or the panel's"
             f" minimum; whole refresh {total:.2f} s one by one, {parallel:.2f} s all at once):",
             "",
@@ -1948,7 +1966,8 @@ def report(lives: list[Live], hist: History | None, minutes: float) -> str:
             lines.append(f"| `{group}` | {mean:.3f} s | {peak:.3f} s | {interval:.0f} s |")
         lines += [
             "",
-            f"Fleet dashboard panels at {biggest.gpus:,} GPUs (6 h range, median of 3):",
+            f"Fleet dashboard panels at {biggest.gpus:,} GPUs (6 h range, median of"
+            f" {ROUNDS} rounds):",
             "",
             "| panel | query | kind | seconds | series |",
             "|---|---|---|---|---|",
@@ -1959,7 +1978,8 @@ def report(lives: list[Live], hist: History | None, minutes: float) -> str:
         lines += [
             "",
             f"Chargeback dashboard panels at {biggest.gpus:,} GPUs (its 24 h range, over the"
-            f" {minutes:g} minutes scraped: a day's history is not measured here; median of 3;"
+            f" {minutes:g} minutes scraped: a day's history is not measured here; median of"
+            f" {ROUNDS} rounds;"
             f" all at once {biggest.chargeback_parallel:.2f} s):",
             "",
             "| panel | query | seconds | series |",

@@ -562,8 +562,7 @@ class SimulatedBackend:
         if scenario is not None:
             for s in scenario:
                 if s.pid == pid and s.has_host_side:
-                    return HostProcess(
-                        process="python",
+                    return HostProcess(  # no command name: the file gives none ("" unknown)
                         user=s.user or "",
                         labels=CgroupLabels(
                             container_id=s.container_id or "", pod_uid=s.pod_uid or ""

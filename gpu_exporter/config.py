@@ -55,6 +55,7 @@ class Settings:
     kubernetes_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     kubernetes_log_root: str = "/var/log"
     kubernetes_refresh_seconds: float = 5.0
+    kubernetes_hold_seconds: float = 300.0  # the last allocation kept through failed reads
     kubernetes_expected_host_processes: str = EXPECTED_HOST_PROCESSES  # a regular expression
     web_ui: bool = True
     log_level: str = "info"
@@ -341,6 +342,16 @@ OPTIONS: tuple[Option, ...] = (
         duration(1.0, 600.0),
         "with --collector.kubernetes: how often to ask the kubelet, 1s to 10m, on a thread of "
         "its own (default 5s)",
+        "DURATION",
+    ),
+    Option(
+        "kubernetes.allocation-hold",
+        "kubernetes_hold_seconds",
+        duration(0.0, 3600.0),
+        "with --collector.kubernetes: how long the allocation the kubelet last gave is still "
+        "served when it stops answering (a restart), 0s to 1h, with "
+        "gpu_exporter_kubernetes_up 0 meanwhile; 0s drops it at the first failed read "
+        "(default 5m)",
         "DURATION",
     ),
     Option(

@@ -167,6 +167,7 @@ class KubernetesSource:
             settings.kubernetes_socket,
             log_root=settings.kubernetes_log_root,
             refresh_seconds=settings.kubernetes_refresh_seconds,
+            hold_seconds=settings.kubernetes_hold_seconds,
         )
         self.attributor = KubernetesAttributor(
             re.compile(settings.kubernetes_expected_host_processes)

@@ -605,6 +605,16 @@ class ContainerDevices:
 
 
 @dataclass(frozen=True)
+class AllocatableDevices:
+    """The devices of one resource a device plugin advertises to the kubelet, healthy ones
+    only (pod-resources GetAllocatableResources): allocated or not. A time-sliced GPU is
+    its replicas, "GPU-<uuid>::<n>" for n of 0 to replicas - 1."""
+
+    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/gpu.shared"
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ContainerName:
     """Who a container is, from the kubelet's log layout; "" where it does not say."""
 
@@ -622,6 +632,13 @@ class KubeletReading:
     error: str | None = None  # None: the List call answered
     containers: Mapping[str, ContainerName] = field(default_factory=dict)  # by container ID
     pod_names: Mapping[str, ContainerName] = field(default_factory=dict)  # by pod UID
+    # every device the device plugins advertise (GetAllocatableResources); None: unknown,
+    # `allocatable_error` says why where the kubelet was asked
+    allocatable: tuple[AllocatableDevices, ...] | None = None
+    allocatable_error: str | None = None
+    # with `error`: the allocation is the last one read, this many seconds ago, kept
+    # through the failure (sources/kubelet/watch.py, --kubernetes.allocation-hold)
+    held_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -661,6 +678,9 @@ class KubernetesState:
     # the share of its physical GPU each allocation holds (attribution/weights.py); an
     # allocation whose share is unknown is absent
     weights: Mapping[GpuAllocation, float] = field(default_factory=dict)
+    # whether the replicas the device plugins advertise are known (GetAllocatableResources
+    # answered); None: the kubelet has not been read
+    allocatable_known: bool | None = None
 
 
 # One sample --------------------------------------------------------------------------

@@ -61,3 +61,25 @@ def test_an_instance_without_profile_or_memory_or_an_unknown_gpu_has_no_weight()
     elsewhere = GpuAllocation(1, "GPU-other", "", "ml", "b", "main")
     assert allocation_weights([unknown, elsewhere], devices) == {elsewhere: 1.0}
     assert allocation_weights([given("7", "c")], devices) == {}
+
+
+def test_replicas_weigh_what_each_holds_of_those_advertised_and_the_rest_is_nobodys() -> None:
+    (device,) = mig({})
+    a, b = given("", "a"), given("", "b")
+    target = (0, UUID, "")
+    # 1 of 4 replicas alone: a quarter, not the whole GPU; a neighbour changes nothing
+    assert allocation_weights([a], [device], {a: 1}, {target: 4}) == {a: 0.25}
+    weights = allocation_weights([a, b], [device], {a: 1, b: 2}, {target: 4})
+    assert weights == {a: 0.25, b: 0.5}
+    # advertised unknown (an older kubelet): 1/n of the containers, as before
+    assert allocation_weights([a, b], [device], {a: 1, b: 2}, None) == {a: 0.5, b: 0.5}
+    # replicas held that are no longer advertised still count: never more than the GPU
+    stale = allocation_weights([a, b], [device], {a: 2, b: 3}, {target: 4})
+    assert stale == {a: pytest.approx(0.4), b: pytest.approx(0.6)}
+
+
+def test_replicas_of_a_mig_instance_are_shares_of_its_share() -> None:
+    devices = mig({9: ("1g.10gb", 10 * GIB)})
+    a = given("9", "a")
+    weights = allocation_weights([a], devices, {a: 1}, {(0, UUID, "9"): 2})
+    assert weights[a] == pytest.approx(1 / 7 / 2)

@@ -194,6 +194,45 @@ def test_whole_gpus_by_uuid_mig_devices_and_time_sliced_replicas_are_allocations
     assert [s["pod"] for s in series(samples, "gpu_unallocated_processes")] == ["", ""]
 
 
+def test_a_time_sliced_gpu_weighs_the_replicas_each_pod_holds_of_those_advertised(
+    host: Host, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Time-slicing with 4 replicas (NVIDIA's device plugin: "<uuid>::<n>", advertised
+    to the kubelet, read back by GetAllocatableResources): a pod holding 1 is billed a
+    quarter, alone or not; the replicas nobody holds are the remainder's."""
+    shared = host.uuids[1]
+    kubelet.allocatable = {
+        GPU: [host.uuids[0], *(f"{shared}::{n}" for n in range(4))],
+        "intel.com/sriov": ["0000:3b:00.1"],
+    }
+    kubelet.pods = [Pod("ml", "a", [Container("w", {GPU: [f"{shared}::2"]})])]
+    _, exposition = host.sample()
+    samples = parse_samples(exposition)
+    assert values(samples, "gpu_exporter_kubernetes_allocatable_up") == [1.0]
+    assert weights(exposition) == {("1", "", "ml", "a", "w"): 0.25}  # before: 1.0
+    kubelet.pods.append(Pod("ml", "b", [Container("w", {GPU: [f"{shared}::0", f"{shared}::3"]})]))
+    _, exposition = host.sample()
+    assert weights(exposition) == {  # before: half each
+        ("1", "", "ml", "a", "w"): 0.25,
+        ("1", "", "ml", "b", "w"): 0.5,
+    }
+    # the kubelet leaves an unhealthy GPU's replicas out: the count last seen stands
+    kubelet.allocatable = {GPU: [host.uuids[0]]}
+    _, exposition = host.sample()
+    assert weights(exposition)[("1", "", "ml", "a", "w")] == 0.25
+    # a kubelet that does not serve GetAllocatableResources: 1/n of the containers, and
+    # the series and the log say so
+    caplog.set_level(logging.WARNING)
+    kubelet.allocatable = None
+    host.watcher.hold_seconds = 0  # its last answer is not kept
+    _, exposition = host.sample()
+    assert values(parse_samples(exposition), "gpu_exporter_kubernetes_allocatable_up") == [0.0]
+    assert values(parse_samples(exposition), "gpu_exporter_kubernetes_up") == [1.0]
+    assert set(weights(exposition).values()) == {0.5}
+    assert "GetAllocatableResources (API version unsupported" in caplog.text
+    assert "1/n of the containers" in caplog.text
+
+
 def test_gpus_by_index_under_the_device_plugins_index_strategy(
     host: Host, kubelet: FakeKubelet
 ) -> None:
@@ -660,6 +699,7 @@ def test_a_kubelet_that_vanishes_and_restarts_is_read_again(
 ) -> None:
     caplog.set_level(logging.INFO)
     kubelet.pods = [Pod("ml", "a", [Container("c", {GPU: ["0"]})])]
+    kubelet.allocatable = {GPU: ["0"]}
     watcher = KubeletWatcher(str(socket_path), log_root="/nonexistent", timeout_seconds=2)
     assert watcher.refresh().pods == 1
     kubelet.stop()
@@ -812,6 +852,61 @@ def test_after_each_failure_in_a_row_the_watcher_waits_twice_as_long_up_to_a_min
     assert retry_delay(1, 600, 0.0) == 600  # a refresh interval over a minute is the cap
 
 
+def test_a_failed_read_keeps_the_last_allocation_for_the_hold_then_drops_it() -> None:
+    now = [100.0]
+    answers: list[BaseException | None] = [None, KubeletUnavailable("down"), None]
+    answers += [KubeletUnavailable("down")] * 2
+    entry = ContainerDevices("ml", "a", "w", GPU, ("0",))
+
+    def lister() -> tuple[tuple[ContainerDevices, ...], int]:
+        outcome = answers.pop(0)
+        if outcome is not None:
+            raise outcome
+        return (entry,), 1
+
+    watcher = KubeletWatcher(
+        "/none",
+        log_root="/nonexistent",
+        hold_seconds=300,
+        list_allocations=lister,
+        monotonic=lambda: now[0],
+    )
+    assert watcher.refresh().allocations == (entry,)
+    now[0] += 5
+    held = watcher.refresh()  # failed: the allocation of 5 s ago, marked
+    assert (held.error, held.allocations, held.pods, held.held_seconds) == ("down", (entry,), 1, 5)
+    _, state = KubernetesAttributor()((), held)
+    assert not state.up and "kept meanwhile" in (state.reason or "")
+    now[0] += 5
+    assert watcher.refresh().held_seconds is None  # answered again
+    now[0] += 5
+    watcher.refresh()  # failing from here on
+    now[0] += 294  # 299 s after the last answer: kept
+    assert watcher.latest().allocations == (entry,)  # type: ignore[union-attr]
+    now[0] += 2  # 301 s after it: dropped, with no read needed
+    dropped = watcher.latest()
+    assert dropped is not None and dropped.allocations == () and dropped.error == "down"
+    assert KubernetesAttributor()((), dropped)[1].allocations == ()
+
+
+def test_a_new_socket_ends_the_backoff_at_once(socket_path: Path, kubelet: FakeKubelet) -> None:
+    """A restarted kubelet makes a new socket: read within a poll, not after the backoff."""
+    kubelet.pods = [Pod("ml", "a", [Container("c", {GPU: ["0"]})])]
+    watcher = KubeletWatcher(str(socket_path), log_root="/nonexistent", timeout_seconds=2)
+    watcher.start()
+    try:
+        wait_until(lambda: (r := watcher.latest()) is not None and r.error is None)
+        kubelet.stop()
+        wait_until(lambda: (r := watcher.latest()) is not None and r.error is not None, 10)
+        assert watcher.next_delay_seconds >= 5 * 0.8  # the backoff: the next read in 5 s+
+        kubelet.start()
+        returned = time.monotonic()
+        wait_until(lambda: (r := watcher.latest()) is not None and r.error is None, 10)
+        assert time.monotonic() - returned < 2.0
+    finally:
+        watcher.stop()
+
+
 # The real program --------------------------------------------------------------------------
 
 
@@ -834,10 +929,131 @@ def test_the_program_serves_allocation_and_keeps_serving_while_the_kubelet_hangs
         kubelet.delay = 3.0
         first = values(exporter.scrape(), "gpu_exporter_samples_total")[0]
         exporter.wait_for(lambda s: values(s, "gpu_exporter_samples_total")[0] >= first + 10)
-        kubelet.stop()  # and then it vanishes
+        kubelet.stop()  # and then it vanishes: its last allocation is kept, marked stale
         samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [0.0])
-        assert values(samples, "gpu_allocation_info") == []
+        assert len(values(samples, "gpu_allocation_info")) == 2
         assert "does not exist" in exporter.log()
+    finally:
+        assert exporter.stop() == 0
+
+
+PRIVILEGES = {
+    "root": [],
+    # as the DaemonSet and the systemd unit run it: uid 0 without capabilities
+    "shipped": ["setpriv", "--reuid=0", "--inh-caps=-all", "--bounding-set=-all"],
+}
+
+
+@pytest.fixture(params=sorted(PRIVILEGES))
+def privileges(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Start the program as root, and as shipped (uid 0 with no capabilities)."""
+    from tests.support import exporter as support
+
+    wrap = PRIVILEGES[request.param]
+    if wrap and shutil.which(wrap[0]) is None:
+        pytest.skip("needs setpriv")
+    command = support.command
+    monkeypatch.setattr(support, "command", lambda *args: [*wrap, *command(*args)])
+    return str(request.param)
+
+
+def owners(samples: dict[tuple[str, Labels], float]) -> dict[tuple[str, Labels], float]:
+    """The allocation series: what the chargeback rules bill by."""
+    names = ("gpu_allocation_info", "gpu_allocation_weight")
+    return {key: value for key, value in samples.items() if key[0] in names}
+
+
+def blip_kubelet(kubelet: FakeKubelet) -> None:
+    """GPU 0 whole to ml/train-0; GPU 1 time-sliced in 4 replicas (the index strategy's
+    IDs, "1::<n>"), one of them to ml/a."""
+    kubelet.allocatable = {GPU: ["0", *(f"1::{n}" for n in range(4))]}
+    kubelet.pods = [
+        Pod("ml", "train-0", [Container("trainer", {GPU: ["0"]})]),
+        Pod("ml", "a", [Container("w", {GPU: ["1::1"]})]),
+    ]
+
+
+def stop_after_a_read(kubelet: FakeKubelet) -> float:
+    """Stop the kubelet just after the exporter has read it; when, in monotonic seconds."""
+    calls = kubelet.calls
+    wait_until(lambda: kubelet.calls > calls, 15)
+    time.sleep(0.5)  # its GetAllocatableResources call too
+    kubelet.stop()
+    return time.monotonic()
+
+
+@pytest.mark.e2e
+def test_a_kubelet_restart_of_8_s_changes_no_owner_and_is_read_again_within_2_s(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path, privileges: str
+) -> None:
+    """At the defaults (5 s samples, 5 s kubelet reads, 5 minutes' hold): before, the
+    allocation vanished at the first failed read and came back a backoff later."""
+    blip_kubelet(kubelet)
+    args = [
+        "--simulate", "2", "--collector.kubernetes",
+        "--kubernetes.pod-resources-socket", str(socket_path),
+        "--kubernetes.log-directory", str(tmp_path),
+    ]  # fmt: skip
+    exporter = start_exporter(args, tmp_path)
+    try:
+        samples = exporter.wait_for(
+            lambda s: values(s, "gpu_exporter_kubernetes_up") == [1.0], timeout=30
+        )
+        before = owners(samples)
+        assert sorted(values(samples, "gpu_allocation_weight")) == [0.25, 1.0]
+        stopped = stop_after_a_read(kubelet)
+        up: set[float] = set()
+        while time.monotonic() - stopped < 8:
+            samples = exporter.scrape()
+            assert owners(samples) == before
+            up.update(values(samples, "gpu_exporter_kubernetes_up"))
+            time.sleep(0.2)
+        assert "does not exist" in exporter.log()  # a read failed meanwhile
+        kubelet.start()
+        returned = time.monotonic()
+        log = exporter.wait_log("the kubelet answers again", timeout=10)
+        assert "the kubelet answers again" in log
+        assert time.monotonic() - returned < 2.0
+        # and the next sample serves it (samples every 5 s), the owners unchanged
+        while values(samples, "gpu_exporter_kubernetes_up") != [1.0]:
+            assert time.monotonic() - returned < 2.0 + 5.0 + 2.0
+            samples = exporter.scrape()
+            assert owners(samples) == before
+            up.update(values(samples, "gpu_exporter_kubernetes_up"))
+            time.sleep(0.2)
+        assert "Traceback" not in exporter.log()
+    finally:
+        assert exporter.stop() == 0
+
+
+@pytest.mark.e2e
+def test_a_kubelet_gone_longer_than_the_hold_leaves_its_gpus_to_nobody(
+    kubelet: FakeKubelet, socket_path: Path, tmp_path: Path, privileges: str
+) -> None:
+    blip_kubelet(kubelet)
+    args = [
+        "--simulate", "2", "--collector.kubernetes", "--collect.interval", "1s",
+        "--kubernetes.pod-resources-socket", str(socket_path),
+        "--kubernetes.log-directory", str(tmp_path),
+        "--kubernetes.refresh-interval", "1s", "--kubernetes.allocation-hold", "5s",
+    ]  # fmt: skip
+    exporter = start_exporter(args, tmp_path)
+    try:
+        exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [1.0], timeout=30)
+        stopped = stop_after_a_read(kubelet)
+        # kept while the hold lasts (5 s after the last answer, about 0.5 s before the
+        # stop), marked stale
+        samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [0.0])
+        assert sorted(values(samples, "gpu_allocation_weight")) == [0.25, 1.0]
+        # then dropped: the GPUs are nobody's until the kubelet answers again
+        samples = exporter.wait_for(lambda s: not values(s, "gpu_allocation_info"))
+        assert time.monotonic() - stopped > 4.0
+        assert values(samples, "gpu_allocation_weight") == []
+        assert values(samples, "gpu_exporter_kubernetes_up") == [0.0]
+        assert "its last allocation is dropped" in exporter.log()
+        kubelet.start()
+        samples = exporter.wait_for(lambda s: values(s, "gpu_exporter_kubernetes_up") == [1.0])
+        assert sorted(values(samples, "gpu_allocation_weight")) == [0.25, 1.0]
     finally:
         assert exporter.stop() == 0
 

@@ -7,10 +7,15 @@ the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does thre
   (`cgroups.py`) looked up in the kubelet's log layout (`sources.kubelet.logs`);
 - maps the kubelet's device IDs to this node's GPUs: `nvidia.com/gpu` gives GPU UUIDs,
   or indices under the device plugin's index strategy; `nvidia.com/mig-*` gives MIG
-  device UUIDs; a time-sliced replica is `<UUID>::<N>`, one GPU however many replicas;
+  device UUIDs; a time-sliced (or MPS) replica is `<ID>::<N>` (NVIDIA's device plugin,
+  `NewAnnotatedID` in internal/rm/devices.go), one GPU however many replicas;
   GKE's device plugin names `nvidia<minor>` (the /dev/nvidiaN file it found, not the
   NVML index), `nvidia<minor>/gi<GPU instance>` and shared replicas `.../vgpu<N>`; the
   devices of DRA claims of NVIDIA's GPU driver are read by their names (`dra.py`);
+- counts the replicas of each GPU the device plugins advertise (GetAllocatableResources),
+  of which a container's replicas are its share (`weights.py`); a GPU that has none
+  advertised now (unhealthy: the kubelet lists healthy devices only) keeps the count
+  last seen;
 - finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
   kubelet did not allocate to it, and processes outside every pod (the host's own, or a
   container no pod holds), counted with empty pod labels, whatever the kubelet did with
@@ -48,6 +53,7 @@ NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
 REPLICA_SEPARATORS = ("::", "/vgpu")  # time-slicing and MPS replicas: "GPU-<uuid>::<n>",
 # and GKE's shared GPUs: "nvidia0/vgpu3"
 SHOWN_IDS = 3  # device IDs quoted in a reason
+MAX_DEVICE_ID = 255  # characters of a device ID looked at: a longer one names no device
 MAX_MATCHED = 255  # characters of a name the expected-host-processes pattern is given
 # Host processes expected on a GPU node, by process name and executable file name (all of
 # each, `is_expected`): display servers and compositors hold a graphics context on a
@@ -64,6 +70,7 @@ class KubernetesAttributor:
     def __init__(self, expected_host_processes: re.Pattern[str] | None = None) -> None:
         self._logged: str | None = None
         self._expected = expected_host_processes  # None: every host process is a stowaway
+        self._advertised: dict[Target, int] = {}  # replicas last advertised, per GPU
 
     def __call__(
         self, devices: Devices, reading: KubeletReading | None
@@ -71,7 +78,7 @@ class KubernetesAttributor:
         if reading is None:
             return devices, KubernetesState(up=False, reason="the kubelet has not been read yet")
         devices = tuple(_named(d, reading) for d in devices)
-        state = _state(devices, reading, self._expected)
+        state = _state(devices, reading, self._expected, self._advertised)
         if state.reason != self._logged:
             if state.reason is not None and reading.error is None:
                 log.warning("kubernetes attribution: %s", state.reason)
@@ -142,45 +149,100 @@ def targets(devices: Devices) -> dict[str, Target]:
     return out
 
 
-def _base(device_id: str) -> str:
-    """The device a replica ID shares: "GPU-x::3" -> "GPU-x", "nvidia0/vgpu3" -> "nvidia0"."""
+def split_replica(device_id: str) -> tuple[str, bool] | None:
+    """The device an ID names, and whether the ID is one replica of it: "GPU-x::3" ->
+    ("GPU-x", True), "nvidia0/vgpu3" -> ("nvidia0", True), "GPU-x" -> ("GPU-x", False);
+    None for an ID over MAX_DEVICE_ID characters (no device plugin names one so)."""
+    if len(device_id) > MAX_DEVICE_ID:
+        return None
+    base = device_id
     for separator in REPLICA_SEPARATORS:
-        device_id = device_id.split(separator, 1)[0]
-    return device_id
+        base = base.split(separator, 1)[0]
+    return base, base != device_id
+
+
+def _target(known: Mapping[str, Target], device_id: str) -> tuple[Target, bool] | None:
+    """The GPU (or MIG instance) a device ID names, and whether it names a replica."""
+    split = split_replica(device_id)
+    target = known.get(split[0]) if split is not None else None
+    return (target, split[1]) if target is not None and split is not None else None
 
 
 def _state(
-    devices: Devices, reading: KubeletReading, expected: re.Pattern[str] | None = None
+    devices: Devices,
+    reading: KubeletReading,
+    expected: re.Pattern[str] | None = None,
+    advertised_before: dict[Target, int] | None = None,
 ) -> KubernetesState:
-    if reading.error is not None:
+    if reading.error is not None and reading.held_seconds is None:
         return KubernetesState(up=False, reason=reading.error)
     known = targets(devices)
     allocations: dict[GpuAllocation, None] = {}
+    replicas: dict[GpuAllocation, set[str]] = {}  # the replica IDs each allocation holds
     unmatched: dict[str, str] = {}  # device ID -> resource
     for entry in _nvidia(reading.allocations):
         for device_id in entry.device_ids:
-            target = known.get(_base(device_id))
-            if target is None:
-                unmatched[device_id] = entry.resource
+            found = _target(known, device_id)
+            if found is None:
+                unmatched[device_id[:MAX_DEVICE_ID]] = entry.resource
                 continue
-            index, uuid, gpu_instance = target
+            (index, uuid, gpu_instance), replica = found
             allocation = GpuAllocation(
                 index, uuid, gpu_instance, entry.namespace, entry.pod, entry.container
             )
             allocations[allocation] = None
+            if replica:
+                replicas.setdefault(allocation, set()).add(device_id)
     dra_unmatched = _claimed(devices, reading.allocations, allocations)
     unallocated = _unallocated(devices, reading, allocations, expected)
     up = bool(allocations) or not (unmatched or dra_unmatched)
-    return KubernetesState(
-        up=up,
-        reason=_unmatched_reason(unmatched, devices)
+    advertised = _advertised(known, reading, advertised_before)
+    reason = (
+        _unmatched_reason(unmatched, devices)
         or dra.unmatched_reason(dra_unmatched, devices)
         or _unrequested_reason(unallocated, allocations)
-        or _outside_pods_reason(unallocated),
+        or _outside_pods_reason(unallocated)
+    )
+    if reading.error is not None:  # held through a failed read (sources/kubelet/watch.py)
+        up = False
+        reason = (
+            f"{reading.error}; the allocation the kubelet gave {reading.held_seconds or 0:.0f} "
+            "s ago is kept meanwhile (--kubernetes.allocation-hold)"
+        )
+    return KubernetesState(
+        up=up,
+        reason=reason,
         allocations=tuple(allocations),
         unallocated=unallocated,
-        weights=allocation_weights(allocations, devices),
+        weights=allocation_weights(
+            allocations, devices, {a: len(ids) for a, ids in replicas.items()}, advertised
+        ),
+        allocatable_known=reading.allocatable is not None,
     )
+
+
+def _advertised(
+    known: Mapping[str, Target], reading: KubeletReading, before: dict[Target, int] | None
+) -> dict[Target, int] | None:
+    """Replicas the device plugins advertise per GPU (or MIG instance), or None where the
+    kubelet did not say. A GPU with none advertised now keeps the count last seen, in
+    `before` (which this updates): the kubelet leaves out an unhealthy GPU's replicas
+    while pods still hold them."""
+    if reading.allocatable is None:
+        return None
+    ids: dict[Target, set[str]] = {}
+    for entry in reading.allocatable:
+        if not entry.resource.startswith(NVIDIA_RESOURCE_PREFIX):
+            continue
+        for device_id in entry.device_ids:
+            found = _target(known, device_id)
+            if found is not None and found[1]:
+                ids.setdefault(found[0], set()).add(device_id)
+    now = {target: len(replicas) for target, replicas in ids.items()}
+    if before is None:
+        return now
+    before.update(now)
+    return dict(before)
 
 
 def _nvidia(entries: Iterable[ContainerDevices]) -> Iterable[ContainerDevices]:

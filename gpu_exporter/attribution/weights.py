@@ -4,11 +4,15 @@ The chargeback rules (docs/chargeback.md) multiply a minute by this weight to gi
 owner its allocated GPU-seconds, so the weights of one GPU must never add up to more
 than 1:
 
-- **A whole GPU**: 1, divided among the containers it is given to. Time-sliced (or MPS)
-  replicas of one GPU, and a DRA claim shared by containers, are each 1/n of it, n the
-  containers the kubelet lists on it. The replica count the device plugin advertises is
-  not in the kubelet's List answer, and a GPU shared by two pods is all theirs: nobody
-  else can be given it while they hold it.
+- **A whole GPU**: 1. **Time-sliced (or MPS) replicas of one GPU**: the replicas a
+  container holds over those the device plugin advertises for that GPU (the kubelet's
+  GetAllocatableResources, allocated or not): a pod holding 1 of 4 replicas holds a
+  quarter, whoever holds the other 3, and the replicas nobody holds are the remainder's
+  (the chargeback rules give a GPU's remainder 1 minus its weights): the scheduler can
+  give them to the next pod. Where the kubelet does not say what it advertises (an
+  older kubelet, or its GetAllocatableResources failed: `allocatable` None), or for
+  containers given one device that is no replica (a DRA claim shared by containers),
+  each of the n containers the kubelet lists on the GPU holds 1/n of it.
 - **A MIG GPU instance**: the larger of its compute share (the N of its profile's "Ng"
   over the 7 compute slices of A100, H100, H200 and B200) and its memory share (its
   memory over the GPU's). An instance makes unavailable whichever of the two it takes
@@ -35,18 +39,31 @@ MAX_PROFILE = 64  # characters of a profile name looked at
 
 
 def allocation_weights(
-    allocations: Iterable[GpuAllocation], devices: Iterable[DeviceSample]
+    allocations: Iterable[GpuAllocation],
+    devices: Iterable[DeviceSample],
+    replicas: Mapping[GpuAllocation, int] | None = None,
+    advertised: Mapping[tuple[int, str, str], int] | None = None,
 ) -> dict[GpuAllocation, float]:
     """Each allocation's share of its physical GPU (0..1); an allocation whose share is
-    unknown is left out."""
+    unknown is left out. `replicas`: the replicas of its GPU (or MIG instance) each
+    allocation holds, where it holds replicas; `advertised`: the replicas the device
+    plugins advertise, by (index, uuid, gpu_instance), None where unknown."""
     by_target: dict[tuple[int, str, str], list[GpuAllocation]] = {}
     for a in allocations:
         by_target.setdefault((a.gpu, a.uuid, a.gpu_instance), []).append(a)
     shares = {(d.index, d.static.uuid): instance_shares(d) for d in devices if d.static is not None}
+    held = replicas or {}
     out: dict[GpuAllocation, float] = {}
-    for (index, uuid, gpu_instance), holders in by_target.items():
+    for target, holders in by_target.items():
+        index, uuid, gpu_instance = target
         share = 1.0 if gpu_instance == "" else shares.get((index, uuid), {}).get(gpu_instance)
         if share is None:
+            continue
+        if advertised is not None and all(held.get(a, 0) > 0 for a in holders):
+            # at least the replicas held: one held but no longer advertised still counts
+            total = max(advertised.get(target, 0), sum(held[a] for a in holders))
+            for a in holders:
+                out[a] = share * held[a] / total
             continue
         for a in holders:
             out[a] = share / len(holders)

@@ -1270,10 +1270,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_allocation_weight",
         "gauge",
         "The share of the physical GPU each allocation of gpu_allocation_info holds (0..1; "
-        "per GPU they add up to 1 at most): 1 for a whole GPU, 1/n for each of n containers "
-        "given one GPU (time-sliced replicas, a shared claim), and for a MIG GPU instance the "
-        "larger of its compute-slice and memory share (docs/chargeback.md). The chargeback "
-        "rules charge allocated GPU-seconds by it.",
+        "per GPU they add up to 1 at most): 1 for a whole GPU; for time-sliced replicas the "
+        "replicas the container holds over those the device plugin advertises for the GPU "
+        "(unheld ones are nobody's), or 1/n for each of n containers on it where the kubelet "
+        "does not say (gpu_exporter_kubernetes_allocatable_up 0) or for a shared claim; for "
+        "a MIG GPU instance the larger of its compute-slice and memory share "
+        "(docs/chargeback.md). The chargeback rules charge allocated GPU-seconds by it.",
         "kubernetes",
         _allocation_weights,
         *ALLOCATION_LABELS,
@@ -1482,9 +1484,22 @@ METRICS: tuple[MetricSpec, ...] = (
         help="1 when the kubelet's pod-resources socket answered and its NVIDIA device IDs "
         "(DRA device names included) match this node's GPUs; 0 when not, with the cause in the log "
         "and on the live page (socket not mounted, permission denied, API version unsupported, "
-        "IDs matching no GPU).",
+        "IDs matching no GPU). While it is 0 after a failed read, the allocation the kubelet "
+        "last gave is still served, for up to --kubernetes.allocation-hold (5m): a kubelet "
+        "restart is no change of owner.",
         collector="kubernetes",
         extract=lambda s: one(s.kubernetes.up if s.kubernetes is not None else None),
+    ),
+    ExporterMetric(
+        name="gpu_exporter_kubernetes_allocatable_up",
+        type="gauge",
+        help="1 when the kubelet said which devices the device plugins advertise "
+        "(GetAllocatableResources: Kubernetes 1.23 and later, or 1.21 with its feature "
+        "gate), so a time-sliced GPU's gpu_allocation_weight is the replicas each container "
+        "holds of those advertised; 0 when it did not (the cause in the log): each of the n "
+        "containers on a time-sliced GPU then weighs 1/n. Absent while no allocation is known.",
+        collector="kubernetes",
+        extract=lambda s: one(s.kubernetes.allocatable_known if s.kubernetes is not None else None),
     ),
     _kernel_log(
         "gpu_exporter_xid_kernel_log_up",

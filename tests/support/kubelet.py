@@ -7,8 +7,11 @@ plugins' devices (`Container.devices`) and DRA claims' (`Container.claims`, the
 makes each answer late, `hold()` keeps every answer back until `release()` (or until the
 client gives up, counted in `abandoned`), `garbage` answers bytes that are no
 ListPodResourcesResponse, `unimplemented` serves no List at all (a kubelet without the
-v1 API). `calls` counts List calls. `stop()` removes the socket, as a kubelet that goes
-away does; `start()` again is a restart.
+v1 API). `calls` counts List calls. `allocatable` is what GetAllocatableResources
+answers (resource -> device IDs, as the device plugins advertise them: a time-sliced
+GPU's replicas "<uuid>::<n>"); None serves no such call (a kubelet before 1.21, or with
+its feature gate off: it answers UNIMPLEMENTED). `stop()` removes the socket, as a
+kubelet that goes away does; `start()` again is a restart.
 
 `JunkSocket` is no kubelet: it answers every connection with a valid HTTP/2 SETTINGS frame
 and then junk, and counts the connections.
@@ -30,7 +33,7 @@ from typing import Any
 import grpc
 
 from gpu_exporter.sources.kubelet import api_pb2
-from gpu_exporter.sources.kubelet.client import list_method_path
+from gpu_exporter.sources.kubelet.client import list_method_path, method_path
 
 
 @dataclass
@@ -120,6 +123,7 @@ class FakeKubelet:
     def __init__(self, socket_path: Path, pods: list[Pod] | None = None) -> None:
         self.socket_path = socket_path
         self.pods: list[Pod] = list(pods or [])
+        self.allocatable: dict[str, list[str]] | None = None
         self.delay = 0.0
         self.garbage = False
         self.unimplemented = False
@@ -146,6 +150,17 @@ class FakeKubelet:
                 break
         return response(self.pods)
 
+    def _allocatable(self, _request: Any, context: Any) -> Any:
+        if self.allocatable is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method")
+        return api_pb2.AllocatableResourcesResponse(
+            devices=[
+                api_pb2.ContainerDevices(resource_name=r, device_ids=ids)
+                for r, ids in (self.allocatable or {}).items()
+            ],
+            cpu_ids=[0, 1],
+        )
+
     def _serialize(self, message: Any) -> bytes:
         if self.garbage:
             return b"\xff\xff\xff\xff not protobuf"
@@ -158,6 +173,12 @@ class FakeKubelet:
             handlers[method] = grpc.unary_unary_rpc_method_handler(
                 self._list,
                 request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
+                response_serializer=self._serialize,
+            )
+            allocatable = method_path("GetAllocatableResources").rsplit("/", 1)[1]
+            handlers[allocatable] = grpc.unary_unary_rpc_method_handler(
+                self._allocatable,
+                request_deserializer=api_pb2.AllocatableResourcesRequest.FromString,
                 response_serializer=self._serialize,
             )
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

@@ -52,7 +52,11 @@ def cases() -> list[Case]:
     """The parsers, imported when asked (the kubelet's needs grpcio)."""
     from gpu_exporter import systemd_fds
     from gpu_exporter.attribution import cgroups, dra
-    from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES, is_expected
+    from gpu_exporter.attribution.kubernetes import (
+        EXPECTED_HOST_PROCESSES,
+        is_expected,
+        split_replica,
+    )
     from gpu_exporter.config import parse_duration
     from gpu_exporter.self_check import nvidia_smi
     from gpu_exporter.serving import basic_auth, negotiation, request_framing, request_head
@@ -63,7 +67,10 @@ def cases() -> list[Case]:
 
     expected = re.compile(EXPECTED_HOST_PROCESSES)
     return [
-        # the kubelet's pod-resources answer: DRA device names
+        # the kubelet's pod-resources answer: device plugins' device IDs (List and
+        # GetAllocatableResources), DRA device names
+        Case("device ID, a replica", _fill("GPU-", "0", "::3"), split_replica, _none),
+        Case("device ID, GKE's shared", _fill("nvidia0", "/vgpu"), split_replica, _none),
         Case("DRA device name, a long minor", _fill("gpu-", "9"), dra.parse, _none),
         Case("DRA device name, MIG profile", _fill("gpu-0-mig-", "a-", "9-0"), dra.parse, _none),
         Case("DRA passthrough name", _fill("gpu-vfio-", "1"), dra._is_passthrough, lambda r: not r),

@@ -1,8 +1,11 @@
 """The kubelet's pod-resources socket: which devices each container was allocated.
 
-One call, `v1.PodResourcesLister/List` (the kubelet's `api.proto`, in this directory),
-over gRPC on a Unix socket. grpcio and protobuf are imported here only, and this module
-only when the kubernetes collector is on (`pip install 'gpu-exporter[kubernetes]'`).
+Two calls of `v1.PodResourcesLister` (the kubelet's `api.proto`, in this directory), over
+gRPC on a Unix socket: `List`, the devices each container holds, and
+`GetAllocatableResources`, every device the device plugins advertise (a time-sliced GPU's
+replicas among them: what a container's replicas are a share of). Each answer is bounded
+by MAX_MESSAGE_BYTES. grpcio and protobuf are imported here only, and this module only
+when the kubernetes collector is on (`pip install 'gpu-exporter[kubernetes]'`).
 
 Every failure becomes one `KubeletUnavailable` whose message names the cause an operator
 can act on: the socket not mounted, permission denied, an API the kubelet does not serve,
@@ -29,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from gpu_exporter.model import ContainerDevices, DraDevice
+from gpu_exporter.model import AllocatableDevices, ContainerDevices, DraDevice
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own limit for pod-resources answers
@@ -47,38 +50,58 @@ class PodResourcesClient:
         self.timeout_seconds = timeout_seconds
         self._channel: Any = None
         self._retired: Any = None  # the last failed call's channel, closed by the next call
-        self._list: Any = None
+        self._methods: dict[str, Any] = {}  # the service's calls on `_channel`, by name
+        self._socket: tuple[int, int, int] | None = None  # the socket `_channel` connected to
 
     def list(self) -> tuple[tuple[ContainerDevices, ...], int]:
         """Every container's devices and the number of pods, or KubeletUnavailable."""
-        self._check_socket()
+        response = self._call("List")
+        return _allocations(response), len(response.pod_resources)
+
+    def allocatable(self) -> tuple[AllocatableDevices, ...]:
+        """Every device the device plugins advertise, allocated or not (healthy ones: the
+        kubelet's GetAllocatableResources), or KubeletUnavailable. Served from Kubernetes
+        1.21 (feature gate KubeletPodResourcesGetAllocatable; on by default from 1.23)."""
+        response = self._call("GetAllocatableResources")
+        return tuple(
+            AllocatableDevices(d.resource_name, tuple(d.device_ids)) for d in response.devices
+        )
+
+    def _call(self, name: str) -> Any:
+        """One call of the pod-resources service, its answer bounded by MAX_MESSAGE_BYTES."""
+        socket = self._check_socket()
         # gRPC's C core would log each reconnection to stderr; the watcher logs one line
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
         import grpc  # only with the kubernetes collector
 
         self._close_retired()
-        if self._list is None:
+        if self._methods and socket != self._socket:
+            # a new socket is a restarted kubelet: the old channel may be in gRPC's
+            # reconnection backoff (up to 2 minutes), failing calls at once meanwhile
+            self._retired, self._channel, self._methods = self._channel, None, {}
+            self._close_retired()
+        if not self._methods:
             self._connect()
+            self._socket = socket
         call = _WatchedCall(self._channel)
         try:
-            response = call.run(self._list, _request(), self.timeout_seconds)
+            return call.run(self._methods[name], _REQUESTS[name](), self.timeout_seconds)
         except (grpc.RpcError, grpc.FutureCancelledError) as error:
             # a restarted kubelet has a new socket: connect afresh next time
-            self._retired, self._channel, self._list = self._channel, None, None
+            self._retired, self._channel, self._methods = self._channel, None, {}
             if call.broken_connections or _broken_connection(error):
                 raise KubeletUnavailable(
                     f"the socket {self.socket_path} accepts connections and then breaks them: "
                     "it is not the kubelet's pod-resources gRPC server, or the kubelet is "
                     "restarting"
                 ) from None
-            raise KubeletUnavailable(self._explain(error)) from None
-        return _allocations(response), len(response.pod_resources)
+            raise KubeletUnavailable(self._explain(error, name)) from None
 
     def close(self) -> None:
         self._close_retired()
         if self._channel is not None:
             _close(self._channel)
-        self._channel = self._list = None
+        self._channel, self._methods = None, {}
 
     def _close_retired(self) -> None:
         """Close the last failed call's channel. Not at once: grpcio's thread that watched
@@ -88,10 +111,12 @@ class PodResourcesClient:
             _close(self._retired)
             self._retired = None
 
-    def _check_socket(self) -> None:
+    def _check_socket(self) -> tuple[int, int, int]:
+        """The socket's device, inode and change time, or KubeletUnavailable."""
         path = self.socket_path
         try:
-            mode = os.stat(path).st_mode
+            found = os.stat(path)
+            mode = found.st_mode
         except FileNotFoundError:
             raise KubeletUnavailable(
                 f"{path} does not exist: mount the host's /var/lib/kubelet/pod-resources "
@@ -106,6 +131,7 @@ class PodResourcesClient:
                 f"{path}: permission denied; the socket is the kubelet's (root, 0600): run "
                 "the exporter as root"
             )
+        return (found.st_dev, found.st_ino, found.st_ctime_ns)
 
     def _connect(self) -> None:
         import grpc
@@ -115,29 +141,34 @@ class PodResourcesClient:
             f"unix://{self.socket_path}",
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
         )
-        self._list = self._channel.unary_unary(
-            list_method_path(),
-            request_serializer=api.ListPodResourcesRequest.SerializeToString,
-            response_deserializer=api.ListPodResourcesResponse.FromString,
-        )
+        self._methods = {
+            name: self._channel.unary_unary(
+                method_path(name),
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+            for name, (request, response) in _messages(api).items()
+        }
 
-    def _explain(self, error: Any) -> str:
+    def _explain(self, error: Any, name: str = "List") -> str:
         import grpc
 
         code = error.code()
         details = error.details() or ""
         if code == grpc.StatusCode.UNIMPLEMENTED:
             return (
-                f"the kubelet at {self.socket_path} does not serve v1.PodResourcesLister/List "
-                "(API version unsupported: Kubernetes 1.20 or later serves it)"
+                f"the kubelet at {self.socket_path} does not serve v1.PodResourcesLister/{name} "
+                f"(API version unsupported: Kubernetes {SERVED_FROM[name]} or later serves it)"
             )
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return f"the kubelet at {self.socket_path} did not answer in {self.timeout_seconds:g}s"
         if "Permission denied" in details:
             return f"{self.socket_path}: permission denied (run as root)"
         if code == grpc.StatusCode.INTERNAL and "deserializ" in details.lower():
-            return f"the answer on {self.socket_path} is not a pod-resources List response"
-        return f"the kubelet at {self.socket_path} did not answer: {code.name} {details}".strip()
+            return f"the answer on {self.socket_path} is not a pod-resources {name} response"
+        return (
+            f"the kubelet at {self.socket_path} did not answer {name}: {code.name} {details[:200]}"
+        ).strip()
 
 
 class _WatchedCall:
@@ -198,9 +229,14 @@ def _broken_connection(error: Any) -> bool:
 
 def list_method_path() -> str:
     """The gRPC path of List, from the proto's own descriptor: "/v1.PodResourcesLister/List"."""
-    method = _api().DESCRIPTOR.services_by_name["PodResourcesLister"].methods_by_name["List"]
-    service, name = method.full_name.rsplit(".", 1)
-    return f"/{service}/{name}"
+    return method_path("List")
+
+
+def method_path(name: str) -> str:
+    """The gRPC path of a method of PodResourcesLister, from the proto's own descriptor."""
+    method = _api().DESCRIPTOR.services_by_name["PodResourcesLister"].methods_by_name[name]
+    service, short = method.full_name.rsplit(".", 1)
+    return f"/{service}/{short}"
 
 
 def _api() -> Any:
@@ -210,8 +246,23 @@ def _api() -> Any:
     return api_pb2
 
 
-def _request() -> Any:
-    return _api().ListPodResourcesRequest()
+def _messages(api: Any) -> dict[str, tuple[Any, Any]]:
+    """The request and response message of each method called, by method name."""
+    return {
+        "List": (api.ListPodResourcesRequest, api.ListPodResourcesResponse),
+        "GetAllocatableResources": (
+            api.AllocatableResourcesRequest,
+            api.AllocatableResourcesResponse,
+        ),
+    }
+
+
+_REQUESTS = {
+    "List": lambda: _api().ListPodResourcesRequest(),
+    "GetAllocatableResources": lambda: _api().AllocatableResourcesRequest(),
+}
+SERVED_FROM = {"List": "1.20", "GetAllocatableResources": "1.23 (1.21 with its feature gate)"}
+"""The Kubernetes release from which the kubelet serves each call by default."""
 
 
 def _allocations(response: Any) -> tuple[ContainerDevices, ...]:

@@ -6,8 +6,10 @@ joins) on every kind of GPU at once:
 
 - GPU 0, a whole GPU given to ml/train: all its busy time is train's;
 - GPU 1, idle and given to nobody: all of it the remainder, none of it used;
-- GPU 2, time-sliced between ml/a and ml/b (two replicas of it), whose processes run 60%
-  and 20% of its SMs: half of it allocated to each, its busy time split 3 to 1;
+- GPU 2, time-sliced in 4 replicas (the device plugin advertises them, the kubelet's
+  GetAllocatableResources says so), one each to ml/a and ml/b, whose processes run 60%
+  and 20% of its SMs: a quarter of it allocated to each, the 2 free replicas' half to
+  the remainder, its busy time split 3 to 1;
 - GPU 3, MIG: instance 2 given to infer/triton, instances 3 and 9 free: triton holds its
   instance's share, the remainder the rest.
 
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.e2e
 
 GIB = 1024**3
 GPU = "nvidia.com/gpu"
+REPLICAS = 4  # GPU 2's, as the device plugin advertises them
 GPU_LABELS = "instance, job, gpu, uuid"
 SM = {"a": 0.6, "b": 0.2}  # the SM share of the time-sliced pods' processes
 # the containers of the processes the scenario places (the kubelet's log tree maps
@@ -113,6 +116,10 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             if name == "gpu_mig_info" and dict(ls)["gpu_instance"] == "2"
         ]
         kubelet.pods = pods(uuids, mig_uuid)
+        kubelet.allocatable = {
+            GPU: [uuids["0"], uuids["1"], *(f"{uuids['2']}::{n}" for n in range(REPLICAS))],
+            "nvidia.com/mig-3g.40gb": [mig_uuid],
+        }
         write_yaml(
             workdir / "targets" / "gpu-exporter-node.yml",
             [{"targets": [f"127.0.0.1:{exporter.port}"]}],
@@ -166,13 +173,14 @@ def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node
     assert used[("0", "train")] == pytest.approx(60 * busy["0"], rel=0.01)
     # GPU 1: nobody's, idle
     assert held[("1", "none")] == 60 and used[("1", "none")] == 0
-    # GPU 2: half each; the busy time split by the SM seconds (3 to 1), each capped at
-    # its half
-    assert held[("2", "a")] == held[("2", "b")] == 30 and held[("2", "none")] == 0
+    # GPU 2: a replica of 4 each, the 2 nobody holds the remainder's; the busy time
+    # split by the SM seconds (3 to 1), each capped at its quarter
+    quarter = 60 / REPLICAS
+    assert held[("2", "a")] == held[("2", "b")] == quarter and held[("2", "none")] == 30
     share = SM["a"] / (SM["a"] + SM["b"])
     assert busy["2"] > 0
-    assert used[("2", "a")] == pytest.approx(min(30, 60 * busy["2"] * share), rel=0.01)
-    assert used[("2", "b")] == pytest.approx(min(30, 60 * busy["2"] * (1 - share)), rel=0.01)
+    assert used[("2", "a")] == pytest.approx(min(quarter, 60 * busy["2"] * share), rel=0.01)
+    assert used[("2", "b")] == pytest.approx(min(quarter, 60 * busy["2"] * (1 - share)), rel=0.01)
     # GPU 3: triton holds its 3g.40gb instance's share (its half of the memory, more than
     # 3/7 of the slices), used by the instance's graphics-engine activity
     weight = node.query('gpu_allocation_weight{gpu="3"}', at)[("3", "triton")]

@@ -686,6 +686,23 @@ def test_a_socket_the_exporter_may_not_open_says_permission_denied(
     assert "permission denied" in out.stdout
 
 
+def test_an_answer_over_16_mib_is_not_read_and_is_named(
+    kubelet: FakeKubelet, socket_path: Path
+) -> None:
+    """Every answer of the kubelet is bounded: List's, and GetAllocatableResources'."""
+    kubelet.pods = [Pod("ml", "a", [Container("c", {GPU: ["0"]})])]
+    many = [f"GPU-{n:036d}::{n}" for n in range(450_000)]  # 20 MiB of device IDs
+    kubelet.allocatable = {GPU: many}
+    client = PodResourcesClient(str(socket_path), timeout_seconds=20)
+    assert client.list()[1] == 1
+    with pytest.raises(KubeletUnavailable, match=r"GetAllocatableResources answer .* over 16 MiB"):
+        client.allocatable()
+    kubelet.pods.append(Pod("ml", "b", [Container("c", {GPU: many})]))
+    with pytest.raises(KubeletUnavailable, match=r"List answer .* over 16 MiB"):
+        client.list()
+    client.close()
+
+
 def test_a_slow_kubelet_delays_only_the_watcher_and_is_named(
     kubelet: FakeKubelet, socket_path: Path
 ) -> None:

@@ -160,6 +160,11 @@ class PodResourcesClient:
                 f"the kubelet at {self.socket_path} does not serve v1.PodResourcesLister/{name} "
                 f"(API version unsupported: Kubernetes {SERVED_FROM[name]} or later serves it)"
             )
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return (
+                f"the kubelet's {name} answer on {self.socket_path} is over "
+                f"{MAX_MESSAGE_BYTES >> 20} MiB: not read"
+            )
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return f"the kubelet at {self.socket_path} did not answer in {self.timeout_seconds:g}s"
         if "Permission denied" in details:

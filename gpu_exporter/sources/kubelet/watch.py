@@ -160,9 +160,7 @@ class KubeletWatcher:
         reading = self._read(self._client)
         with self._lock:
             self._keep(reading)
-        latest = self.latest()
-        assert latest is not None
-        return latest
+        return self.latest() or reading
 
     def _new_client(self) -> Client:
         if self._list is not None:

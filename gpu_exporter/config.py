@@ -62,6 +62,7 @@ class Settings:
     log_format: str = "logfmt"
     simulate: int | None = None
     simulate_scenario: str | None = None
+    simulate_hardware: str = "hgx-h100"  # or "gb200-nvl72" (sources/simulated_hardware.py)
     once: bool = False
     output: str | None = None
     config_file: str | None = None
@@ -400,6 +401,14 @@ OPTIONS: tuple[Option, ...] = (
         "scenario file of faults, processes and Xid events for --simulate (re-read when it "
         "changes; see docs/simulated-host.md)",
         "FILE",
+    ),
+    Option(
+        "simulate.hardware",
+        "simulate_hardware",
+        _choice("hgx-h100", "gb200-nvl72"),
+        "the simulated GPUs: hgx-h100 (default: H100s on an HGX board) or gb200-nvl72 (the "
+        "GB200s of NVL72 compute trays, 4 a tray: NVLink5, platform info)",
+        "KIND",
     ),
     Option(
         "once",

@@ -22,6 +22,7 @@ from types import FrameType
 from gpu_exporter import __version__, logs
 from gpu_exporter.attribution.holders import HolderScanner
 from gpu_exporter.attribution.kubernetes import KubernetesAttributor
+from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.config import (
     DEFAULT_KERNEL_LOG,
@@ -46,6 +47,7 @@ from gpu_exporter.serving.http import HttpServer, ListenError, bind
 from gpu_exporter.serving.routes import Routes, ServingState
 from gpu_exporter.serving.web_config import WebConfigError, load_web_config
 from gpu_exporter.sources.backend import Backend
+from gpu_exporter.sources.fabric_daemons import FabricDaemonWatch, Look, host_processes
 from gpu_exporter.sources.host import HostReader
 from gpu_exporter.sources.kernel_log import KernelLogReader
 from gpu_exporter.sources.kernel_log_files import open_inherited_kernel_log
@@ -74,11 +76,23 @@ def make_backend(settings: Settings) -> Backend:
         # UUIDs unique per simulated host (hostname and port), stable across restarts
         host_id = f"{socket.gethostname()}:{settings.listen_address}"
         return SimulatedBackend(
-            settings.simulate, scenario_path=settings.simulate_scenario, host_id=host_id
+            settings.simulate,
+            scenario_path=settings.simulate_scenario,
+            host_id=host_id,
+            hardware=settings.simulate_hardware,
         )
     from gpu_exporter.sources.nvml import PynvmlBackend
 
     return PynvmlBackend()
+
+
+def fabric_daemon_look(backend: Backend) -> Look:
+    """Where the fabric's daemons are looked for: the host's /proc, or the simulated host's
+    own daemons (`SimulatedBackend.daemons_running`)."""
+    simulated = getattr(backend, "daemons_running", None)
+    if simulated is not None:
+        return simulated  # type: ignore[no-any-return]
+    return host_processes("/proc", sees_host_pid_namespace)
 
 
 def make_kernel_log(settings: Settings) -> KernelLogReader | None:
@@ -134,6 +148,7 @@ def make_sampler(
 
     return Sampler(
         backend,
+        fabric_daemons=FabricDaemonWatch(fabric_daemon_look(backend)),
         interval_seconds=settings.interval_seconds,
         timeout_seconds=settings.timeout_seconds,
         collectors=settings.collectors,

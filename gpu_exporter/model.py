@@ -101,8 +101,32 @@ STAGES: tuple[str, ...] = ("devices", "processes", "host", "xid", "render")
 PIPES: tuple[str, ...] = ("tensor", "fp64", "fp32", "fp16", "integer")
 """SM pipes whose activity GPM measures, as `gpu_pipe_active_seconds_total{pipe}` names them."""
 
-NVLINK_ERRORS: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data")
+NVLINK_LEGACY_ERRORS: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data")
+"""The data-link error counters of NVLink before NVLink5 (nvml.h 13: "unsupported for
+Blackwell+")."""
+
+NVLINK5_ERRORS: tuple[str, ...] = (
+    "malformed_packet",
+    "buffer_overrun",
+    "rx",
+    "rx_remote",
+    "rx_general",
+    "local_link_integrity",
+    "tx_discard",
+    "effective",
+    "symbol",
+)
+"""NVLink5's error counters (Blackwell and later, nvml.h 13's NVML_FI_DEV_NVLINK_COUNT_*)."""
+
+NVLINK_ERRORS: tuple[str, ...] = NVLINK_LEGACY_ERRORS + NVLINK5_ERRORS
 """NVLink error counters per link, as `gpu_nvlink_errors_total{error_type}` names them."""
+
+NVLINK_RECOVERY_RESULTS: tuple[str, ...] = ("successful", "failed", "all")
+"""NVLink5's link-recovery event counters, as `gpu_nvlink_link_recovery_events_total{result}`
+names them; "all" is the driver's own counter of every event, whatever its result."""
+
+NVLINK_BER_TYPES: tuple[str, ...] = ("effective", "symbol")
+"""NVLink5's bit error rates, as `gpu_nvlink_ber{ber_type}` names them."""
 
 DIRECTIONS: tuple[str, ...] = ("tx", "rx")
 """Traffic directions: tx leaves the GPU, rx arrives at it."""
@@ -151,6 +175,22 @@ class DeviceStatic:
     # scale of TemperatureReading.tlimit_margin_celsius (H100: slowdown -2, shutdown -8);
     # thresholds the driver does not give absent
     tlimit_thresholds_celsius: Mapping[str, float] = field(default_factory=dict)
+    # where the GPU sits in its rack (Blackwell and later); None: NOT_SUPPORTED
+    platform: PlatformInfo | None = None
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    """Where a GPU sits in its rack: `nvmlDeviceGetPlatformInfo` (R570 and later, v2
+    structure; "for Blackwell or newer"), as `nvidia-smi -q` shows it under "Platform
+    Info". Read with the limits, every SLOW_REFRESH_SECONDS."""
+
+    chassis_serial: str  # the chassis (rack) serial number, e.g. "1821424001234"
+    slot: int  # slot number in the chassis (switch trays counted)
+    tray: int  # tray index among the compute trays (switch trays not counted)
+    host_id: int  # index of the node within the slot
+    peer_type: int  # the platform's NVLink peer type (switch present or not), as a code
+    module_id: int  # the GPU's id within the node
 
 
 # Readings: one record per collector, read every interval ------------------------------
@@ -278,6 +318,11 @@ class NvLinkState:
 
     up: bool | None  # None when the state could not be read
     errors: Mapping[str, int] = field(default_factory=dict)  # NVLINK_ERRORS -> count
+    # NVLink5: NVLINK_RECOVERY_RESULTS -> link-recovery events since driver load or reset
+    recovery_events: Mapping[str, int] = field(default_factory=dict)
+    # NVLink5: NVLINK_BER_TYPES -> bit error rate (errors per bit, 0..1) as the driver
+    # last measured it
+    ber: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -289,6 +334,9 @@ class NvLinkReading:
     # NVLINK_ERRORS -> errors summed over the links; a type is absent while a link that
     # counted it before does not answer (`sources.nvml.nvlink_totals`)
     error_totals: Mapping[str, int] = field(default_factory=dict)
+    # NVLINK_RECOVERY_RESULTS -> link-recovery events summed over the links, left out as
+    # error_totals are
+    recovery_totals: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -782,6 +830,24 @@ class HostSample:
     load1: float
 
 
+FABRIC_DAEMONS: tuple[str, ...] = ("nv-fabricmanager", "nvidia-imex")
+"""The daemons an NVLink fabric may need on the node, by their program names: NVIDIA
+Fabric Manager (NVSwitch systems: HGX and DGX boards) and the IMEX daemon (multi-node
+NVLink: GB200 and GB300 NVL racks)."""
+
+
+@dataclass(frozen=True)
+class FabricDaemonState:
+    """The fabric's daemons on this node (collector `health`)."""
+
+    # FABRIC_DAEMONS -> whether this node's GPUs need it (from their fabric and class)
+    required: Mapping[str, bool] = field(default_factory=dict)
+    # FABRIC_DAEMONS -> whether a process of that program runs; absent where it could
+    # not be seen (/proc is not the host's PID namespace), or was not looked for (no
+    # GPU needs it)
+    running: Mapping[str, bool] = field(default_factory=dict)
+
+
 class CallTotals(NamedTuple):
     """One NVML function's calls so far and the wall seconds spent inside them."""
 
@@ -818,6 +884,7 @@ class Snapshot:
     host_pid_namespace: bool | None = None
     holder_scan: HolderScanState | None = None  # None: no holder scan has run
     kubernetes: KubernetesState | None = None  # None: collector kubernetes off
+    fabric_daemons: FabricDaemonState | None = None  # None: collector health off, NVML down
 
     @property
     def gpus(self) -> int:

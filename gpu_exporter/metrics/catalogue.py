@@ -39,7 +39,10 @@ from gpu_exporter.model import (
     CLOCK_EVENT_REASONS,
     CLOCK_NAMES,
     FABRIC_CONDITIONS,
+    FABRIC_DAEMONS,
+    NVLINK_BER_TYPES,
     NVLINK_ERRORS,
+    NVLINK_RECOVERY_RESULTS,
     PCIE_ERRORS,
     STAGES,
     TLIMIT_THRESHOLDS,
@@ -342,6 +345,82 @@ def _nvlink_errors_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
         for link, state in sorted(nvlink.links.items())
         for error in NVLINK_ERRORS
         if error in state.errors
+    ]
+
+
+def _nvlink_recovery_totals(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    nvlink = d.reading.nvlink if d.reading is not None else None
+    if nvlink is None:
+        return ()
+    return [((result,), total) for result, total in nvlink.recovery_totals.items()]
+
+
+def _nvlink_recovery_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    nvlink = d.reading.nvlink if d.reading is not None else None
+    if nvlink is None:
+        return ()
+    return [
+        ((str(link), result), state.recovery_events[result])
+        for link, state in sorted(nvlink.links.items())
+        for result in NVLINK_RECOVERY_RESULTS
+        if result in state.recovery_events
+    ]
+
+
+def _nvlink_worst_ber(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    """Per BER type, the highest over the links that answered it."""
+    nvlink = d.reading.nvlink if d.reading is not None else None
+    if nvlink is None:
+        return ()
+    return [
+        ((ber_type,), max(rates))
+        for ber_type in NVLINK_BER_TYPES
+        if (rates := [s.ber[ber_type] for s in nvlink.links.values() if ber_type in s.ber])
+    ]
+
+
+def _nvlink_ber_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    nvlink = d.reading.nvlink if d.reading is not None else None
+    if nvlink is None:
+        return ()
+    return [
+        ((str(link), ber_type), state.ber[ber_type])
+        for link, state in sorted(nvlink.links.items())
+        for ber_type in NVLINK_BER_TYPES
+        if ber_type in state.ber
+    ]
+
+
+def _platform_info(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    platform = d.static.platform if d.static is not None else None
+    if platform is None:
+        return ()
+    labels = (
+        platform.chassis_serial,
+        str(platform.slot),
+        str(platform.tray),
+        str(platform.host_id),
+        str(platform.peer_type),
+        str(platform.module_id),
+    )
+    return ((labels, 1),)
+
+
+def _fabric_daemons_required(snapshot: Snapshot) -> Rows:
+    state = snapshot.fabric_daemons
+    if state is None:
+        return ()
+    return [((daemon,), state.required[daemon]) for daemon in FABRIC_DAEMONS]
+
+
+def _fabric_daemons_up(snapshot: Snapshot) -> Rows:
+    state = snapshot.fabric_daemons
+    if state is None:
+        return ()
+    return [
+        ((daemon,), running)
+        for daemon in FABRIC_DAEMONS
+        if (running := state.running.get(daemon)) is not None
     ]
 
 
@@ -939,7 +1018,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "counter",
         "NVLink data bytes moved over all links (tx: sent, rx: received), from GPM's NVLink "
         "rates integrated over every interval, or where GPM does not count them the "
-        "driver's data counters summed over the active links.",
+        "driver's data counters summed over the active links, or where it has none "
+        "NVLink5's byte counters (Blackwell and later) summed over the active links.",
         "nvlink",
         _activity_by(lambda a: a.nvlink_bytes),
         "direction",
@@ -956,15 +1036,52 @@ METRICS: tuple[MetricSpec, ...] = (
         name="gpu_nvlink_errors_total",
         type="counter",
         help="NVLink errors since driver load or the last GPU reset, summed over the GPU's "
-        "links (per link, with a `link` label, with --collector.nvlink.per-link): replay, "
-        "recovery, crc_flit (flow control CRC) and crc_data (data CRC, re-read every "
-        "minute). A type is absent, never 0, where the driver counts it on no link; its "
-        "sum is left out, never made smaller, while a link that counted it before does "
-        "not answer (a failed read, a link down)." + SAMPLED,
+        "links (per link, with a `link` label, with --collector.nvlink.per-link). Before "
+        "NVLink5: replay, recovery, crc_flit (flow control CRC) and crc_data (data CRC, "
+        "re-read every minute). NVLink5 (Blackwell and later, where the driver answers "
+        "these instead; nvml.h 13): malformed_packet (packets received malformed), "
+        "buffer_overrun (received packets discarded on a buffer overrun), rx (packets "
+        "received with errors), rx_remote (packets received with a stomp/EBP marker), "
+        "rx_general (packets received with a header mismatch), local_link_integrity "
+        "(times the local errors exceeded a threshold), tx_discard (error packets "
+        "discarded on transmit), effective (errors summed over the packets) and symbol "
+        "(errors in received symbols); these are read on the counters' cadence. A type "
+        "is absent, never 0, where the driver counts it on no link; its sum is left out, "
+        "never made smaller, while a link that counted it before does not answer (a "
+        "failed read, a link down)." + SAMPLED,
         labels=("error_type",),
         collector="nvlink",
         extract=_nvlink_error_totals,
         per_link=_nvlink_errors_per_link,
+    ),
+    LinkMetric(
+        name="gpu_nvlink_link_recovery_events_total",
+        type="counter",
+        help="NVLink5 link recoveries (a link that went from up to recovery) since driver "
+        "load or the last GPU reset, summed over the GPU's links (per link, with a `link` "
+        "label, with --collector.nvlink.per-link), by result: successful (the link came "
+        "back up), failed (the link was declared down) and all (the driver's own count of "
+        "every recovery, whatever its result: never sum over result). Blackwell and later "
+        "(nvml.h 13's NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_*); absent where the driver "
+        "does not count them. Read on the counters' cadence." + SAMPLED,
+        labels=("result",),
+        collector="nvlink",
+        extract=_nvlink_recovery_totals,
+        per_link=_nvlink_recovery_per_link,
+    ),
+    LinkMetric(
+        name="gpu_nvlink_ber",
+        type="gauge",
+        help="NVLink5 bit error rate (errors per bit) as the driver measures it, by "
+        "ber_type: effective (of the effective errors) and symbol (of the symbol errors); "
+        "per GPU the worst (highest) of its links, per link with a `link` label with "
+        "--collector.nvlink.per-link. nvml.h 13 gives a mantissa and an exponent, read as "
+        "mantissa x 10^-exponent. Blackwell and later; absent where the driver does not "
+        "answer. Read on the counters' cadence." + SAMPLED,
+        labels=("ber_type",),
+        collector="nvlink",
+        extract=_nvlink_worst_ber,
+        per_link=_nvlink_ber_per_link,
     ),
     # ECC and memory health.
     _d(
@@ -1076,6 +1193,26 @@ METRICS: tuple[MetricSpec, ...] = (
         _fabric_info,
         "clique_id",
         "cluster_uuid",
+    ),
+    _d(
+        "gpu_platform_info",
+        "gauge",
+        "Where the GPU sits in its rack, from nvmlDeviceGetPlatformInfo (Blackwell and "
+        "later, R570+): chassis_serial (the chassis, i.e. the rack), slot (in the chassis, "
+        "switch trays counted), tray (among the compute trays), host_id (the node in the "
+        "slot), peer_type (the platform's NVLink peer type code) and module_id (the GPU in "
+        "the node); always 1. Join with * on(uuid) group_left(chassis_serial, tray) "
+        "gpu_platform_info. Absent where the driver does not support it. Re-read every "
+        "minute.",
+        None,
+        _platform_info,
+        "chassis_serial",
+        "slot",
+        "tray",
+        "host_id",
+        "peer_type",
+        "module_id",
+        when_down=True,
     ),
     _d(
         "gpu_fabric_healthy",
@@ -1450,6 +1587,31 @@ METRICS: tuple[MetricSpec, ...] = (
         "error",
     ),
     ExporterMetric(
+        name="gpu_fabric_daemon_required",
+        type="gauge",
+        help="1 where this node's GPUs need the fabric daemon, 0 where none does: "
+        "nv-fabricmanager (NVIDIA Fabric Manager) for a GPU registered in an NVSwitch "
+        "fabric of its own node (HGX and DGX boards), nvidia-imex (the IMEX daemon) for a "
+        "GB200 or GB300 GPU registered in a multi-node NVLink fabric (NVL racks). Decided "
+        "from each GPU's fabric state and name (docs/hardware-faults.md). Absent while NVML "
+        "is down." + SAMPLED,
+        labels=("daemon",),
+        collector="health",
+        extract=_fabric_daemons_required,
+    ),
+    ExporterMetric(
+        name="gpu_fabric_daemon_up",
+        type="gauge",
+        help="1 while a process of the fabric daemon's program runs on the node, 0 while "
+        "none does: looked for in the host's /proc (a process whose command name and "
+        "program are nv-fabricmanager or nvidia-imex), only where the GPUs need it "
+        "(gpu_fabric_daemon_required). Absent where /proc is not the host's PID namespace "
+        "(a container without hostPID) or the GPUs do not need it. Read every 15 s.",
+        labels=("daemon",),
+        collector="health",
+        extract=_fabric_daemons_up,
+    ),
+    ExporterMetric(
         name="gpu_exporter_host_pid_namespace",
         type="gauge",
         help="1 when /proc shows the host's PID namespace, whose PIDs NVML reports, so GPU "
@@ -1636,7 +1798,8 @@ READ: dict[str, str] = {
     "gpu_pcie_replay_errors_total": _COUNTERS,
     "gpu_pcie_errors_total": _COUNTERS,
     "gpu_nvlink_errors_total": (
-        f"every interval from the link's fields; the data-CRC counter {_SLOW}"
+        f"every interval from the link's fields; the data-CRC counter {_SLOW}; NVLink5's "
+        f"error counters {_COUNTERS}"
     ),
     "gpu_ecc_errors_total": _COUNTERS,
     "gpu_retired_pages": _COUNTERS,
@@ -1644,6 +1807,10 @@ READ: dict[str, str] = {
     "gpu_remapped_rows": _COUNTERS,
     "gpu_remapped_rows_pending": _COUNTERS,
     "gpu_remapped_rows_failed": _COUNTERS,
+    "gpu_nvlink_link_recovery_events_total": _COUNTERS,
+    "gpu_nvlink_ber": _COUNTERS,
+    "gpu_platform_info": _LIMITS,
+    "gpu_fabric_daemon_up": "every 15 s, from the host's /proc, while a GPU needs the daemon",
     "gpu_fabric_state": f"{_SLOW}, and at once after a failed read",
     "gpu_fabric_info": f"{_SLOW}, and at once after a failed read",
     "gpu_fabric_healthy": f"{_SLOW}, and at once after a failed read",

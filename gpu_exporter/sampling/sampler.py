@@ -39,6 +39,7 @@ from gpu_exporter.model import (
     DeviceSample,
     DeviceStatic,
     DriverInfo,
+    FabricDaemonState,
     HolderScanState,
     HostSample,
     KernelLogState,
@@ -93,6 +94,9 @@ AttributeKubernetes = Callable[
 
 ReadHost = Callable[[], HostSample | None]
 """Host context; None when it could not be read."""
+
+FabricDaemons = Callable[[tuple[DeviceSample, ...]], FabricDaemonState]
+"""Which fabric daemons the devices need and which run (`sources.fabric_daemons`)."""
 
 CountersDue = Callable[[str, float], bool]
 """Whether this sample reads the /proc counters of a collector (`process`, `host`), given
@@ -159,6 +163,7 @@ class Sampler:
         kernel_log: KernelLogView | None = None,
         attribute_kubernetes: AttributeKubernetes | None = None,
         counters_due: CountersDue | None = None,
+        fabric_daemons: FabricDaemons | None = None,
         retries: bool = True,
         watched: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.time,
@@ -175,6 +180,7 @@ class Sampler:
         self._kernel_log = kernel_log
         self._attribute_kubernetes = attribute_kubernetes
         self._counters_due = counters_due  # None: every sample reads them
+        self._fabric_daemons = fabric_daemons
         # someone watches the live page: the sample buffers are read every interval
         self._watched = watched or (lambda: False)
         self._host: tuple[HostSample | None, StageResult] | None = None  # the last host read
@@ -348,6 +354,13 @@ class Sampler:
             )
             stages["xid"] = StageResult(self._monotonic() - t0, reading)
 
+        fabric_daemons: FabricDaemonState | None = None
+        if "health" in collectors and self._fabric_daemons is not None and self._nvml_up:
+            try:
+                fabric_daemons = self._fabric_daemons(devices)
+            except Exception:
+                log.exception("looking for the fabric daemons failed")
+
         if self._render is not None:
             stages["render"] = self._render
 
@@ -375,6 +388,7 @@ class Sampler:
             host_pid_namespace=host_pid_namespace,
             holder_scan=holder_scan,
             kubernetes=kubernetes,
+            fabric_daemons=fabric_daemons,
         )
         self.latest = snapshot
         self._publish(snapshot)

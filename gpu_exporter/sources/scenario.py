@@ -26,6 +26,11 @@ and every number is bounded by what a real host can have (`MAX_*` below).
       fabric: {0: unhealthy}          # a GPU's NVLink fabric is unhealthy,
                                       #   limited_capacity, not_registered (its probe
                                       #   never started), in_progress or probe_failed
+      nvlink_degrading: {0: 7}        # a GPU's NVLink5 link degrades from the load on:
+                                      #   recoveries, effective errors and BER climb
+                                      #   (--simulate.hardware gb200-nvl72)
+      fabric_daemons_down: [nvidia-imex]  # these fabric daemons do not run on the host
+                                      #   (nv-fabricmanager, nvidia-imex)
     events:                           # Xid events, delivered once each, in order
       - {gpu: 1, xid: 79}
     processes:                        # replace the built-in processes (real PIDs allowed)
@@ -44,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gpu_exporter.model import RECOVERY_ACTIONS, DeviceReading
+from gpu_exporter.model import FABRIC_DAEMONS, RECOVERY_ACTIONS, DeviceReading
 from gpu_exporter.sources.simulated_layout import mig_instances
 from gpu_exporter.yamlfile import YamlFileError, one_line, read_yaml
 
@@ -61,6 +66,7 @@ MAX_PID = 2**22 - 1  # below PID_MAX_LIMIT (2**22 on 64-bit Linux)
 MAX_MEMORY_BYTES = 2**50  # 1 PiB, far above any GPU's memory
 MAX_XID = 65535  # NVIDIA's Xid codes are below 200 today
 MAX_GPU_INSTANCE = 64  # MIG GPU instance ids are small (at most 7 instances per GPU)
+MAX_NVLINK = 17  # NVLink links are numbered from 0; 18 on an H100 or a B200
 
 
 def reading_fields() -> frozenset[str]:
@@ -121,6 +127,8 @@ class Faults:
     reset: frozenset[int] = frozenset()  # reset when the faults are loaded (nvidia-smi -r)
     recovery_action: Mapping[int, int] = field(default_factory=dict)  # GPU -> action code
     fabric: Mapping[int, str] = field(default_factory=dict)  # GPU -> FABRIC_FAULTS name
+    nvlink_degrading: Mapping[int, int] = field(default_factory=dict)  # GPU -> its link
+    fabric_daemons_down: frozenset[str] = frozenset()  # FABRIC_DAEMONS not running
 
 
 @dataclass(frozen=True)
@@ -236,6 +244,15 @@ def _faults(data: Any) -> Faults:
     if init_error is not None and not isinstance(init_error, str):
         raise ScenarioError(f"faults.init_error must be an error name, not {init_error!r}")
     gpus = raw.get("gpus")
+    daemons_down = frozenset(
+        str(x) for x in _list(raw.get("fabric_daemons_down"), "faults.fabric_daemons_down")
+    )
+    unknown_daemons = sorted(daemons_down - set(FABRIC_DAEMONS))
+    if unknown_daemons:
+        raise ScenarioError(
+            f"faults.fabric_daemons_down: unknown daemons {unknown_daemons} "
+            f"(known: {', '.join(FABRIC_DAEMONS)})"
+        )
     return Faults(
         init_error=init_error or None,
         lost=frozenset(_gpu(x, "faults.lost[]") for x in _list(raw.get("lost"), "faults.lost")),
@@ -256,6 +273,11 @@ def _faults(data: Any) -> Faults:
             gpu: _fabric_fault(fault, f"faults.fabric[{gpu}]")
             for gpu, fault in _by_gpu(raw.get("fabric"), "faults.fabric").items()
         },
+        nvlink_degrading={
+            gpu: _int(link, f"faults.nvlink_degrading[{gpu}]", maximum=MAX_NVLINK)
+            for gpu, link in _by_gpu(raw.get("nvlink_degrading"), "faults.nvlink_degrading").items()
+        },
+        fabric_daemons_down=daemons_down,
     )
 
 
@@ -376,6 +398,7 @@ def _named_gpus(scenario: Scenario) -> list[tuple[str, int]]:
             ("reset", faults.reset),
             ("recovery_action", faults.recovery_action),
             ("fabric", faults.fabric),
+            ("nvlink_degrading", faults.nvlink_degrading),
         )
         for index in sorted(indices)
     ]

@@ -15,7 +15,9 @@ and follow four profiles, repeated over the GPUs:
    times. As on a real MIG GPU, the parent reports no utilization.
 
 Every GPU is an H100 with GPM and 18 NVLink links, registered in a healthy NVLink fabric
-(an HGX board) and needing no recovery action; the busy-hot GPU's clocks-event counters
+(an HGX board) and needing no recovery action, or with `--simulate.hardware gb200-nvl72`
+a GB200 of an NVL72 compute tray, whose links answer NVLink5's counters
+(`simulated_hardware.py`); the busy-hot GPU's clocks-event counters
 grow exactly while it is capped or thermally slowed; their /dev/nvidiaN minor numbers count
 down from the last NVML index (`simulated_layout.minor_number`). GPM activity follows each profile
 (`simulated_activity.py`): the input-starved GPU's SM activity follows its bursts.
@@ -42,7 +44,9 @@ from typing import Any
 from gpu_exporter.model import (
     CLOCK_EVENT_REASONS,
     FABRIC_CONDITIONS,
-    NVLINK_ERRORS,
+    NVLINK5_ERRORS,
+    NVLINK_LEGACY_ERRORS,
+    NVLINK_RECOVERY_RESULTS,
     PCIE_ERRORS,
     PROCESS_CONTEXTS,
     THROTTLE_REASONS,
@@ -75,6 +79,7 @@ from gpu_exporter.model import (
     UtilizationSample,
 )
 from gpu_exporter.sources import simulated_activity as activity
+from gpu_exporter.sources import simulated_hardware as hardware
 from gpu_exporter.sources.backend import (
     LOST,
     CallUsage,
@@ -145,14 +150,19 @@ class SimulatedBackend:
         scenario_path: str | None = None,
         faults: Faults | None = None,
         host_id: str = "",
+        hardware: str = "hgx-h100",
     ) -> None:
+        """`hardware`: a `simulated_hardware.HARDWARE` name."""
         self.errors = ErrorCounts()
+        self.hardware = hardware
         self.usage = CallUsage()  # a simulated host makes no NVML call: stays empty
         self._gpus = gpus
         self._host_id = host_id  # makes UUIDs and serials unique per simulated host
         self._clock = clock
         self._scenario_path = scenario_path
         self._reset_at: dict[int, float] = {}  # index -> clock of its last GPU reset
+        # (index, link) -> clock the scenario made it start degrading
+        self._degrading_since: dict[tuple[int, int], float] = {}
         self._scenario = self._apply_resets(Scenario(faults=faults or Faults()))
         self._scenario_mtime: int | None = None
         self._lock = threading.Lock()
@@ -181,6 +191,11 @@ class SimulatedBackend:
         counters of each (energy, NVLink data) restart from 0; NVML is not re-initialised."""
         for index in scenario.faults.reset:
             self._reset_at[index] = self._clock()
+        degrading = set(scenario.faults.nvlink_degrading.items())
+        for key in [k for k in self._degrading_since if k not in degrading]:
+            del self._degrading_since[key]  # healed
+        for key in degrading:
+            self._degrading_since.setdefault(key, self._clock())
         return scenario
 
     def _current(self) -> Scenario:
@@ -252,7 +267,16 @@ class SimulatedBackend:
             self._gpm_sampled_at.clear()  # GPM samples are freed with the library
 
     def driver_info(self) -> DriverInfo:
+        if self.hardware == hardware.GB200:
+            driver, cuda = hardware.GB200_DRIVER
+            return DriverInfo(driver_version=driver, cuda_driver_version=cuda)
         return DriverInfo(driver_version="550.54.15", cuda_driver_version="12.4")
+
+    def daemons_running(self, daemons: Sequence[str]) -> dict[str, bool]:
+        """The simulated host's fabric daemons (`sources.fabric_daemons`): each runs
+        unless the scenario's `fabric_daemons_down` names it."""
+        down = self._current().faults.fabric_daemons_down
+        return {daemon: daemon not in down for daemon in daemons}
 
     def device_count(self) -> int:
         faults = self._current().faults
@@ -281,6 +305,18 @@ class SimulatedBackend:
 
     def device_static(self, index: int) -> DeviceStatic:
         self._check(index)
+        static = self._h100_static(index)
+        if self.hardware != hardware.GB200:
+            return static
+        return replace(
+            static,
+            name=hardware.GB200_NAME,
+            compute_capability=hardware.GB200_COMPUTE_CAPABILITY,
+            nvlink_links=hardware.NVLINK_LINKS,
+            platform=hardware.platform(index, self._host_id),
+        )
+
+    def _h100_static(self, index: int) -> DeviceStatic:
         return DeviceStatic(
             index=index,
             uuid=self._uuid(index),
@@ -366,6 +402,16 @@ class SimulatedBackend:
         rates = activity.NEAR_OOM.nvlink if self.profile(index) == "near-oom" else {}
         since = self._counters_since(index)
         return {d: rates.get(d, 0.0) * max(0.0, t - since) for d in ("tx", "rx")}
+
+    def degrading_link(self, index: int, t: float) -> tuple[int, float] | None:
+        """(link, seconds it has degraded) of GPU `index`'s degrading link, or None."""
+        for (gpu, link), since in self._degrading_since.items():
+            if gpu == index:
+                return link, max(0.0, t - since)
+        return None
+
+    def counters_since(self, index: int) -> float:
+        return self._counters_since(index)
 
     def _counters_since(self, index: int) -> float:
         """When the driver's counters of the GPU started: driver load or its last reset."""
@@ -778,9 +824,11 @@ class _SimulatedReader:
         )
 
     def nvlink(self) -> NvLinkReading | None:
+        if self._backend.hardware == hardware.GB200:
+            return self._nvlink5()
         # every link has the four error types (crc_data from nvmlDeviceGetNvLinkErrorCounter)
         links = {
-            link: NvLinkState(up=True, errors=dict.fromkeys(NVLINK_ERRORS, 0))
+            link: NvLinkState(up=True, errors=dict.fromkeys(NVLINK_LEGACY_ERRORS, 0))
             for link in range(NVLINK_LINKS)
         }
         # with GPM (every simulated H100) the bytes come from it, as on a real one
@@ -789,8 +837,29 @@ class _SimulatedReader:
             if "gpm" in self._collectors
             else self._backend.nvlink_data_bytes(self._index, self._t)
         )
-        totals = dict.fromkeys(NVLINK_ERRORS, 0)  # every link answers every type
+        totals = dict.fromkeys(NVLINK_LEGACY_ERRORS, 0)  # every link answers every type
         return NvLinkReading(links=links, data_bytes=data, error_totals=totals)
+
+    def _nvlink5(self) -> NvLinkReading:
+        """A GB200's links: NVLink5's counters, none of the legacy ones."""
+        backend, index, t = self._backend, self._index, self._t
+        links = hardware.nvlink5_links(t - backend.counters_since(index))
+        degrading = backend.degrading_link(index, t)
+        if degrading is not None:
+            link, seconds = degrading
+            links[link] = hardware.degrade(links[link], seconds)
+        data = {} if "gpm" in self._collectors else backend.nvlink_data_bytes(index, t)
+        return NvLinkReading(
+            links=links,
+            data_bytes=data,
+            error_totals={
+                error: sum(s.errors[error] for s in links.values()) for error in NVLINK5_ERRORS
+            },
+            recovery_totals={
+                result: sum(s.recovery_events[result] for s in links.values())
+                for result in NVLINK_RECOVERY_RESULTS
+            },
+        )
 
     def mig(self) -> MigReading | None:
         devices = self._backend.mig_devices(self._index)

@@ -95,7 +95,7 @@ from gpu_exporter.sources.backend import (
     NvmlUnavailable,
     read_device,
 )
-from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, mig
+from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, mig, nvlink5, platform
 from gpu_exporter.sources.nvml.calls import (
     NO_QUIET,
     NOT_FOUND,
@@ -107,7 +107,7 @@ from gpu_exporter.sources.nvml.calls import (
 )
 from gpu_exporter.sources.nvml.counter_fields import CounterCadence
 from gpu_exporter.sources.nvml.mig_lists import MigProcessLists, ReadList
-from gpu_exporter.sources.nvml.nvlink_totals import LinkErrorTotals
+from gpu_exporter.sources.nvml.nvlink_totals import LinkErrorTotals, recovery_totals
 
 T = TypeVar("T")
 KIB = 1024
@@ -137,6 +137,7 @@ class _DeviceState:
     pcie_max: tuple[int | None, int | None] = (None, None)  # (generation, width)
     nvlink_links: int = 0  # from the static read
     nvlink_totals: LinkErrorTotals = field(default_factory=LinkErrorTotals)  # error sums
+    nvlink_recoveries: LinkErrorTotals = field(default_factory=recovery_totals)  # NVLink5
     # the last NVLink reading's inputs (per-link field values, error counters) and what
     # they made (link states, error totals): the same inputs make the same again
     nvlink_last: tuple[Any, ...] | None = None
@@ -366,6 +367,7 @@ class PynvmlBackend:
             nvlink_links=state.nvlink_links or None,
             minor_number=int(minor) if minor is not None else None,
             tlimit_thresholds_celsius=tlimit,
+            platform=platform.read_platform(self.calls, d),
         )
 
     # Dynamic values ----------------------------------------------------------------
@@ -764,7 +766,10 @@ class _NvmlReader:
             requests += fields.nvlink_requests(
                 state.nvlink_links, data=data, per_link_data=per_link
             )
-        self._fields = self._read_fields(requests, fields.counter_requests(collectors, branch))
+        counters = fields.counter_requests(collectors, branch)
+        if "nvlink" in collectors and state.nvlink_links:  # NVLink5's, on the same cadence
+            counters += nvlink5.requests(state.nvlink_links)
+        self._fields = self._read_fields(requests, counters)
 
     def _read_fields(
         self, requests: tuple[fields.FieldRequest, ...], counters: tuple[fields.FieldRequest, ...]
@@ -974,28 +979,38 @@ class _NvmlReader:
         )
 
     def nvlink(self) -> NvLinkReading | None:
-        """Each link's state and error counters, their sums per type (`nvlink_totals`),
-        and the bytes moved (where GPM does not count them): the driver's data counters
-        summed over the links."""
+        """Each link's state and error counters (the legacy ones or NVLink5's, whichever
+        the driver answers: `nvlink5.py`), NVLink5's recovery events and BER, their sums
+        per type (`nvlink_totals`), and the bytes moved (where GPM does not count them):
+        the driver's data counters summed over the links, else NVLink5's byte counters."""
         links = self._state.nvlink_links
         if not links:
             return None
         counters = self._link_error_counters(links)
         values = self._fields
         answers = tuple(map(values.get, fields.nvlink_all_link_keys(links, NVLINK_ERRORS)))
+        answers += tuple(map(values.get, nvlink5.state_keys(links)))
         last = self._state.nvlink_last
         if last is not None and last[0] == answers and last[1] == counters:
-            states, totals = last[2], last[3]  # links unchanged: the same states and sums
+            states, totals, recoveries = last[2:]  # links unchanged: the same states, sums
         else:
             states = self._nvlink_states(links, values, counters)
             totals = self._state.nvlink_totals(states)
-            self._state.nvlink_last = (answers, counters, states, totals)
-        data_bytes = {
-            direction: kib * KIB
-            for direction in sorted(_DIRECTIONS - self._gpm_nvlink)
-            if (kib := self._nvlink_data_kib(direction, states)) is not None
-        }
-        return NvLinkReading(links=states, data_bytes=data_bytes, error_totals=totals)
+            recoveries = self._state.nvlink_recoveries(states)
+            self._state.nvlink_last = (answers, counters, states, totals, recoveries)
+        data_bytes: dict[str, float] = {}
+        for direction in sorted(_DIRECTIONS - self._gpm_nvlink):
+            kib = self._nvlink_data_kib(direction, states)
+            if kib is None:  # NVLink5's byte counters, where the data counters are absent
+                active = [link for link, s in states.items() if s.up]
+                data = nvlink5.data_bytes(direction, active, values)
+                if data is not None:
+                    data_bytes[direction] = data
+            else:
+                data_bytes[direction] = kib * KIB
+        return NvLinkReading(
+            links=states, data_bytes=data_bytes, error_totals=totals, recovery_totals=recoveries
+        )
 
     @staticmethod
     def _nvlink_states(
@@ -1015,6 +1030,8 @@ class _NvmlReader:
             states[link] = NvLinkState(
                 up=state == pynvml.NVML_FEATURE_ENABLED if state is not None else None,
                 errors=errors,
+                recovery_events=nvlink5.recovery_events(link, values),
+                ber=nvlink5.link_ber(link, values),
             )
         return states
 

@@ -31,7 +31,7 @@ import pynvml
 import pytest
 
 from gpu_exporter.model import THROTTLE_REASONS
-from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, nvml_h
+from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, nvml_h, platform
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "gpu_exporter"
@@ -52,6 +52,7 @@ STRUCTURES: dict[str, Any] = {
     "nvmlGpuFabricInfo_t": fabric.FabricInfo,
     "nvmlGpuFabricInfo_v2_t": fabric.FabricInfoV2,
     "nvmlGpuFabricInfo_v3_t": fabric.FabricInfoV3,
+    "nvmlPlatformInfo_v2_t": platform.PlatformInfoV2,
     # pynvml's, which the code reads fields of or builds its mirrors from
     "nvmlValue_t": pynvml.c_nvmlValue_t,
     "nvmlMemory_t": pynvml.c_nvmlMemory_t,
@@ -295,6 +296,11 @@ def test_the_fabric_structures_carry_the_headers_version_words(probe: dict[str, 
     """NVML_STRUCT_VERSION(GpuFabricInfo, N) is the structure's size with N in the top byte."""
     for version, cls in ((2, fabric.FabricInfoV2), (3, fabric.FabricInfoV3)):
         assert probe[f"nvmlGpuFabricInfo_v{version}"] == ctypes.sizeof(cls) | version << 24
+
+
+def test_the_platform_structure_carries_the_headers_version_word(probe: dict[str, int]) -> None:
+    size = ctypes.sizeof(platform.PlatformInfoV2)
+    assert probe["nvmlPlatformInfo_v2"] == size | 2 << 24 == nvml_h.nvmlPlatformInfo_v2
 
 
 def test_every_clocks_event_reason_is_the_headers_bit(probe: dict[str, int]) -> None:

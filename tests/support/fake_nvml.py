@@ -175,6 +175,9 @@ class FakeGpu:
     hang: dict[str, threading.Event] = field(default_factory=dict)
     # nvmlDeviceGetGpuFabricInfo(V): None answers NOT_SUPPORTED (no NVLink fabric)
     fabric: FakeFabric | None = None
+    # nvmlDeviceGetPlatformInfo (R570 and later): None answers NOT_SUPPORTED (before
+    # Blackwell)
+    platform: FakePlatform | None = None
 
     def process_exited(self, pid: int, *, released: bool = False) -> None:
         """Process `pid` died. As the real driver does (R580 on an H200: a job forked a
@@ -203,6 +206,20 @@ class FakeFabric:
     health_mask: int = 0  # every condition NOT_SUPPORTED
     health_summary: int = 0  # NOT_SUPPORTED
     max_version: int = 3
+
+
+@dataclass
+class FakePlatform:
+    """What nvmlDeviceGetPlatformInfo answers in its v2 structure (nvmlPlatformInfo_v2_t);
+    a v1 structure or another version word answers ARGUMENT_VERSION_MISMATCH."""
+
+    chassis_serial: bytes = b"1821424001234"  # 13 bytes, as a GB200's
+    slot: int = 3
+    tray: int = 2
+    host_id: int = 1
+    peer_type: int = 2
+    module_id: int = 1
+    ib_guid: bytes = bytes(range(1, 9))  # "for Blackwell, ibGuid is 8 bytes"
 
 
 _GPU_INSTANCE_SLICES = re.compile(r"(\d+)g\.\S*$")  # "... MIG 3g.40gb" -> 3
@@ -360,8 +377,58 @@ def old_fanless(index: int = 1) -> FakeGpu:
     )
 
 
+def gb200(index: int = 0, links: int = 18) -> FakeGpu:
+    """A GB200 of an NVL72 compute tray, as nvml.h 13 says Blackwell answers: NVLink5's
+    counters per link (scopeId) and not the legacy ones (161-163 and
+    nvmlDeviceGetNvLinkErrorCounter answer NOT_SUPPORTED: "unsupported for Blackwell+"),
+    platform info (tray 2, module index + 1), a v3 fabric with its clique and cluster UUID.
+    Each NVLink5 counter of link L answers `NVLINK5_VALUES[field] + L`; the BER fields a
+    code of mantissa 3, exponent 14 (3e-14) on every link but link 1, whose effective BER
+    is 5e-12 (mantissa 5, exponent 12)."""
+    gpu = h100(index)
+    gpu.uuid = f"GPU-gb200-{index}"
+    gpu.name = "NVIDIA GB200"
+    gpu.compute_capability = (10, 0)
+    gpu.fields[pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT] = links
+    for link in range(links):
+        gpu.fields[(pynvml.NVML_FI_DEV_NVLINK_GET_STATE, link)] = 1
+        for field_id, value in NVLINK5_VALUES.items():
+            gpu.fields[(field_id, link)] = value + link
+        for field_id in NVLINK5_BER_FIELDS:
+            gpu.fields[(field_id, link)] = (3 << 8) | 14
+    gpu.fields[(NVLINK5_BER_FIELDS[0], 1)] = (5 << 8) | 12
+    gpu.fabric = FakeFabric(
+        clique_id=32766,
+        cluster_uuid=bytes.fromhex("c1a5e0d100004c3b9d2ea1b2c3d4e5f6"),
+        health_mask=0,
+        health_summary=1,  # NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+    )
+    gpu.platform = FakePlatform(module_id=index + 1)
+    return gpu
+
+
+# NVLink5 counters (nvml.h 13) -> link 0's value; link L answers value + L
+NVLINK5_VALUES: dict[int, int] = {
+    202: 7_000_000,  # NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES, bytes
+    204: 9_000_000,  # NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES, bytes
+    206: 100,  # MALFORMED_PACKET_ERRORS
+    207: 200,  # BUFFER_OVERRUN_ERRORS
+    208: 300,  # RCV_ERRORS
+    209: 400,  # RCV_REMOTE_ERRORS
+    210: 500,  # RCV_GENERAL_ERRORS
+    211: 600,  # LOCAL_LINK_INTEGRITY_ERRORS
+    212: 700,  # XMIT_DISCARDS
+    213: 10,  # LINK_RECOVERY_SUCCESSFUL_EVENTS
+    214: 20,  # LINK_RECOVERY_FAILED_EVENTS
+    215: 40,  # LINK_RECOVERY_EVENTS (all, whatever the result)
+    219: 800,  # EFFECTIVE_ERRORS
+    221: 900,  # SYMBOL_ERRORS
+}
+NVLINK5_BER_FIELDS = (220, 222)  # EFFECTIVE_BER, SYMBOL_BER: (mantissa << 8) | exponent
+
 R525 = "525.147.05"  # a driver before R535: no clocks-event-reasons call
 R570 = "570.124.06"  # the first branch whose bindings wrap nvmlDeviceGetTemperatureV
+R580 = "580.95.05"  # a Blackwell-era branch
 
 
 def _branch(driver_version: str) -> int:
@@ -395,6 +462,8 @@ class FakeNvmlLib:
         # the fabric calls: nvml.h 12.2 (R535) has the first, 12.4 (R550) the versioned one
         "nvmlDeviceGetGpuFabricInfo": 535,
         "nvmlDeviceGetGpuFabricInfoV": 550,
+        # nvml.h: nvmlPlatformInfo_v2_t; R570's header is the first to declare the call
+        "nvmlDeviceGetPlatformInfo": 570,
     }
 
     def __init__(
@@ -755,6 +824,30 @@ class FakeNvmlLib:
         info.healthMask = fabric.health_mask
         if version >= 3:
             info.healthSummary = fabric.health_summary
+        return SUCCESS
+
+    # Platform -------------------------------------------------------------------------
+
+    def c_nvmlDeviceGetPlatformInfo(self, handle: Any, ptr: Any) -> int:
+        """`ptr` must point at the caller's structure (ctypes.byref): a structure passed
+        by value is not a pointer, and the driver would read garbage through it."""
+        if not hasattr(ptr, "_obj"):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT  # not a pointer
+        info = ptr._obj
+        if int(info.version) != pynvml.nvmlPlatformInfo_v2:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        platform = self._gpu(handle).platform
+        if platform is None:
+            return NOT_SUPPORTED
+        info.ibGuid[: len(platform.ib_guid)] = list(platform.ib_guid)
+        serial = platform.chassis_serial[:16]
+        info.chassisSerialNumber[: len(serial)] = list(serial)
+        info.slotNumber, info.trayIndex, info.hostId = (
+            platform.slot,
+            platform.tray,
+            platform.host_id,
+        )
+        info.peerType, info.moduleId = platform.peer_type, platform.module_id
         return SUCCESS
 
     # Arrays -------------------------------------------------------------------------

@@ -21,9 +21,14 @@ def sample_fake(collectors: set[str], n: int = 3, xid: XidView | None = None) ->
     return snapshot
 
 
-def started(install: Install, *gpus: FakeGpu) -> tuple[FakeNvmlLib, PynvmlBackend, FakeClock]:
-    """The fake library installed with `gpus`, and a backend on a fake clock, initialised."""
-    lib = install(FakeNvmlLib(list(gpus)))
+def started(
+    install: Install, *gpus: FakeGpu, driver_version: str | None = None
+) -> tuple[FakeNvmlLib, PynvmlBackend, FakeClock]:
+    """The fake library installed with `gpus` (on the fake's default driver, or
+    `driver_version`), and a backend on a fake clock, initialised."""
+    lib = install(
+        FakeNvmlLib(list(gpus), **({"driver_version": driver_version} if driver_version else {}))
+    )
     clock = FakeClock()
     backend = PynvmlBackend(monotonic=clock.monotonic)
     backend.init()

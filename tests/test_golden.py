@@ -47,9 +47,11 @@ class _KernelLog:
 
 
 @pytest.mark.parametrize(
-    ("name", "gpus", "faults"),
+    ("name", "gpus", "faults", "hardware"),
     [
-        ("simulated-4gpu", 4, None),
+        ("simulated-4gpu", 4, None, "hgx-h100"),
+        # a GB200 NVL72 compute tray: NVLink5 counters, platform info, the IMEX daemon
+        ("simulated-gb200-nvl72", 4, Faults(), "gb200-nvl72"),
         (
             "simulated-lost-and-unsupported",
             2,
@@ -63,11 +65,15 @@ class _KernelLog:
                     }
                 ),
             ),
+            "hgx-h100",
         ),
     ],
 )
-def test_exposition_matches_golden_file(name: str, gpus: int, faults: Faults | None) -> None:
-    text = render(fixed_snapshot(gpus, faults, _KernelLog() if faults is None else None))
+def test_exposition_matches_golden_file(
+    name: str, gpus: int, faults: Faults | None, hardware: str
+) -> None:
+    kernel_log = _KernelLog() if faults is None else None
+    text = render(fixed_snapshot(gpus, faults, kernel_log, hardware))
     path = GOLDEN / f"{name}.prom"
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)

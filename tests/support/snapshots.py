@@ -19,21 +19,27 @@ from gpu_exporter.model import (
     Snapshot,
 )
 from gpu_exporter.sampling.sampler import KernelLogView, Sampler
+from gpu_exporter.sources.fabric_daemons import FabricDaemonWatch
 from gpu_exporter.sources.scenario import Faults
 from gpu_exporter.sources.simulated import SimulatedBackend
 from tests.support.clock import FakeClock
 
 
 def fixed_snapshot(
-    gpus: int, faults: Faults | None = None, kernel_log: KernelLogView | None = None
+    gpus: int,
+    faults: Faults | None = None,
+    kernel_log: KernelLogView | None = None,
+    hardware: str = "hgx-h100",
 ) -> Snapshot:
-    """The second sample of a fixed-clock simulated host: every device collector on, and
-    `xid` with a kernel log."""
+    """The second sample of a fixed-clock simulated host (of `hardware`, a
+    `simulated_hardware.HARDWARE` name): every device collector on, the fabric daemons
+    looked for among the simulated host's, and `xid` with a kernel log."""
     clock = FakeClock()
-    backend = SimulatedBackend(gpus, clock=clock.wall, faults=faults)
+    backend = SimulatedBackend(gpus, clock=clock.wall, faults=faults, hardware=hardware)
     all_collectors = frozenset(c.name for c in COLLECTORS) - {"process", "host", "xid"}
     sampler = Sampler(
         backend,
+        fabric_daemons=FabricDaemonWatch(backend.daemons_running, monotonic=clock.monotonic),
         interval_seconds=1.0,
         timeout_seconds=5.0,
         collectors=all_collectors | ({"xid"} if kernel_log is not None else set()),

@@ -215,6 +215,8 @@ REQUIRED_ALERTS = {
     "GPUNeedsReset",
     "GPUFabricUnhealthy",
     "GPUFabricNotRegistered",
+    # the fabric's own daemons (issue 51, item 4)
+    "GPUFabricDaemonDown",
 }
 
 

@@ -7,6 +7,9 @@ Python imports `sitecustomize` at start-up; this one does nothing unless asked:
 
 - FAKE_NVML_GPUS: how many GPUs (unset: do nothing);
 - FAKE_NVML_REPO: the repository root, where `tests.support` lives;
+- FAKE_NVML_KIND: `gb200` for the GB200s of an NVL72 compute tray on an R580 driver
+  (`tests.support.fake_nvml.gb200`: NVLink5 counters, platform info, a rack-wide fabric)
+  instead of the busy H100s;
 - FAKE_NVML_PIDS: comma-separated PIDs of the GPU processes, dealt over the GPUs in turn;
 - FAKE_NVML_CALLS: a file that SIGUSR1 makes the program write its NVML call counts to
   (JSON: `answered`, calls the fake answered; `on_gpus`, those of them made on a GPU's
@@ -68,7 +71,12 @@ def _install() -> None:
 
             return timed
 
-    lib = CountingFake([busy_h100(i, pids[i::gpus]) for i in range(gpus)])
+    if os.environ.get("FAKE_NVML_KIND") == "gb200":
+        from tests.support.fake_nvml import R580, gb200
+
+        lib = CountingFake([gb200(i) for i in range(gpus)], driver_version=R580)
+    else:
+        lib = CountingFake([busy_h100(i, pids[i::gpus]) for i in range(gpus)])
     pynvml.nvmlLib = lib
     pynvml._nvmlGetFunctionPointer_cache.clear()
 

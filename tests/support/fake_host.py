@@ -144,8 +144,14 @@ def advance(gpu: FakeGpu, now_us: int, *, keep: int = 100) -> None:
 class LiveFakeNvml(FakeNvmlLib):
     """A fake library whose sample buffers fill with time, as a driver's do."""
 
-    def __init__(self, gpus: list[FakeGpu], clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(gpus, record=False)  # it runs for minutes: no call history
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        clock: Callable[[], float] = time.monotonic,
+        driver_version: str = "550.54.15",
+    ) -> None:
+        # it runs for minutes: no call history
+        super().__init__(gpus, record=False, driver_version=driver_version)
         self._clock = clock
         self._start = clock()
         self._advanced_us = -1

@@ -1,0 +1,128 @@
+"""Which fabric daemon a node needs, and when the exporter looks for it
+(`sources/fabric_daemons.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.model import (
+    DeviceReading,
+    DeviceSample,
+    DeviceStatic,
+    FabricReading,
+    HealthReading,
+)
+from gpu_exporter.sources.fabric_daemons import FabricDaemonWatch, host_processes, required, running
+from tests.support.clock import FakeClock
+
+REGISTERED = FabricReading(state="completed", status="success", clique_id=1)
+
+
+def gpu(name: str, fabric: FabricReading | None, *, up: bool = True) -> DeviceSample:
+    static = DeviceStatic(
+        index=0,
+        uuid="GPU-0",
+        name=name,
+        pci_bus_id=None,
+        serial=None,
+        vbios_version=None,
+        compute_capability=None,
+        max_clocks_hertz={},
+        slowdown_temperature_celsius=None,
+        shutdown_temperature_celsius=None,
+        pcie_max_generation=None,
+        pcie_max_width=None,
+    )
+    reading = DeviceReading(health=HealthReading(fabric=fabric)) if up else None
+    return DeviceSample(index=0, static=static, up=up, reading=reading)
+
+
+@pytest.mark.parametrize(
+    ("devices", "fabric_manager", "imex"),
+    [
+        ([gpu("NVIDIA H100 80GB HBM3", REGISTERED)], True, False),  # HGX board
+        ([gpu("NVIDIA B200", FabricReading(state="not_started"))], True, False),  # FM down
+        ([gpu("NVIDIA GB200", REGISTERED)], False, True),  # NVL72 tray
+        ([gpu("NVIDIA GB300", FabricReading(state="in_progress"))], False, True),
+        ([gpu("NVIDIA L40S", None), gpu("NVIDIA H100 PCIe", None)], False, False),  # PCIe
+        ([gpu("NVIDIA H100 80GB HBM3", REGISTERED, up=False)], False, False),  # down: unknown
+        ([], False, False),
+    ],
+    ids=["hgx", "hgx-unregistered", "gb200", "gb300", "pcie", "down", "none"],
+)
+def test_the_daemon_the_gpus_need(
+    devices: list[DeviceSample], fabric_manager: bool, imex: bool
+) -> None:
+    assert required(devices) == {"nv-fabricmanager": fabric_manager, "nvidia-imex": imex}
+
+
+class Looks:
+    """A `Look` that records what it was asked and answers `answer`."""
+
+    def __init__(self, answer: dict[str, bool] | None) -> None:
+        self.answer = answer
+        self.asked: list[list[str]] = []
+
+    def __call__(self, daemons: Sequence[str]) -> dict[str, bool] | None:
+        self.asked.append(list(daemons))
+        return None if self.answer is None else {d: self.answer[d] for d in daemons}
+
+
+def test_proc_is_looked_at_every_15_seconds_and_only_while_a_gpu_needs_a_daemon() -> None:
+    clock = FakeClock()
+    look = Looks({"nv-fabricmanager": True, "nvidia-imex": False})
+    watch = FabricDaemonWatch(look, monotonic=clock.monotonic)
+    pcie = [gpu("NVIDIA L40S", None)]
+    for _ in range(3):
+        state = watch(pcie)
+        clock.now += 5
+    assert look.asked == [] and state.running == {}  # no daemon needed: no walk of /proc
+    hgx = [gpu("NVIDIA H100 80GB HBM3", REGISTERED)]
+    for _ in range(4):  # 0, 5, 10, 15 s
+        state = watch(hgx)
+        clock.now += 5
+    assert look.asked == [["nv-fabricmanager"], ["nv-fabricmanager"]]
+    assert state.running == {"nv-fabricmanager": True}
+    assert state.required == {"nv-fabricmanager": True, "nvidia-imex": False}
+    # the GPUs' needs change (a tray's GPUs appear): looked at at once
+    watch([gpu("NVIDIA GB200", REGISTERED)])
+    assert look.asked[-1] == ["nvidia-imex"]
+
+
+def test_a_daemon_that_cannot_be_seen_is_left_out_not_reported_down(tmp_path: Path) -> None:
+    """A container without the host's PID namespace: /proc is its own."""
+    look = host_processes(str(tmp_path), lambda _root: False)
+    state = FabricDaemonWatch(look)([gpu("NVIDIA GB200", REGISTERED)])
+    assert state.required["nvidia-imex"] is True
+    assert state.running == {}
+
+
+def _process(proc: Path, pid: int, comm: bytes, cmdline: bytes) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "comm").write_bytes(comm)
+    (proc / str(pid) / "cmdline").write_bytes(cmdline)
+
+
+def test_running_reads_the_command_name_and_the_program(tmp_path: Path) -> None:
+    _process(tmp_path, 10, b"nv-fabricmanage\n", b"/usr/bin/nv-fabricmanager\0-c\0/etc/fm.cfg\0")
+    _process(tmp_path, 11, b"nvidia-imex\n", b"")  # a zombie: no command line
+    _process(tmp_path, 12, b"bash\n", b"/usr/bin/nvidia-imex\0")  # a wrapper: not the daemon
+    (tmp_path / "self").mkdir()
+    assert running(str(tmp_path), ["nv-fabricmanager", "nvidia-imex"]) == {
+        "nv-fabricmanager": True,
+        "nvidia-imex": False,
+    }
+    _process(tmp_path, 13, b"nvidia-imex\n", b"nvidia-imex\0-c\0/etc/nvidia-imex/config.cfg\0")
+    assert running(str(tmp_path), ["nvidia-imex"]) == {"nvidia-imex": True}
+
+
+def test_an_unreadable_proc_says_not_running_only_for_what_was_asked(tmp_path: Path) -> None:
+    assert running(str(tmp_path / "missing"), ["nvidia-imex"]) == {"nvidia-imex": False}
+
+
+def test_a_huge_command_line_is_read_only_as_far_as_its_bound(tmp_path: Path) -> None:
+    _process(tmp_path, 20, b"nvidia-imex\n", b"nvidia-imex\0" + b"x" * 10_000_000)
+    assert running(str(tmp_path), ["nvidia-imex"]) == {"nvidia-imex": True}

@@ -149,7 +149,7 @@ def test_nvlink5_counters_ride_in_the_interval_call_with_the_other_counters(
 ) -> None:
     """No call of their own: they are asked for in the field call that asks for the
     energy counter (the counters' cadence), scoped to each link."""
-    lib, backend, clock = started(install, gb200())
+    lib, backend, _clock = started(install, gb200())
     backend.device_static(0)
     before = lib.count("nvmlDeviceGetFieldValues")
     backend.device_reading(0, NVLINK | {"power"})
@@ -177,7 +177,7 @@ def test_recovery_totals_are_left_out_while_a_link_that_counted_them_does_not_an
     install: Install,
 ) -> None:
     gpu = gb200(links=2)
-    lib, backend, clock = started(install, gpu)
+    _lib, backend, clock = started(install, gpu)
     backend.device_static(0)
     first = backend.device_reading(0, NVLINK)
     assert first.nvlink is not None

@@ -13,7 +13,8 @@ H100 board and a GB200 NVL72 compute tray, as NVML answers it.
 
 The NVLink5 counters move as a healthy link's do: corrected symbol errors trickle in (a
 few a minute per link) at a symbol BER of 2e-15, no error survives forward error
-correction (effective errors stay 0) and no link recovers. A scenario's `nvlink_degrading: {GPU: LINK}` makes one link degrade from the
+correction (effective errors stay 0) and no link recovers. A scenario's
+`nvlink_degrading: {GPU: LINK}` makes one link degrade from the
 moment the fault is loaded: its successful recoveries (and all recoveries) climb by
 `DEGRADING_RECOVERIES_PER_HOUR`, its effective errors with them, and its effective BER
 rises a step an hour, as a link does for days before it fails (marin-community/marin
@@ -22,8 +23,7 @@ rises a step an hour, as a link does for days before it fails (marin-community/m
 
 from __future__ import annotations
 
-import hashlib
-
+from gpu_exporter.digest import sha256_hex
 from gpu_exporter.model import (
     NVLINK5_ERRORS,
     NVLINK_RECOVERY_RESULTS,
@@ -51,7 +51,7 @@ DEGRADING_EFFECTIVE_ERRORS_PER_RECOVERY = 50
 def _rack_of(host_id: str) -> int:
     """A number standing for the simulated host's place in the racks of a fleet: stable
     per host id, so that simulated hosts spread over racks and trays."""
-    return int.from_bytes(hashlib.sha256(host_id.encode()).digest()[:4], "big")
+    return int(sha256_hex(host_id.encode())[:8], 16)
 
 
 def platform(index: int, host_id: str) -> PlatformInfo:

@@ -11,6 +11,11 @@ One prepared run for a host with an NVIDIA driver, in under 5 minutes:
    for all of them. Adjacent dear fields one driver query serves together (a pair costs
    what one does) become one `fieldgroup.A-B`. Written as a cost file
    (`cost_file.py`'s format) that `make bench`'s stand-in charges: `bench.py --costs`.
+   NVLink5's counters (Blackwell: `sources/nvml/nvlink5.py`, read on the counters'
+   cadence until measured here) are timed alike, each id alone, and as the exporter reads
+   them: every counter of every link in one call (`nvlink5_read_us`); so is
+   nvmlDeviceGetPlatformInfo, which the stand-in does not answer. Both are written in
+   the cost file's header.
 2. **Side by side.** gpu-exporter (`python -m gpu_exporter --collect.interval 1s`) and
    nvitop-exporter (`--interval 1.0`; installed as the bench does, or `--nvitop PATH`)
    on 127.0.0.1, both running at once, not scraped while measured; each process's CPU
@@ -377,10 +382,57 @@ def call_cpu_us(call: Callable[[], object], calls: int, budget: float) -> float:
     return statistics.median(batches)
 
 
+def nvlink_links(pynvml: Any, handle: Any) -> int:
+    """The GPU's NVLink links (its link-count field), 0 without NVLink."""
+    from gpu_exporter.sources.nvml import fields
+
+    try:
+        (entry,) = pynvml.nvmlDeviceGetFieldValues(handle, [fields.NVLINK_LINK_COUNT])
+    except pynvml.NVMLError:
+        return 0
+    return int(entry.value.uiVal) if entry.nvmlReturn == pynvml.NVML_SUCCESS else 0
+
+
+def nvlink5_read_us(
+    pynvml: Any, handle: Any, links: int, base: float, budget: float
+) -> tuple[float, int, int]:
+    """What one read of NVLink5's counters costs as the exporter makes it: every counter
+    of every link in one nvmlDeviceGetFieldValues call, less the call's own cost
+    (microseconds); with how many entries it asks for and how many the driver answered
+    (0 before Blackwell: NOT_SUPPORTED)."""
+    from gpu_exporter.sources.nvml import nvlink5
+
+    wanted = [(r.field_id, r.scope) for r in nvlink5.requests(links)]
+    if not wanted:
+        return 0.0, 0, 0
+    array = field_entries(pynvml, handle, wanted)
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+    answered = 0
+    if fn(handle, ctypes.c_int32(len(wanted)), ctypes.byref(array)) == pynvml.NVML_SUCCESS:
+        answered = sum(1 for e in array if e.nvmlReturn == pynvml.NVML_SUCCESS)
+    us = call_cpu_us(field_call(pynvml, handle, wanted), FIELD_CALLS, budget) - base
+    return max(0.0, us), len(wanted), answered
+
+
+def platform_info_timing(pynvml: Any, handle: Any, budget: float) -> Timing:
+    """nvmlDeviceGetPlatformInfo (R570+, Blackwell) as the exporter calls it: a v2
+    structure by reference (`sources/nvml/platform.py`)."""
+    from gpu_exporter.sources.nvml import nvml_h
+    from gpu_exporter.sources.nvml import platform as nvml_platform
+
+    info = nvml_platform.PlatformInfoV2()
+
+    def call() -> object:
+        info.version = nvml_h.nvmlPlatformInfo_v2
+        return nvml_platform.get_platform_info(handle, info)
+
+    return time_call("nvmlDeviceGetPlatformInfo", call, pynvml, budget)
+
+
 def wanted_fields(pynvml: Any, handle: Any, branch: int | None) -> list[tuple[int, int]]:
     """(field id, scope) of every field the exporter asks of this GPU, each id once."""
     from gpu_exporter.metrics.catalogue import COLLECTORS
-    from gpu_exporter.sources.nvml import fields
+    from gpu_exporter.sources.nvml import fields, nvlink5
 
     collectors = {c.name for c in COLLECTORS}
     requests = [
@@ -388,15 +440,10 @@ def wanted_fields(pynvml: Any, handle: Any, branch: int | None) -> list[tuple[in
         *fields.counter_requests(collectors, branch),
         *fields.STATIC_REQUESTS,
     ]
-    links = 0
-    try:
-        (entry,) = pynvml.nvmlDeviceGetFieldValues(handle, [fields.NVLINK_LINK_COUNT])
-        if entry.nvmlReturn == pynvml.NVML_SUCCESS:
-            links = int(entry.value.uiVal)
-    except pynvml.NVMLError:
-        pass
+    links = nvlink_links(pynvml, handle)
     if links:
         requests += fields.nvlink_requests(links, data=True, per_link_data=False)
+        requests += nvlink5.requests(links)  # Blackwell's; NOT_SUPPORTED before it
     seen: dict[int, int] = {}
     for request in requests:
         seen.setdefault(request.field_id, request.scope)
@@ -496,6 +543,19 @@ def measure_costs(pynvml: Any, out: Path) -> Path:
     ]
     costs.append(cost_file.Cost("nvmlDeviceGetFieldValues", base, "the cheapest single-field call"))
     costs += field_costs
+    links = nvlink_links(pynvml, handle)
+    nvlink5_us, asked, answered = nvlink5_read_us(pynvml, handle, links, base, 2.0)
+    platform_timing = platform_info_timing(pynvml, handle, 1.0)
+    blackwell = [
+        f"NVLink5 counters ({links} links, {asked} entries, {answered} answered): one read "
+        f"of all of them costs {nvlink5_us:.0f} us beyond the call's own; the exporter reads "
+        "them on the counters' cadence (every cost / 0.1 ms seconds, 30 s at most).",
+        f"nvmlDeviceGetPlatformInfo: {platform_timing.microseconds:.1f} us "
+        f"({platform_timing.calls} calls, answered {platform_timing.answer}); read every "
+        "60 s with the limits.",
+    ]
+    for line in blackwell:
+        print(line, file=sys.stderr)
     header = [
         "What a real driver charges per NVML call, in microseconds of the calling thread's time.",
         f"Host: {name} on driver {driver}, {platform.node()} ({os.cpu_count()} CPUs); "
@@ -506,6 +566,7 @@ def measure_costs(pynvml: Any, out: Path) -> Path:
         "a pair of which costs what one does: one fieldgroup.",
         "Format, one a line:  NAME MICROSECONDS  (see benchmarks/cost_file.py)",
         "Not timed: " + "; ".join(skipped),
+        *blackwell,
     ]
     path = out / "nvml-costs.txt"
     cost_file.write(path, [line for h in header for line in textwrap.wrap(h, 88)], costs)

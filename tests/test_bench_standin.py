@@ -13,6 +13,7 @@ part against the charging stand-in and gets those costs back.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -172,4 +173,8 @@ def test_real_gpu_py_measures_the_costs_the_stand_in_charges(tmp_path: Path) -> 
     ):
         assert measured[name] >= h200[name] * 0.95, name  # the burn is a floor
     assert "field.74" not in measured and "field.76" not in measured
+    # NVLink5's counters (every link in one call) and the platform info call are timed
+    header = (tmp_path / "nvml-costs.txt").read_text()
+    assert re.search(r"# NVLink5 counters \(\d+ links, \d+ entries", header), header
+    assert "# nvmlDeviceGetPlatformInfo: " in header
     assert standin.check_costs(tmp_path / "nvml-costs.txt") == len(measured)

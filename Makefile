@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet
 DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
+DEMO_HARDWARE ?= hgx-h100
 
 .PHONY: demo demo-alerts self-check-demo dist test test-deploy lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-parsers bench-kubelet bench-xid-storm bench-holders bench-fleet soak docs screenshot clean
 
@@ -40,11 +41,13 @@ system-deps:
 	    prometheus prometheus-alertmanager systemd chromium gcc libc6-dev >/dev/null; }
 
 # DEMO_GPUS=8 make demo: more GPUs; DEMO_ADDRESS=0.0.0.0:9872 make demo: reachable from
-# other machines (or keep 127.0.0.1 and tunnel: ssh -L 9872:127.0.0.1:9872 HOST)
+# other machines (or keep 127.0.0.1 and tunnel: ssh -L 9872:127.0.0.1:9872 HOST);
+# DEMO_HARDWARE=gb200-nvl72 make demo: a GB200 NVL72 compute tray (NVLink5, platform info)
 demo: $(RUNTIME)
-	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU host (Ctrl-C stops it):"
+	@echo "gpu-exporter on a simulated $(DEMO_GPUS)-GPU $(DEMO_HARDWARE) host (Ctrl-C stops it):"
 	@echo "  live page: http://$(DEMO_ADDRESS)/   metrics: http://$(DEMO_ADDRESS)/metrics"
-	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --web.listen-address $(DEMO_ADDRESS)
+	$(BIN)/gpu-exporter --simulate $(DEMO_GPUS) --simulate.hardware $(DEMO_HARDWARE) \
+		--web.listen-address $(DEMO_ADDRESS)
 
 # An alert delivered end to end: the simulated host raises an Xid, Debian's Prometheus and
 # Alertmanager (system-deps) route it, and a receiver prints each notification; all on

@@ -13,6 +13,7 @@ import ctypes
 import pynvml
 import pytest
 
+from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import NVLINK5_ERRORS, NVLINK_LEGACY_ERRORS, Snapshot
@@ -28,7 +29,7 @@ from tests.support.fake_nvml import (
     gb200,
     h100,
 )
-from tests.support.fake_sampling import sample_fake, started
+from tests.support.fake_sampling import one_second_sampler, sample_fake, started
 
 M = pynvml
 LINKS = 18
@@ -249,3 +250,30 @@ def test_a_serial_that_is_not_printable_is_shown_in_hex() -> None:
 )
 def test_a_ber_code_is_mantissa_times_ten_to_the_minus_exponent(code: int, rate: float) -> None:
     assert nvlink5.ber(code) == pytest.approx(rate, rel=1e-12, abs=0.0)
+
+
+def _calls_per_interval(install: Install, gpu: FakeGpu) -> tuple[float, Snapshot]:
+    """NVML calls per 1 s interval over three slow periods, with the default collectors."""
+    collectors = frozenset(c.name for c in COLLECTORS if c.default_enabled) - {"host", "xid"}
+    lib, backend, clock = started(install, gpu, driver_version=R580)
+    sampler = one_second_sampler(backend, clock, collectors)
+    sampler.sample_once()
+    before = sum(lib.calls.values())
+    intervals = 180
+    for _ in range(intervals):
+        clock.now += 1.0
+        snapshot = sampler.sample_once()
+    sampler.stop(0)
+    return (sum(lib.calls.values()) - before) / intervals, snapshot
+
+
+def test_a_gb200_costs_no_more_calls_than_an_h100_with_nvlink(install: Install) -> None:
+    """NVLink5's counters ride in the interval's field call (no call of their own), and
+    the legacy per-link counter calls, which a GB200 does not answer, are not made on its
+    links: a GB200 costs no more calls per interval than the same H100 with 18 links."""
+    h100_calls, _ = _calls_per_interval(install, nvlinked())
+    gb200_calls, snapshot = _calls_per_interval(install, gb200())
+    assert gb200_calls <= h100_calls
+    reading = snapshot.devices[0].reading
+    assert reading is not None and reading.nvlink is not None
+    assert reading.nvlink.recovery_totals["all"] == _sum_over_links(215)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.model import (
     DeviceReading,
     DeviceSample,
@@ -15,7 +16,10 @@ from gpu_exporter.model import (
     FabricReading,
     HealthReading,
 )
+from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.fabric_daemons import FabricDaemonWatch, host_processes, required, running
+from gpu_exporter.sources.scenario import Faults
+from gpu_exporter.sources.simulated import SimulatedBackend
 from tests.support.clock import FakeClock
 
 REGISTERED = FabricReading(state="completed", status="success", clique_id=1)
@@ -126,3 +130,31 @@ def test_an_unreadable_proc_says_not_running_only_for_what_was_asked(tmp_path: P
 def test_a_huge_command_line_is_read_only_as_far_as_its_bound(tmp_path: Path) -> None:
     _process(tmp_path, 20, b"nvidia-imex\n", b"nvidia-imex\0" + b"x" * 10_000_000)
     assert running(str(tmp_path), ["nvidia-imex"]) == {"nvidia-imex": True}
+
+
+def test_no_daemon_series_while_nvml_is_down_and_both_when_it_is_up() -> None:
+    """Without the GPUs the exporter cannot say what they need: nothing, never a 0."""
+    clock = FakeClock()
+    backend = SimulatedBackend(
+        2, clock=clock.wall, faults=Faults(init_error="driver_not_loaded"), hardware="gb200-nvl72"
+    )
+    sampler = Sampler(
+        backend,
+        interval_seconds=5.0,
+        timeout_seconds=5.0,
+        collectors=frozenset({"health", "nvlink"}),
+        fabric_daemons=FabricDaemonWatch(backend.daemons_running, monotonic=clock.monotonic),
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+    down = sampler.sample_once()
+    assert down.fabric_daemons is None
+    text = Exposition(down).body(openmetrics=False, compressed=False).decode()
+    assert "gpu_fabric_daemon_required{" not in text and "gpu_fabric_daemon_up{" not in text
+    backend.faults = Faults()
+    clock.now += 5.0
+    up = sampler.sample_once()
+    sampler.stop(0)
+    assert up.fabric_daemons is not None
+    assert up.fabric_daemons.required == {"nv-fabricmanager": False, "nvidia-imex": True}
+    assert up.fabric_daemons.running == {"nvidia-imex": True}

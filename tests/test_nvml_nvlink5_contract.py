@@ -17,7 +17,8 @@ from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import NVLINK5_ERRORS, NVLINK_LEGACY_ERRORS, Snapshot
-from gpu_exporter.sources.nvml import nvlink5, platform
+from gpu_exporter.sources.nvml import PynvmlBackend, nvlink5, platform
+from tests.support.clock import FakeClock
 from tests.support.exporter import parse_samples, values
 from tests.support.fake_host import nvlinked
 from tests.support.fake_nvml import (
@@ -25,6 +26,7 @@ from tests.support.fake_nvml import (
     R580,
     FakeGpu,
     FakeNvmlLib,
+    FakePlatform,
     Install,
     gb200,
     h100,
@@ -277,3 +279,26 @@ def test_a_gb200_costs_no_more_calls_than_an_h100_with_nvlink(install: Install) 
     reading = snapshot.devices[0].reading
     assert reading is not None and reading.nvlink is not None
     assert reading.nvlink.recovery_totals["all"] == _sum_over_links(215)
+
+
+def test_platform_info_is_read_with_the_limits_once_a_slow_period(install: Install) -> None:
+    """Not every interval: where a GPU sits does not change while it runs, but a driver
+    that starts answering (after an upgrade, a reset) is heard within a minute."""
+    lib = install(FakeNvmlLib([gb200()], driver_version=R580))
+    clock = FakeClock()
+    backend = PynvmlBackend(monotonic=clock.monotonic)
+    sampler = one_second_sampler(backend, clock, frozenset({"nvlink", "health"}))
+    for _ in range(59):
+        snapshot = sampler.sample_once()
+        clock.now += 1.0
+    assert lib.count("nvmlDeviceGetPlatformInfo") == 1
+    static = snapshot.devices[0].static
+    assert static is not None and static.platform is not None and static.platform.tray == 2
+    lib.gpus[0].platform = FakePlatform(tray=5, module_id=1)  # the stand-in's tray moves
+    for _ in range(2):
+        snapshot = sampler.sample_once()
+        clock.now += 1.0
+    sampler.stop(0)
+    assert lib.count("nvmlDeviceGetPlatformInfo") == 2
+    static = snapshot.devices[0].static
+    assert static is not None and static.platform is not None and static.platform.tray == 5

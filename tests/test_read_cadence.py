@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pynvml as M  # noqa: N812 (nvml.h's names)
 import pytest
@@ -19,15 +21,21 @@ from gpu_exporter.metrics.catalogue import METRICS, READ
 from gpu_exporter.model import Snapshot
 from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
-from gpu_exporter.sources.nvml.counter_fields import MAX_AGE_SECONDS, CounterCadence
+from gpu_exporter.sources.nvml import PynvmlBackend
+from gpu_exporter.sources.nvml.counter_fields import (
+    MAX_AGE_SECONDS,
+    RETRY_MAX_SECONDS,
+    CounterCadence,
+)
 from tests.support.clock import FakeClock
 from tests.support.exporter import fake_library_env, start_exporter, values
 from tests.support.fake_host import SAMPLE_PERIOD_US
-from tests.support.fake_nvml import FakeGpu, Install, h100
+from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install, h100
 from tests.support.fake_sampling import one_second_sampler, started
 
 COLLECTORS = frozenset({"utilization", "memory", "power", "ecc", "pcie", "clocks", "process"})
 H200_COUNTERS_SECONDS = 5.66e-3  # energy 3 ms, 10 PCIe errors 1.75, clock events 0.7, replay 0.2
+ENERGY = M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 BUFFER_ENTRIES = 100  # an H100's buffers: 100 entries of 1/6 s
 
 
@@ -61,12 +69,82 @@ def test_cheap_counters_are_read_every_interval_and_a_preempted_call_does_not_sl
     assert cadence.due(1.0, 1.0)
 
 
-def test_a_counter_that_failed_is_asked_again_at_the_next_interval_and_is_absent() -> None:
+def test_a_counter_that_failed_is_retried_alone_and_is_absent() -> None:
     cadence = CounterCadence()
     cadence.note(10e-3, with_counters=True)
-    cadence.read(0.0, {"power": 1.0}, ["energy", "ecc"], {"ecc"})  # energy failed
-    assert cadence.values == {}  # absent, never a stale or made-up value
-    assert cadence.due(1.0, 1.0)
+    keys = ["energy", "ecc"]
+    assert cadence.asked(0.0, 1.0, keys) == keys  # never read: all of them
+    cadence.read(0.0, {"power": 1.0, "ecc": 2.0}, keys, set(), step_seconds=1.0)  # energy failed
+    assert cadence.values == {"ecc": 2.0}  # absent, never a stale or made-up value
+    assert not cadence.due(1.0, 1.0)  # the counter that answered keeps its cadence
+    assert cadence.asked(1.0, 1.0, keys) == ["energy"]  # the failed one alone, at once
+    tries = [0]
+    ecc_reads = 0
+    for t in range(1, 2000):  # as the backend asks, one-second intervals
+        group = cadence.due(float(t), 1.0)
+        asked = cadence.asked(float(t), 1.0, keys)
+        tries += [t] if "energy" in asked else []
+        ecc_reads += "ecc" in asked
+        answers = {"power": 1.0, "ecc": 2.0} if "ecc" in asked else {"power": 1.0}
+        if group or asked:
+            cadence.read(float(t), answers, asked, set(), step_seconds=1.0, group=group)
+    assert ecc_reads == 2000 // 30  # every 30 s, as its cost says
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert gaps[:9] == [1, 2, 4, 8, 16, 32, 64, 128, 256]  # twice as long each time
+    assert max(gaps) == RETRY_MAX_SECONDS  # and at least every ten minutes
+    assert cadence.failing() == {"energy": len(tries)}
+    cadence.read(2000.0, {"power": 1.0, "energy": 5.0}, ["energy"], set(), group=False)
+    assert cadence.values == {"ecc": 2.0, "energy": 5.0} and cadence.failing() == {}
+
+
+class ChargingLib(FakeNvmlLib):
+    """The fake library charging the H200's price of the counters: a field-values call
+    that asks for the energy counter takes 5.7 ms longer."""
+
+    def c_nvmlDeviceGetFieldValues(self, handle: Any, count: Any, ptr: Any) -> int:  # noqa: N802
+        if any(int(v.fieldId) == ENERGY for v in ptr._obj[: count.value]):
+            time.sleep(H200_COUNTERS_SECONDS)
+        return super().c_nvmlDeviceGetFieldValues(handle, count, ptr)
+
+
+def test_one_failing_counter_field_does_not_make_the_others_read_every_interval(
+    install: Install,
+) -> None:
+    """Issue 48: a field answering NVML_ERROR_UNKNOWN in its entry on every call (some
+    boards and hypervisors) once made energy, PCIe and clocks-event counters be read
+    every interval."""
+    gpu = h100()
+    replay = M.NVML_FI_DEV_PCIE_REPLAY_COUNTER
+    gpu.field_errors[replay] = M.NVML_ERROR_UNKNOWN
+    lib = install(ChargingLib([gpu]))
+    clock = FakeClock()
+    backend = PynvmlBackend(monotonic=clock.monotonic)
+    backend.init()
+    sampler = one_second_sampler(backend, clock, COLLECTORS)
+    energy_asked: list[int] = []
+    replay_asked: list[int] = []
+    served: list[float | None] = []
+    for t in range(300):
+        calls = len(lib.field_requests)
+        snapshot = sampler.sample_once()
+        asked = [f for r in lib.field_requests[calls:] for f in r]
+        if ENERGY in asked:
+            energy_asked.append(t)
+        if replay in asked:
+            replay_asked.append(t)
+        served.append(energy_joules(snapshot))
+        reading = snapshot.devices[0].reading
+        assert reading is not None and reading.pcie is not None
+        assert reading.pcie.replay_errors is None  # absent while it fails
+        clock.now += 1
+    sampler.stop(0)
+    assert None not in served  # energy served every interval, from its last read
+    assert len(energy_asked) <= 300 / MAX_AGE_SECONDS + 2  # every 30 s, not every interval
+    assert all(b - a <= MAX_AGE_SECONDS for a, b in itertools.pairwise(energy_asked))
+    # the failing field: asked alone, ever more rarely
+    assert len(replay_asked) <= 10
+    gaps = [b - a for a, b in itertools.pairwise(replay_asked)]
+    assert gaps == sorted(gaps) and gaps[-1] >= 64
 
 
 def test_the_exporter_serves_the_counter_it_read_until_the_next_read(install: Install) -> None:

@@ -781,16 +781,17 @@ class _NvmlReader:
         cadence = state.counters
         step = now - state.reading_at if state.reading_at is not None else 0.0
         state.reading_at = now
-        asked = bool(counters) and cadence.due(now, step)
+        group = bool(counters) and cadence.due(now, step)
+        keys = cadence.asked(now, step, [request.key for request in counters])
+        wanted = tuple(request for request in counters if request.key in keys)
         started = time.perf_counter()
-        answers = fields.read_fields(
-            self._backend.calls, self._d, requests + counters if asked else requests
-        )
-        cadence.note(time.perf_counter() - started, with_counters=asked)
-        if asked:
-            keys = [request.key for request in counters]
-            cadence.read(now, answers, keys, self._d.unsupported_fields)
-            return answers
+        answers = fields.read_fields(self._backend.calls, self._d, requests + wanted)
+        if group or not wanted:  # a failing counter's retry alone is no measure of cost
+            cadence.note(time.perf_counter() - started, with_counters=bool(wanted))
+        if group or wanted:
+            cadence.read(
+                now, answers, keys, self._d.unsupported_fields, step_seconds=step, group=group
+            )
         return {**answers, **cadence.values}
 
     def _q(self, key: str, fn: Callable[..., T], *args: Any) -> T | None:

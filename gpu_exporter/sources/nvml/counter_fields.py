@@ -16,6 +16,13 @@ every interval and at most MAX_AGE_SECONDS apart: on the H200 every 30 s (0.19 m
 the host's CPU a second per GPU), on a driver that answers them in microseconds every
 interval. Asking for them costs no call of its own: when due they ride in the interval's
 call, so the calls per interval do not change.
+
+A counter that fails (its entry answers an error, NVML_ERROR_UNKNOWN on some boards and
+hypervisors) is retried alone: the others keep their cadence, and it rides in the
+interval's call by itself, at the next interval after its first failure, then after
+twice as long at each failure in a row (2, 4, 8, ... intervals), at most
+RETRY_MAX_SECONDS apart. Until it answers it is absent; the first answer puts it back on
+the others' cadence.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ MAX_AGE_SECONDS = COUNTER_MAX_AGE_SECONDS
 BUDGET_SECONDS_PER_SECOND = 1e-4
 """The driver time the counters may take per GPU: 0.1 ms of the host's CPU a second."""
 
+RETRY_MAX_SECONDS = 600.0
+"""A counter that keeps failing is asked at least this often (10 minutes), alone."""
+
 KEPT = 5
 """Timings kept of each kind (with and without the counters): their least is the cost."""
 
@@ -43,6 +53,9 @@ class CounterCadence:
         self.read_at: float | None = None  # monotonic time of the last read
         self._with: deque[float] = deque(maxlen=KEPT)  # call seconds with the counters
         self._without: deque[float] = deque(maxlen=KEPT)  # and without
+        self._failures: dict[str, int] = {}  # key -> failures in a row
+        self._retry_at: dict[str, float] = {}  # key -> monotonic time of its next try
+        self._keys: frozenset[str] = frozenset()  # the counters last asked about
 
     @property
     def cost_seconds(self) -> float | None:
@@ -77,18 +90,66 @@ class CounterCadence:
         """How long this interval's call took, and whether it asked for the counters."""
         (self._with if with_counters else self._without).append(call_seconds)
 
+    def asked(self, now: float, step_seconds: float, keys: Iterable[str]) -> list[str]:
+        """The counters this interval's call asks for: all of them but the failing ones
+        when the cadence is `due`, and each failing one whose own retry is due."""
+        group = self.due(now, step_seconds)
+        ordered = list(keys)
+        self._keys = frozenset(ordered)
+        out: list[str] = []
+        for key in ordered:
+            retry = self._retry_at.get(key)
+            if retry is None:
+                if group:
+                    out.append(key)
+            elif now >= retry - step_seconds / 2:
+                out.append(key)
+        return out
+
     def read(
-        self, now: float, answers: dict[str, float], keys: Iterable[str], unsupported: set[str]
+        self,
+        now: float,
+        answers: dict[str, float],
+        keys: Iterable[str],
+        unsupported: set[str],
+        *,
+        step_seconds: float = 0.0,
+        group: bool = True,
     ) -> None:
-        """Keep the counters' values (`keys`) from this interval's `answers`. A counter
-        that failed (neither answered nor `unsupported`) is absent, and asked again at the
-        next interval with the others, as a failed slow value is; a call that answered
-        nothing drops them all."""
-        self.values = {key: answers[key] for key in keys if key in answers}
-        failed = any(key not in answers and key not in unsupported for key in keys)
-        self.read_at = None if failed or not answers else now
+        """Keep the counters' values (`keys`, those asked) from this interval's `answers`.
+
+        A counter that failed (neither answered nor `unsupported`) is absent and retried
+        alone, after `step_seconds` (the interval), then twice as long at each failure in
+        a row, at most RETRY_MAX_SECONDS; the others keep their cadence. `group`: the
+        call asked for the counters whose cadence was due (else only retries). A call
+        that failed as a whole fails each counter it asked for (a device that failed so
+        is down, and `forget` starts afresh when it is back)."""
+        # a counter no longer wanted (a collector turned off) is not served
+        self.values = {k: v for k, v in self.values.items() if k in self._keys or k in answers}
+        for key in keys:
+            if key in answers:
+                self.values[key] = answers[key]
+                self._failures.pop(key, None)
+                self._retry_at.pop(key, None)
+                continue
+            self.values.pop(key, None)
+            if key in unsupported:
+                self._failures.pop(key, None)
+                self._retry_at.pop(key, None)
+                continue
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            wait = max(step_seconds, 1.0) * 2.0 ** min(failures - 1, 30)
+            self._retry_at[key] = now + min(RETRY_MAX_SECONDS, wait)
+        if group:
+            self.read_at = now
+
+    def failing(self) -> dict[str, int]:
+        """Each failing counter and how many times in a row it failed."""
+        return dict(self._failures)
 
     def forget(self) -> None:
         """Drop the values and read at the next interval (a lost device, a MIG change)."""
         self.values = {}
         self.read_at = None
+        self._failures.clear()
+        self._retry_at.clear()

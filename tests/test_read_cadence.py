@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from gpu_exporter.metrics.catalogue import METRICS, READ
 from gpu_exporter.model import Snapshot
 from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
+from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.nvml import PynvmlBackend
 from gpu_exporter.sources.nvml.counter_fields import (
     MAX_AGE_SECONDS,
@@ -180,18 +182,20 @@ def energy_joules(snapshot: Snapshot) -> float | None:
 # The sample buffers --------------------------------------------------------------------
 
 
-def fill(gpu: FakeGpu, clock: FakeClock, percent: int) -> None:
+def fill(gpu: FakeGpu, clock: FakeClock, percent: int | Callable[[int], int]) -> None:
     """The GPU's buffers up to the clock's now: the last 100 entries of 1/6 s, each the
-    given percent from now on (older entries keep theirs)."""
+    given percent from now on (older entries keep theirs); `percent` may be a function of
+    the entry's timestamp (us), and the instantaneous reading is then 0."""
     now_us = int(clock.monotonic() * 1e6) + BUFFER_ENTRIES * SAMPLE_PERIOD_US
     newest = now_us - now_us % SAMPLE_PERIOD_US
     for kind in (M.NVML_GPU_UTILIZATION_SAMPLES, M.NVML_MEMORY_UTILIZATION_SAMPLES):
         ring = dict(gpu.samples.get(kind, []))
         start = max(ring, default=newest - BUFFER_ENTRIES * SAMPLE_PERIOD_US)
         for ts in range(start + SAMPLE_PERIOD_US, newest + 1, SAMPLE_PERIOD_US):
-            ring[ts] = percent
+            ring[ts] = percent(ts) if callable(percent) else percent
         gpu.samples[kind] = sorted(ring.items())[-BUFFER_ENTRIES:]
-    gpu.utilization_percent = (percent, percent // 2)
+    now = percent if isinstance(percent, int) else 0  # read in the pattern's idle part
+    gpu.utilization_percent = (now, now // 2)
 
 
 def busy_of(snapshot: Snapshot) -> tuple[float, float]:
@@ -259,6 +263,60 @@ def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Insta
     busy, uncovered = busy_of(snapshot)
     assert uncovered == 0.0
     assert busy - idle_busy == pytest.approx(0.9 * 2, abs=0.9 * 0.4)  # its first seconds
+
+
+def half_of_every_second(ts_us: int) -> int:
+    """Busy the first half of every second, idle the second half."""
+    return 100 if ts_us % 1_000_000 < 500_000 else 0
+
+
+def with_hidden_context(gpu: FakeGpu, extra_bytes: int) -> None:
+    """A context NVML does not list (another container's, a vGPU guest's) holds memory."""
+    assert gpu.memory_bytes is not None
+    total, reserved, used, free = gpu.memory_bytes
+    gpu.memory_bytes = (total, reserved, used + extra_bytes, free - extra_bytes)
+
+
+@pytest.mark.parametrize("interval", [1.0, 5.0])
+def test_busy_time_of_a_gpu_whose_processes_nvml_does_not_list_is_counted(
+    install: Install, interval: float
+) -> None:
+    """Issue 48: a GPU busy half of every second, NVML listing no process on it, whose
+    instantaneous readings all land in the idle half, exported a busy rate of 0.000 and
+    gpu_busy_uncovered_seconds_total grew by 0. Its context holds memory: its buffers are
+    read (at the default 5 s interval too, idle at every reading in a row)."""
+    gpu = h100()
+    gpu.compute_processes = []
+    _lib, backend, clock = started(install, gpu)
+    sampler = Sampler(
+        backend,
+        interval_seconds=interval,
+        timeout_seconds=5.0,
+        collectors=COLLECTORS,
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+    for _ in range(3):  # truly idle: no context, memory at its baseline
+        fill(gpu, clock, 0)
+        sampler.sample_once()
+        clock.now += interval
+    with_hidden_context(gpu, 2 << 30)
+    fill(gpu, clock, half_of_every_second)
+    start_busy, start_uncovered = busy_of(sampler.sample_once())
+    seconds = 0.0
+    while seconds < 120:
+        clock.now += interval
+        seconds += interval
+        fill(gpu, clock, half_of_every_second)
+        snapshot = sampler.sample_once()
+        reading = snapshot.devices[0].reading
+        assert reading is not None and reading.utilization is not None
+        assert reading.utilization.gpu_ratio == 0  # every instantaneous reading idle
+    sampler.stop(0)
+    busy, uncovered = busy_of(snapshot)
+    span = (BUFFER_ENTRIES - 1) * SAMPLE_PERIOD_US / 1e6
+    assert uncovered == start_uncovered  # read before the buffers wrapped: nothing lost
+    assert 0.5 * (seconds - 0.75 * span - interval) <= busy - start_busy <= 0.5 * (seconds + 1)
 
 
 def test_buffer_read_decisions() -> None:

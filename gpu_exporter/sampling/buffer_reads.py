@@ -11,12 +11,20 @@ the busy counters (`busy.py`) exactly what reading it every interval gave. So:
   its own timestamps (`BusyCounter.span_us`: about 100 entries of 1/6 s on an H100, 16 s).
   At a 1 s interval that is every 12 s, at the default 5 s every 10 s; entries are never
   lost, and `gpu_busy_uncovered_seconds_total` stays where it was.
-- **Idle** (the last sample's process lists named no process and the GPU read idle):
-  not read. A GPU that holds no process runs no kernel; its buffer holds only zeros. The
-  stretch counts as idle (`BusyCounter.hold_idle`). The interval a process appears, the
+- **Idle** (the last sample's process lists named no process, the GPU read idle, and its
+  used memory was at its idle baseline): not read. A GPU that holds no context runs no
+  kernel; its buffer holds only zeros. The stretch counts as idle
+  (`BusyCounter.hold_idle`). "Idle" never rests on the instantaneous reading alone: NVML
+  does not always list the processes that keep a GPU busy (another container's, a vGPU
+  guest's), and a job busy half of every second can read 0 at every sample. A context,
+  listed or not, holds memory, so a GPU whose used memory is above its baseline
+  (`MemoryBaseline`: the least used memory seen on it, plus `CONTEXT_BYTES`) is in use
+  and its buffers are read before they wrap; so is one whose used memory is not known
+  (the memory collector off, vGPU). The interval a process or a context appears, the
   buffer is read again, and its entries still reach back over the whole span, so a job
-  is counted from its first entry. A job that starts and ends between two process-list
-  reads (shorter than one interval) on an otherwise idle GPU is not counted.
+  is counted from its first entry. A job that starts and ends between two reads of the
+  memory and the process lists (shorter than one interval) on an otherwise idle GPU is
+  not counted.
 - **Watched**: while someone has the live page (or `/api/overview`) open, read every
   interval, so the busy chart shows every interval as it comes (`WATCHED_SECONDS`).
   Unwatched, the page's history holds each read's busy share until the next read.
@@ -34,6 +42,10 @@ import enum
 
 from gpu_exporter.sampling.busy import BusyCounter
 
+CONTEXT_BYTES = 64 * 2**20
+"""Used memory this far above the GPU's idle baseline means a context holds it (a CUDA
+context takes hundreds of MiB; the driver's own use wavers by a few)."""
+
 SAFETY = 0.75
 """A buffer is read before the next interval would leave less than a quarter of its span
 between reads (a late sample, a driver that stretches its period)."""
@@ -43,8 +55,31 @@ class BufferRead(enum.Enum):
     """What this interval does with a GPU's sample buffers."""
 
     READ = "read"  # ask the driver for the entries since the last read
-    IDLE = "idle"  # skipped: the GPU holds no process and reads idle
+    IDLE = "idle"  # skipped: no process listed, reads idle, memory at its baseline
     WAIT = "wait"  # skipped: the entries keep until a later interval
+
+
+class MemoryBaseline:
+    """A GPU's used memory with no context on it: the least seen since the driver loaded.
+
+    The first reading of a GPU that already holds a context is taken for its baseline
+    until the context lets go; until then a context added on top of it is still seen."""
+
+    def __init__(self) -> None:
+        self.floor_bytes: int | None = None
+
+    def at_baseline(self, used_bytes: int | None) -> bool:
+        """Whether `used_bytes` (this sample's used memory; None: unknown) is at the
+        baseline: no context holds memory. Unknown memory is never at the baseline."""
+        if used_bytes is None:
+            return False
+        if self.floor_bytes is None or used_bytes < self.floor_bytes:
+            self.floor_bytes = used_bytes
+        return used_bytes <= self.floor_bytes + CONTEXT_BYTES
+
+    def rebase(self) -> None:
+        """Forget the baseline (after a driver reload)."""
+        self.floor_bytes = None
 
 
 def buffer_read(

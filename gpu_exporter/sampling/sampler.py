@@ -50,7 +50,7 @@ from gpu_exporter.model import (
     XidState,
 )
 from gpu_exporter.sampling.activity import ActivityCounter
-from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
+from gpu_exporter.sampling.buffer_reads import BufferRead, MemoryBaseline, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
 from gpu_exporter.sampling.process_seconds import ProcessSeconds
@@ -139,7 +139,8 @@ class _Counters:
     memory_controller: BusyCounter = field(default_factory=BusyCounter)
     process_utilization_us: int = 0  # newest per-process sample already seen
     process_seconds: ProcessSeconds = field(default_factory=ProcessSeconds)
-    idle: bool = False  # the last sample listed no process on the GPU and read it idle
+    idle: bool = False  # the last sample: no process listed, read idle, memory at baseline
+    memory: MemoryBaseline = field(default_factory=MemoryBaseline)  # its idle used memory
     buffer_read: BufferRead = BufferRead.READ  # what this sample does with the buffers
     activity: ActivityCounter = field(default_factory=ActivityCounter)  # GPM, NVLink bytes
     # by GPU instance: (GI id, UUID of its first MIG device), as ids are reused
@@ -438,6 +439,7 @@ class Sampler:
             counters.memory_controller.rebase()
             counters.process_utilization_us = 0
             counters.process_seconds.rebase()
+            counters.memory.rebase()
         for hook in self.on_nvml_init:
             hook()
         return True
@@ -594,11 +596,14 @@ class Sampler:
                     now,
                     counters.buffer_read,
                 )
-            counters.idle = (
+            memory = raw.reading.memory
+            at_baseline = counters.memory.at_baseline(memory.used_bytes if memory else None)
+            counters.idle = (  # see buffer_reads.py: never the instantaneous reading alone
                 raw.processes is not None
                 and not raw.processes
                 and utilization is not None
                 and utilization.gpu_ratio == 0
+                and at_baseline
             )
             if raw.process_utilization:
                 counters.process_utilization_us = max(

@@ -25,7 +25,7 @@ import pytest
 
 from gpu_exporter.attribution.holders import HolderScanner
 from gpu_exporter.attribution.namespace import sees_host_pid_namespace
-from gpu_exporter.attribution.processes import ProcessAttributor
+from gpu_exporter.attribution.processes import ProcessAttributor, since_boot
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.model import (
     DeviceRaw,
@@ -134,10 +134,10 @@ def test_dead_owners_are_no_processes_and_the_holder_of_the_device_file_is_named
     every_cuda = spawned.sleeper(dev / "nvidiactl", dev / "nvidia-uvm")  # decides nothing
     zombie, gone = spawned.zombie(), spawned.gone()
     reused = spawned.sleeper()  # its PID was listed before it started (faked by the clock)
-    now = time.time()
+    now = since_boot()
     seen = iter([now - 3600.0, now, now, now])
     scanner = HolderScanner(dev_root=str(dev))
-    attributor = ProcessAttributor(clock=lambda: next(seen), holders=scanner)
+    attributor = ProcessAttributor(since_boot=lambda: next(seen), holders=scanner)
 
     # an hour ago NVML listed the PID the sleeper now has: it is not that owner
     first = attributor(listed({reused.pid: GIB}, GIB))[0]  # not above 1 GiB: no scan

@@ -24,6 +24,7 @@ from gpu_exporter.model import (
     ProcessSample,
     ProcessUtilization,
 )
+from tests.support.clock import FakeClock
 
 TICKS = 100
 PAGE = 4096
@@ -374,6 +375,49 @@ def test_a_uid_without_an_account_is_its_number(host: FakeHost) -> None:
     (host.root / "10" / "status").write_text("Name:\tpython\nUid:\t4321\t0\t0\t0\n")
     (p,) = attributor(host)({0: raw([gpu(10)])})[0].processes
     assert p.user == "4321"  # the real UID, not the effective one
+
+
+def test_a_wall_clock_step_either_way_makes_no_live_process_a_dead_owner(host: FakeHost) -> None:
+    """Issue 48: the PID-reuse judgement compared a cached boot time plus the start ticks
+    with the wall time a PID was first seen; after the clock stepped back 5 s every job
+    started afterwards was a dead owner (`state="gone"`) for its whole life. Now both
+    sides are seconds since boot, which no step moves; the exported start time follows
+    the kernel's boot time, which a step does move."""
+    clock = FakeClock()
+
+    def set_boot_time() -> None:  # the kernel's btime moves with a step of the wall clock
+        btime = clock.wall() - clock.since_boot()
+        (host.root / "stat").write_text(f"cpu  1 2 3 4\nbtime {btime:.0f}\nprocesses 5\n")
+
+    def start(pid: int, seconds_ago: float) -> int:
+        ticks = round((clock.since_boot() - seconds_ago) * TICKS)
+        host.add(FakeProc(pid, 1, "python", start_ticks=ticks))
+        return ticks
+
+    set_boot_time()
+    attribute = attributor(host, since_boot=clock.since_boot)
+    listed = [gpu(10)]
+    start(10, 60.0)
+    for pid, step in ((11, -300.0), (12, 600.0), (13, -3600.0), (14, 120.0)):
+        clock.step(step)  # back 5 minutes, forward 10, back an hour, forward 2 minutes
+        set_boot_time()
+        clock.now += 5
+        start(pid, 2.0)  # a job started after the step
+        listed.append(gpu(pid))
+        for _ in range(3):
+            out = attribute({0: raw(listed, used=64 * 2**30)})[0]
+            assert out.dead_owners == ()
+            assert sorted(p.pid for p in out.processes) == [str(g.pid) for g in listed]
+            assert out.process_count == len(listed)
+            clock.now += 5
+        started_at = by_pid(out.processes)[str(pid)].start_time_seconds
+        assert started_at == pytest.approx(clock.wall() - 3 * 5 - 2.0, abs=1.0)  # today's time
+    # a PID that names a later process than the one first listed is still told apart:
+    # first listed now, its /proc entry started 30 s later (the owner died, PID reused)
+    start(15, -30.0)
+    first = attribute({0: raw([*listed, gpu(15)], used=64 * 2**30)})[0]
+    assert [(o.pid, o.state) for o in first.dead_owners] == [(15, "gone")]
+    assert first.process_count == len(listed)
 
 
 def test_start_time_is_left_out_when_the_boot_time_is_unreadable(host: FakeHost) -> None:

@@ -15,7 +15,11 @@ A PID is only a claim: the driver keeps listing the owner of a context that died
 a process it forked holds the device files (nvidia-smi prints it as `[No data]`). Where
 /proc shows the host's PID namespace, a listed PID is a dead owner when it is gone from
 /proc, when its stat state is Z (zombie) or X (dead), or when it was reused: its start
-time is later than when this attributor first saw the PID listed. A dead owner is no
+time is later than when this attributor first saw the PID listed. Both times are read on
+the clock /proc's start times count on, seconds since boot with suspend included
+(CLOCK_BOOTTIME), which never steps: an NTP, PTP or operator step of the wall clock, a
+VM resume, changes neither (a cached boot time against `time.time()` once made every job
+started after a step back a dead owner). A dead owner is no
 process: it has no `gpu_process_*` series, is not counted in `gpu_processes`, and its
 memory is unattributed (`Attribution.dead_owners` names it for the verdicts). Where /proc
 is another namespace's, a PID cannot be judged and keeps its GPU series with empty
@@ -74,8 +78,15 @@ OTHER = "other"
 UNKNOWN = HostProcess()  # a PID /proc cannot judge: frozen, so one serves them all
 GONE = HostProcess(dead="gone")
 REUSE_SLACK_SECONDS = 1.0
-"""A start time this much after the PID was first listed means the PID was reused: /proc's
-boot time is whole seconds, so a start time computed from it may be off by one."""
+"""A start time this much after the PID was first listed means the PID was reused. Both are
+seconds since boot (start ticks are 1/100 s); the slack covers a clock read a little
+before NVML's list (a listed process always started before it was listed)."""
+
+
+def since_boot() -> float:
+    """Seconds since boot, suspend included (CLOCK_BOOTTIME): the clock of the start times
+    in /proc/PID/stat (Linux 3.17 and later); it never steps with the wall clock."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 HostProcessLookup = Callable[[int], HostProcess | None]
 """Answers for PIDs the backend itself knows (the simulated tenants); None: ask /proc."""
@@ -84,8 +95,9 @@ HostProcessLookup = Callable[[int], HostProcess | None]
 class ProcessAttributor:
     """Builds each GPU's process series once per sample. Used on the sampler thread only.
 
-    `proc_root`, `read` and `name_of` (files and accounts), `clock` (Unix seconds: when
-    a PID was first seen listed) and `lookup` are seams for tests; `lookup` answers for
+    `proc_root`, `read` and `name_of` (files and accounts), `since_boot` (seconds since
+    boot, CLOCK_BOOTTIME: when a PID was first seen listed, compared with its start
+    ticks) and `lookup` are seams for tests; `lookup` answers for
     PIDs that have no /proc entry on this host (the simulated backend's), and a PID it
     answers for is alive. `holders` scans for the holders of the device files while a
     GPU has more than `scan_above_bytes` that no live listed process accounts for.
@@ -102,7 +114,7 @@ class ProcessAttributor:
         lookup: HostProcessLookup | None = None,
         clock_ticks: int | None = None,
         page_size: int | None = None,
-        clock: Callable[[], float] = time.time,
+        since_boot: Callable[[], float] = since_boot,
         holders: HolderScanner | None = None,
         scan_above_bytes: int = 2**30,
     ) -> None:
@@ -119,8 +131,8 @@ class ProcessAttributor:
         self._stat_files = StatFiles()
         self._members: set[int] = set()  # last sample's GPU process trees
         self._hosts: dict[int, HostProcess] = {}  # the last host view read, by PID
-        self._clock = clock
-        # PID -> (Unix seconds it was first seen listed, its start ticks then or None)
+        self._since_boot = since_boot
+        # PID -> (seconds since boot it was first seen listed, its start ticks then or None)
         self._first_seen: dict[int, tuple[float, int | None]] = {}
         self.holders = holders
         self._scan_above = scan_above_bytes
@@ -146,7 +158,7 @@ class ProcessAttributor:
         """Each GPU's process series. With `fresh` False, /proc is read only if NVML
         lists a PID not known yet; else the host values are those last read."""
         pids = {p.pid for raw in raws.values() for p in raw.processes or ()}
-        now = self._clock()
+        now = self._since_boot()  # never the wall clock: it steps (see the module)
         self._first_seen = {pid: self._first_seen.get(pid, (now, None)) for pid in pids}
         if fresh or not pids <= self._hosts.keys():
             self._hosts = self.host_processes(pids)
@@ -209,6 +221,7 @@ class ProcessAttributor:
             self._members = set()
             return out
         table = ProcTable.scan(self._proc_root, self._stat_files, keep=self._members)
+        self._boot_time = None  # re-read: the wall clock may have stepped since (`_boot`)
         members: set[int] = set()
         used: set[tuple[int, int]] = set()
         for pid in rest:
@@ -259,7 +272,8 @@ class ProcessAttributor:
 
     def _reused(self, pid: int, start_ticks: int) -> bool:
         """True when `pid` names a later process than the one NVML first listed: its start
-        ticks differ from those read then, or its start time is after it was first seen."""
+        ticks differ from those read then, or it started (seconds since boot) after it
+        was first seen listed (seconds since boot)."""
         first = self._first_seen.get(pid)
         if first is None:
             return False  # not listed by NVML (a backend's own PID): nothing to compare
@@ -268,10 +282,7 @@ class ProcessAttributor:
             self._first_seen[pid] = (seen, start_ticks)
         elif ticks_then != start_ticks:
             return True
-        boot = self._boot()
-        if boot is None:
-            return False
-        return boot + start_ticks / self._ticks() > seen + REUSE_SLACK_SECONDS
+        return start_ticks / self._ticks() > seen + REUSE_SLACK_SECONDS
 
     def _ticks(self) -> int:
         if self._clock_ticks is None:
@@ -284,7 +295,10 @@ class ProcessAttributor:
         return self._page_size
 
     def _boot(self) -> float | None:
-        """The boot time in Unix seconds; None (start times left out) while unreadable."""
+        """The boot time in Unix seconds, read once per walk of /proc: the kernel moves it
+        when the wall clock steps, so a start time it gives is today's Unix time; None
+        (start times left out) while unreadable. Used for the exported start times only,
+        never to judge a PID (`_reused` compares seconds since boot)."""
         if self._boot_time is None:
             self._boot_time = boot_time_seconds(self._proc_root)
         return self._boot_time

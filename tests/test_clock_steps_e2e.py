@@ -17,9 +17,6 @@ capabilities). After each step a job started afterwards must be a live process o
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +24,8 @@ import psutil
 import pytest
 import yaml
 
-from tests.support.exporter import REPO, Exporter, Samples, free_port, values
+from tests.support.exporter import Exporter, Samples, values
+from tests.support.privileges import PROFILES, start_as
 from tests.test_process_e2e import Trees, write_scenario
 from tests.test_rules import RULES, promtool
 
@@ -35,18 +33,6 @@ pytestmark = pytest.mark.e2e
 
 GIB = 2**30
 SITE = Path(__file__).resolve().parent / "support" / "stepped_clock_site"
-SETPRIV = shutil.which("setpriv")
-SHIPPED = [
-    "--reuid=0",
-    "--regid=0",
-    "--init-groups",
-    "--inh-caps=-all",
-    "--ambient-caps=-all",
-    "--bounding-set=-all",
-]
-"""uid 0 with every capability dropped: the DaemonSet's securityContext and the unit's
-CapabilityBoundingSet=, as `setpriv` reproduces them."""
-PROFILES = {"root": [], "uid 0 without capabilities": SHIPPED}
 
 
 @pytest.fixture
@@ -56,28 +42,16 @@ def trees() -> Iterator[Trees]:
     t.close()
 
 
-def start(tmp_path: Path, prefix: list[str], step_file: Path, scenario: Path) -> Exporter:
+def start(tmp_path: Path, profile: str, step_file: Path, scenario: Path) -> Exporter:
     """The real program on one simulated GPU at the default interval, its wall clock
     stepped by what `step_file` says."""
-    port = free_port()
-    args = ["--simulate", "1", "--simulate.scenario", str(scenario)]
-    args += ["--web.listen-address", f"127.0.0.1:{port}"]
-    env = dict(
-        os.environ,
-        PYTHONUNBUFFERED="1",
-        STEPPED_CLOCK_FILE=str(step_file),
-        PYTHONPATH=os.pathsep.join(p for p in (str(SITE), os.environ.get("PYTHONPATH")) if p),
+    path = os.pathsep.join(p for p in (str(SITE), os.environ.get("PYTHONPATH")) if p)
+    exporter = start_as(
+        profile,
+        ["--simulate", "1", "--simulate.scenario", str(scenario)],
+        tmp_path,
+        env={"STEPPED_CLOCK_FILE": str(step_file), "PYTHONPATH": path},
     )
-    log_path = tmp_path / "exporter.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "gpu_exporter", *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            env=env,
-        )
-    exporter = Exporter(process, port, log_path, args)
     exporter.wait_for(lambda s: bool(values(s, "gpu_exporter_samples_total")), timeout=30)
     return exporter
 
@@ -133,17 +107,14 @@ def leaked_alerts(samples: Samples, tmp_path: Path, processes: float | None = No
     return "" if result.returncode == 0 else result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("profile", list(PROFILES))
+@pytest.mark.parametrize("profile", PROFILES)
 def test_a_live_job_stays_a_live_process_when_the_wall_clock_steps_back_and_forward(
     trees: Trees, tmp_path: Path, profile: str
 ) -> None:
-    prefix = PROFILES[profile]
-    if prefix and (os.geteuid() != 0 or SETPRIV is None):
-        pytest.skip("needs root and setpriv to drop the capabilities")
     step_file, scenario = tmp_path / "step", tmp_path / "scenario.json"
     step_to(step_file, 0.0)
     write_scenario(scenario, [])
-    exporter = start(tmp_path, [SETPRIV, *prefix] if prefix else [], step_file, scenario)
+    exporter = start(tmp_path, profile, step_file, scenario)
     try:
         jobs: list[psutil.Process] = []
         for step in (-300.0, 300.0):  # back 5 minutes, then 5 minutes ahead of real time
@@ -153,9 +124,7 @@ def test_a_live_job_stays_a_live_process_when_the_wall_clock_steps_back_and_forw
             placed = [{"gpu": 0, "pid": j.pid, "memory_bytes": 4 * GIB} for j in jobs]
             write_scenario(scenario, placed)
             exporter.wait_for(
-                lambda s, pid=jobs[-1].pid: bool(
-                    values(s, "gpu_process_workers", pid=str(pid))
-                ),
+                lambda s, pid=jobs[-1].pid: bool(values(s, "gpu_process_workers", pid=str(pid))),
                 timeout=30,
             )
             s = after_two_more_samples(exporter)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -389,6 +390,61 @@ def test_a_followed_file_is_read_across_rotation_and_truncation(
         assert log.read_record() == _xid(4, code=94).rstrip("\n").encode()
     finally:
         log.close()
+
+
+def test_a_followed_file_truncated_and_written_again_at_once_is_read_from_its_start(
+    tmp_path: Path,
+) -> None:
+    """Issue 48: copytruncate, then the next records before the next poll, as long as
+    what was read or longer: the old offset falls inside the new content, so reading on
+    from it took the middle of a record and skipped the ones before."""
+    path = tmp_path / "kmsg"
+    old = _xid(0) + _xid(1, code=13)
+    path.write_text(old)
+    log = open_kernel_log(str(path))
+    try:
+        assert log.read_record() == _xid(0).rstrip("\n").encode()
+        assert log.read_record() == _xid(1, code=13).rstrip("\n").encode()
+        assert log.read_record() is None  # at the end: the next poll looks again
+        new = [_xid(seq, code=code) for seq, code in ((2, 48), (3, 94), (4, 31))]
+        path.write_text("".join(new))  # truncated in place and written again, longer
+        assert len("".join(new)) >= len(old)
+        assert [log.read_record() for _ in new] == [r.rstrip("\n").encode() for r in new]
+        assert log.read_record() is None  # each once
+        with path.open("a") as more:  # appended to afterwards: read on, as ever
+            more.write(_xid(5, code=79))
+        assert log.read_record() == _xid(5, code=79).rstrip("\n").encode()
+        assert log.read_record() is None
+    finally:
+        log.close()
+
+
+def test_copytruncate_rewritten_at_once_counts_every_xid_once(tmp_path: Path) -> None:
+    """Through the reader's thread: the Xids before and after a copytruncate whose new
+    content is longer than the old, each counted once."""
+    path = tmp_path / "kmsg"
+    path.write_text(_xid(0) + _xid(1))
+    reader = KernelLogReader(str(path))
+    reader.start()
+    deadline = time.monotonic() + 30
+    try:
+        while reader.state().xids.get(GPU0, None) is None or not reader.state().backlog_read:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert reader.state().xids[GPU0].counts == {79: 2}
+        shutil.copy(path, tmp_path / "kmsg.1")  # logrotate's copytruncate, then at once:
+        with path.open("r+") as log:
+            log.truncate(0)
+            log.write("".join(_xid(seq, code=13) for seq in range(2, 6)))  # 4 records
+        while reader.state().xids[GPU0].counts.get(13) != 4:
+            assert time.monotonic() < deadline, reader.state()
+            time.sleep(0.01)
+        time.sleep(0.5)  # five polls more: nothing counted again
+        state = reader.state()
+        assert state.xids[GPU0].counts == {79: 2, 13: 4}
+        assert (state.lost_records, state.malformed_records, state.seq_resets) == (0, 0, 0)
+    finally:
+        reader.stop()
 
 
 def test_the_first_count_served_is_the_whole_backlog(

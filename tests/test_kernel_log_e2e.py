@@ -24,6 +24,7 @@ from tests.support.exporter import (
     start_exporter,
     values,
 )
+from tests.support.privileges import PROFILES, start_as
 from tests.test_faults_e2e import FAST, write_scenario
 
 # the simulated GPUs' bus ids: 00000000:18:00.0, 00000000:28:00.0 (sources/simulated.py)
@@ -354,3 +355,39 @@ def test_what_is_not_a_kernel_log_is_said_and_once_ends(tmp_path: Path) -> None:
             assert said in once.stderr
         if path == str(unended):
             assert 'xid="13"} 1.0' in once.stdout
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_copytruncate_written_again_before_the_next_poll_counts_each_xid_once(
+    tmp_path: Path, profile: str
+) -> None:
+    """Issue 48: a followed file truncated in place and written again at once, to as long
+    as what was read or longer, was read on from the old offset: its Xids were never
+    counted. The real program, as root and as shipped (uid 0, no capabilities)."""
+    now = int(time.monotonic() * 1e6)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(record(0, now, f"NVRM: Xid (PCI:{GPU0}): 79, pid=1, x"))
+    scenario = tmp_path / "scenario.json"
+    write_scenario(scenario, {})
+    args = ["--simulate", "2", "--simulate.scenario", str(scenario), *FAST]
+    exporter = start_as(profile, [*args, "--collector.xid.kernel-log", str(kmsg)], tmp_path)
+    try:
+        exporter.wait_for(lambda s: values(s, "gpu_xid_errors_total", gpu="0", xid="79"), 30)
+        shutil.copy(kmsg, tmp_path / "kmsg.1")  # copytruncate, then the next records at once
+        with kmsg.open("r+") as log:
+            log.truncate(0)
+            log.write(
+                "".join(
+                    record(seq, now, f"NVRM: Xid (PCI:{GPU1}): 48, pid=7, DBE")
+                    for seq in range(1, 4)
+                )
+            )
+        s = exporter.wait_for(
+            lambda s: values(s, "gpu_xid_errors_total", gpu="1", xid="48") == [3.0], 30
+        )
+        assert values(s, "gpu_xid_errors_total", gpu="0", xid="79") == [1.0]  # not again
+        assert values(s, "gpu_exporter_xid_kernel_log_lost_records_total") == [0.0]
+        assert values(s, "gpu_exporter_xid_kernel_log_malformed_records_total") == [0.0]
+        assert "truncated and written again" in exporter.log()
+    finally:
+        exporter.stop()

@@ -88,6 +88,7 @@ def since_boot() -> float:
     in /proc/PID/stat (Linux 3.17 and later); it never steps with the wall clock."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
+
 HostProcessLookup = Callable[[int], HostProcess | None]
 """Answers for PIDs the backend itself knows (the simulated tenants); None: ask /proc."""
 

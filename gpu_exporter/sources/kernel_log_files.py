@@ -20,8 +20,12 @@ what comes next: it is handed out as `PARTIAL_RECORD`.
 A regular file opened by path is followed across rotation: at its end, the path is
 looked at again; another file there (renamed away and recreated: logrotate's default)
 is opened and read from its start once the old one is read to its end, and a file
-shorter than what was read (truncated in place: logrotate's copytruncate) is read again
-from its start.
+truncated in place (logrotate's copytruncate) is read again from its start: one shorter
+than what was read, and one written again at once, before the next poll, to as long or
+longer, whose first bytes are no longer those read first (`HEAD_BYTES`: the first
+record's, with its SEQ). Reading on at the old offset would take the middle of a new
+record for one and skip the records before it; the records of the old file are not read
+again, so nothing counts twice.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ DEVICE_READ_BYTES = 2 * MAX_RECORD_BYTES
 FILE_CHUNK_BYTES = 65536
 FILE_POLL_SECONDS = 0.1  # how often a file or FIFO at its end is looked at again
 SETTLE_SECONDS = 1.0  # a file's last line without a newline, unchanged this long, is whole
+HEAD_BYTES = 256  # the first bytes of a followed file, kept: the first record (its SEQ)
 KMSG_DEVICE = (1, 11)  # major, minor of /dev/kmsg (Documentation/admin-guide/devices.txt)
 PARTIAL_RECORD = b""  # a line cut short at an end: never a record (read_record's answer)
 
@@ -165,17 +170,26 @@ class LineLog:
         self._identity = _identity(os.fstat(fd))
         self._replaced = False  # another file is at the path: read this one to its end
         self._last_line: tuple[int, float] | None = None  # (offset, since) of an unended line
+        self._head = b""  # the file's first bytes as read (HEAD_BYTES at most)
+        self._at_end = False  # the last read found the end: look for a rewrite first
 
     def read_record(self, *, at_end: bool = False) -> bytes | None:
         while True:
             record = self._next_line()
             if record is not None:
                 return record
+            if self._at_end and self._rewritten():
+                if len(self._buffer) > self._at:
+                    return self._drop_unended()
+                continue  # read again from the start
             try:
                 chunk = os.read(self._fd, FILE_CHUNK_BYTES)
             except BlockingIOError:
                 return None  # a FIFO's writer has written nothing more yet
+            self._at_end = not chunk
             if chunk:
+                if self._offset < HEAD_BYTES:
+                    self._head += chunk[: HEAD_BYTES - self._offset]
                 self._offset += len(chunk)
                 self._buffer = self._buffer[self._at :] + chunk
                 self._at = 0
@@ -220,13 +234,29 @@ class LineLog:
             self._replaced = True
             return False
         if status.st_size < self._offset:
-            log.info(
-                "kernel log truncated: reading it again from its start", extra={"path": self._path}
-            )
-            os.lseek(self._fd, 0, os.SEEK_SET)
-            self._offset = 0
+            self._from_start("kernel log truncated: reading it again from its start")
             return True
         return False
+
+    def _rewritten(self) -> bool:
+        """This file truncated in place and written again before the end was looked at,
+        to as long as what was read or longer (copytruncate, then records at once): its
+        first bytes are not those read first. True when so (read again from its start)."""
+        if self._path is None or self._fifo or self._replaced or not self._head:
+            return False
+        try:
+            first = os.pread(self._fd, len(self._head), 0)
+        except OSError:
+            return False
+        if first == self._head:
+            return False
+        self._from_start("kernel log truncated and written again: reading it from its start")
+        return True
+
+    def _from_start(self, message: str) -> None:
+        log.info(message, extra={"path": self._path})
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        self._offset, self._head, self._at_end = 0, b"", False
 
     def _reopened(self) -> bool:
         """The old file read to its end: open the one now at the path. False when it
@@ -245,6 +275,7 @@ class LineLog:
         os.close(self._fd)
         self._fd, self._identity, self._offset, self._replaced = fd, _identity(status), 0, False
         self._buffer, self._at, self._skipping, self._last_line = b"", 0, False, None
+        self._head, self._at_end = b"", False
         log.info(
             "kernel log replaced: reading the new file from its start", extra={"path": self._path}
         )

@@ -885,6 +885,9 @@ class Snapshot:
     holder_scan: HolderScanState | None = None  # None: no holder scan has run
     kubernetes: KubernetesState | None = None  # None: collector kubernetes off
     fabric_daemons: FabricDaemonState | None = None  # None: collector health off, NVML down
+    # the sampler's monotonic clock when the sample finished: ages and rates on a clock a
+    # step of the wall clock does not move (None: not known, use timestamp_seconds)
+    monotonic_seconds: float | None = None
 
     @property
     def gpus(self) -> int:

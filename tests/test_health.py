@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gpu_exporter.model import DeviceSample, Snapshot
@@ -57,6 +58,18 @@ def test_liveness_follows_the_loop_whatever_the_driver_says() -> None:
     assert not stuck.ok and "sampler loop stuck" in stuck.reason
     dead = liveness(100.0, "the sampler thread died: boom", 1.0, 2.0, 100.0)
     assert not dead.ok and "boom" in dead.reason
+
+
+def test_a_wall_clock_step_neither_stales_a_fresh_sample_nor_freshens_a_stale_one() -> None:
+    """Issue 48: readiness measured a sample's age on the wall clock: a step forward made
+    a fresh sample stale (not ready) until the next, a step back a stalled sampler fresh
+    for the step's length. On the sampler's monotonic clock neither happens."""
+    fresh = replace(snapshot(0.5), monotonic_seconds=100.0)
+    for step in (300.0, -300.0):
+        assert readiness(fresh, None, 5.0, NOW + step, now_monotonic=100.5).ok
+    stalled = replace(snapshot(0.5), monotonic_seconds=100.0 - 60.0)
+    for step in (300.0, -300.0):
+        assert not readiness(stalled, None, 5.0, NOW + step, now_monotonic=100.5).ok
 
 
 def test_a_sampler_thread_that_dies_turns_both_probes_red() -> None:

@@ -31,6 +31,7 @@ from gpu_exporter.sampling.history import (
     Window,
 )
 from gpu_exporter.sampling.thresholds import VERDICT_WINDOW_SECONDS
+from tests.support.clock import FakeClock
 from tests.support.exporter import REPO
 
 KEY = (0, static(0).uuid)
@@ -82,6 +83,26 @@ def test_busy_ratio_is_the_busy_counter_delta_not_the_flickering_gauge() -> None
     assert points.series["busy_ratio"][0] is None  # no delta before the second sample
     assert points.series["busy_ratio"][1:] == pytest.approx([0.4, 0.4, 0.4])
     assert points.series["utilization_ratio"] == pytest.approx(flicker)
+
+
+def test_a_wall_clock_step_changes_no_rate() -> None:
+    """Issue 48: rates were the counter's delta over the wall time between samples; a
+    step back of 4 s within a 5 s interval made 2.5 busy seconds a ratio over 1 s
+    (1.0, clamped), a step forward of 5 minutes one over 305 s. They are taken over the
+    sampler's monotonic clock now."""
+    clock = FakeClock()
+    history = History()
+    busy = 0.0
+    for step in (0.0, -4.0, 300.0, -600.0, 0.0):
+        clock.step(step)
+        sample = one_gpu(clock.wall(), busy_seconds=busy)
+        history.add(replace(sample, monotonic_seconds=clock.monotonic()))
+        clock.now += 5.0
+        busy += 2.5  # busy half of every 5 s interval
+    points = history.gpu(KEY, WINDOWS["5m"])
+    assert points is not None
+    ratios = [r for r in points.series["busy_ratio"] if r is not None]
+    assert ratios == pytest.approx([0.5] * 4)
 
 
 def test_a_mig_gpu_falls_back_to_graphics_engine_activity() -> None:

@@ -52,14 +52,24 @@ class SamplerView(Protocol):
 
 
 def readiness(
-    snapshot: Snapshot | None, failure: str | None, interval_seconds: float, now: float
+    snapshot: Snapshot | None,
+    failure: str | None,
+    interval_seconds: float,
+    now: float,
+    now_monotonic: float | None = None,
 ) -> Verdict:
-    """Fresh data from at least one GPU? `now` is Unix time."""
+    """Fresh data from at least one GPU? `now` is Unix time; with `now_monotonic` (the
+    sampler's monotonic clock) the sample's age is measured on it, which a step of the
+    wall clock does not move (a step forward once made a fresh sample stale until the
+    next, a step back a stalled sampler fresh for the step's length)."""
     if failure is not None:
         return Verdict(False, f"sampler not running: {failure}")
     if snapshot is None:
         return Verdict(False, "no sample has finished yet")
-    age = now - snapshot.timestamp_seconds
+    if now_monotonic is not None and snapshot.monotonic_seconds is not None:
+        age = now_monotonic - snapshot.monotonic_seconds
+    else:
+        age = now - snapshot.timestamp_seconds
     if age > STALE_INTERVALS * interval_seconds:
         return Verdict(
             False, f"last sample finished {age:.1f}s ago (interval {interval_seconds:g}s)"
@@ -107,7 +117,9 @@ class Health:
 
     def ready(self) -> Verdict:
         s = self._sampler
-        return readiness(s.latest, s.failure(), s.interval_seconds, self._clock())
+        return readiness(
+            s.latest, s.failure(), s.interval_seconds, self._clock(), self._monotonic()
+        )
 
     def live(self) -> Verdict:
         s = self._sampler

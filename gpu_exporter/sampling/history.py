@@ -290,8 +290,12 @@ class History:
         self.latest_time: float | None = None
 
     def add(self, snapshot: Snapshot) -> None:
-        """Record one sample."""
+        """Record one sample: its points at its wall time (the charts' axis), its rates
+        over the sampler's monotonic clock, which a step of the wall clock does not move
+        (a step back once made one interval's rate of several seconds' busy time a ratio
+        over a fraction of a second)."""
         t = snapshot.timestamp_seconds
+        tm = snapshot.monotonic_seconds if snapshot.monotonic_seconds is not None else t
         with self._lock:
             seen: set[tuple[GpuKey, str]] = set()
             for device in snapshot.devices:
@@ -300,16 +304,16 @@ class History:
                 key = gpu_key(device)
                 if key not in self._gpus and not self._make_room(t):
                     continue  # more GPUs than MAX_GPUS at once: the rest are not kept
-                values = self._device_values(key, device, t)
+                values = self._device_values(key, device, tm)
                 series = self._gpus.get(key)
                 if series is None:  # not setdefault: that would allocate the rings every sample
                     series = self._gpus[key] = SeriesHistory(GPU_SERIES)
                 series.add(t, values)
-                seen |= self._add_process_cpu(key, device, t)
+                seen |= self._add_process_cpu(key, device, tm)
             for gone in set(self._cpu) - seen:
                 del self._cpu[gone]
             if snapshot.host is not None:
-                self._host.add(t, self._host_values(snapshot.host, t))
+                self._host.add(t, self._host_values(snapshot.host, tm))
             self.latest_time = t
 
     def _make_room(self, t: float) -> bool:

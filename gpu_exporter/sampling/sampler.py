@@ -369,6 +369,7 @@ class Sampler:
         self._samples_total += 1
         snapshot = Snapshot(
             timestamp_seconds=started_wall + (finished - started),
+            monotonic_seconds=finished,
             duration_seconds=finished - started,
             samples_total=self._samples_total,
             backend=self.backend.kind,

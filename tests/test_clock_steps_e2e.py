@@ -56,6 +56,11 @@ def start(tmp_path: Path, profile: str, step_file: Path, scenario: Path) -> Expo
     return exporter
 
 
+def one_value(samples: Samples, name: str, **labels: str) -> float:
+    (value,) = values(samples, name, **labels)
+    return value
+
+
 def step_to(step_file: Path, seconds: float) -> None:
     """Step the program's wall clock to `seconds` off the real one (atomically)."""
     tmp = step_file.with_suffix(".tmp")
@@ -116,12 +121,16 @@ def test_a_live_job_stays_a_live_process_when_the_wall_clock_steps_back_and_forw
     write_scenario(scenario, [])
     exporter = start(tmp_path, profile, step_file, scenario)
     try:
+        uncovered = values(after_two_more_samples(exporter), "gpu_busy_uncovered_seconds_total")
         jobs: list[psutil.Process] = []
+        sm_seconds = 0.0
         for step in (-300.0, 300.0):  # back 5 minutes, then 5 minutes ahead of real time
             step_to(step_file, step)
             after_two_more_samples(exporter)  # the program lives on the stepped clock
             jobs.append(trees.spawn(0))  # a job started after the step
-            placed = [{"gpu": 0, "pid": j.pid, "memory_bytes": 4 * GIB} for j in jobs]
+            placed = [
+                {"gpu": 0, "pid": j.pid, "memory_bytes": 4 * GIB, "sm_ratio": 0.5} for j in jobs
+            ]
             write_scenario(scenario, placed)
             exporter.wait_for(
                 lambda s, pid=jobs[-1].pid: bool(values(s, "gpu_process_workers", pid=str(pid))),
@@ -138,5 +147,10 @@ def test_a_live_job_stays_a_live_process_when_the_wall_clock_steps_back_and_forw
             assert leaked_alerts(s, tmp_path) == ""  # GPUMemoryLeaked stays silent
             # the same series with no live process would page: the check can fail
             assert "GPUMemoryLeaked" in leaked_alerts(s, tmp_path, processes=0)
+            # the driver's samples are stamped on the wall clock too: a step is no gap
+            assert values(s, "gpu_busy_uncovered_seconds_total") == uncovered
+            counted = one_value(s, "gpu_process_sm_seconds_total", pid=str(jobs[0].pid))
+            assert counted > sm_seconds  # the first job's SM seconds go on across the steps
+            sm_seconds = counted
     finally:
         exporter.stop()

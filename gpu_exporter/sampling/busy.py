@@ -20,10 +20,12 @@ exporter skipped because the GPU held no context (`hold_idle`) is idle time, not
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
 from gpu_exporter.model import UtilizationSample
+from gpu_exporter.sampling.clock_steps import written_since_step
 
 SPACINGS_KEPT = 64
 """The sample period is the median of this many recent spacings between entries."""
@@ -67,11 +69,38 @@ class BusyCounter:
         self.span_us: int | None = None  # the widest the buffer was seen to reach back
         self.read_monotonic: float | None = None  # when the buffer was last read
         self._held_idle = False  # reads skipped since the last one: the GPU held no process
+        self._step_us = 0  # the wall clock stepped since the last read (`wall_stepped`)
 
     @property
     def cursor_us(self) -> int:
-        """Ask the driver for entries newer than this (0: give me the whole buffer)."""
-        return self._last_timestamp_us or 0
+        """Ask the driver for entries newer than this (0: give me the whole buffer, as
+        after a step of the wall clock)."""
+        return 0 if self._step_us else self._last_timestamp_us or 0
+
+    def wall_stepped(self, seconds: float) -> None:
+        """The wall clock stepped by `seconds` (`clock_steps.py`): the next read asks
+        for the whole buffer, and where the driver's timestamps stepped with it (its
+        newest entry is nearer the cursor moved by the step than the cursor), the cursor
+        moves by as much, so entries are neither skipped nor counted twice."""
+        if self._last_timestamp_us is not None:
+            self._step_us += round(seconds * 1e6)
+
+    def _follow_step(
+        self, samples: Sequence[UtilizationSample], now_monotonic: float
+    ) -> Sequence[UtilizationSample]:
+        """The entries to integrate after a step of the wall clock: all of them where the
+        driver's timestamps did not step (its last entry is nearer where it would be
+        without the step), else those written since, with the cursor moved by the step."""
+        step, self._step_us = self._step_us, 0
+        previous = self._last_timestamp_us
+        if not step or previous is None or not samples or self._entries_monotonic is None:
+            return samples
+        last = samples[-1].timestamp_us  # the driver's order: the last written
+        expected = previous + round((now_monotonic - self._entries_monotonic) * 1e6)
+        if abs(last - (expected + step)) >= abs(last - expected):
+            return samples
+        self._last_timestamp_us = max(0, previous + step)
+        return samples[written_since_step([s.timestamp_us for s in samples]) :]
 
     @property
     def period_us(self) -> float:
@@ -86,8 +115,17 @@ class BusyCounter:
         period, as uncovered at once, so the counters explain a long dry spell as it
         happens; the entry that ends the gap then adds only what was not counted yet.
         """
+        samples = self._follow_step(samples, now_monotonic)
         self._last_monotonic = self.read_monotonic = now_monotonic
         previous = self._last_timestamp_us
+        # what this read may add to the uncovered time: no more than really went by since
+        # entries last came (a step of the driver's clock is no gap), less what a dry
+        # spell already counted
+        real = (
+            math.inf
+            if self._entries_monotonic is None
+            else max(0.0, now_monotonic - self._entries_monotonic - self._dry_credited)
+        )
         held_idle, self._held_idle = self._held_idle, False
         self._measure_span(samples, previous)
         new: list[UtilizationSample] = []
@@ -111,7 +149,9 @@ class BusyCounter:
             self.seconds += min(1.0, max(0.0, sample.ratio)) * covered_us / 1e6
             gap = (spacing_us - covered_us) / 1e6
             if not held_idle:  # the stretch before the first new entry held no process
-                self.uncovered_seconds += max(0.0, gap - self._dry_credited)
+                owed = min(real, max(0.0, gap - self._dry_credited))
+                self.uncovered_seconds += owed
+                real -= owed
             held_idle = False
             self._dry_credited = 0.0
             previous = sample.timestamp_us
@@ -160,3 +200,4 @@ class BusyCounter:
         self._dry_credited = 0.0
         self.read_monotonic = None
         self._held_idle = False
+        self._step_us = 0

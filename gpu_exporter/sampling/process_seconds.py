@@ -19,6 +19,11 @@ exports the sum, so its rate over any window is the process's true average share
   appears later counts from its first entry.
 - **A process is its PID and its start time**, so a PID the kernel reuses starts a new
   counter at 0; a process that leaves the GPU's list is forgotten.
+- **A step back of the wall clock** (`clock_steps.py`; the driver's timestamps are the
+  CPU's wall clock): the sampler asks for the whole buffer, and when its newest entry is
+  not newer than the cursors, the driver's timestamps stepped too, and every cursor moves
+  back by the step, so the entries after it are counted, once. (A step forward only
+  leaves one longer spacing, which covers one period, as any gap does.)
 
 No extra driver call: these are the entries the sampler already reads each interval for
 `gpu_process_utilization_ratio` (the newest entry's share).
@@ -32,6 +37,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_exporter.model import ProcessUtilization
 from gpu_exporter.sampling.busy import JITTER_SLACK, SPACINGS_KEPT, median_period
+from gpu_exporter.sampling.clock_steps import written_since_step
 
 ProcessKey = tuple[int, float | None]
 """A process: (PID, start time in Unix seconds, None where /proc does not show it)."""
@@ -52,6 +58,13 @@ class ProcessSeconds:
         self._processes: dict[ProcessKey, _Process] = {}
         self._read = False  # the first read only sets the processes' cursors
         self._spacings: deque[int] = deque(maxlen=SPACINGS_KEPT)  # microseconds
+        self.step_us = 0  # a step back of the wall clock not followed yet (microseconds)
+
+    def wall_stepped(self, seconds: float) -> None:
+        """The wall clock stepped by `seconds`: a step back is followed at the next read
+        that has entries (the sampler asks for the whole buffer until then)."""
+        if seconds < 0 and self._read:
+            self.step_us += round(seconds * 1e6)
 
     @property
     def period_us(self) -> float:
@@ -66,6 +79,7 @@ class ProcessSeconds:
         """Integrate the new entries of the processes listed now (`processes`: PID to its
         start time) and return each one's SM seconds; the others are forgotten. Entries of
         a PID not listed are left out: its process is gone, or not yet listed."""
+        samples = self._follow_step(samples)
         by_pid: dict[int, list[ProcessUtilization]] = {}
         for s in samples:
             if s.pid in processes:
@@ -100,9 +114,33 @@ class ProcessSeconds:
         self._read = True
         return out
 
+    def stepped_back(self, samples: Sequence[ProcessUtilization]) -> bool:
+        """Whether, with a step back pending, the driver's timestamps stepped too: the
+        last entry it wrote is not newer than every cursor."""
+        cursors = [p.last_us for p in self._processes.values() if p.last_us is not None]
+        return bool(self.step_us and samples and cursors) and samples[-1].timestamp_us <= max(
+            cursors
+        )
+
+    def _follow_step(self, samples: Sequence[ProcessUtilization]) -> Sequence[ProcessUtilization]:
+        """After a step back (`wall_stepped`), once entries come: where the driver's
+        timestamps stepped too, every cursor moves back by the step and only the entries
+        written since count (`clock_steps.written_since_step`)."""
+        if not self.step_us or not samples:
+            return samples
+        stepped = self.stepped_back(samples)
+        if stepped:
+            for p in self._processes.values():
+                if p.last_us is not None:
+                    p.last_us = max(0, p.last_us + self.step_us)
+            samples = samples[written_since_step([s.timestamp_us for s in samples]) :]
+        self.step_us = 0
+        return samples
+
     def rebase(self) -> None:
         """Forget the driver's timestamps (after NVML re-initialised: they may restart),
         keep the totals; the next read only sets the cursors again."""
         for process in self._processes.values():
             process.last_us = None
         self._read = False
+        self.step_us = 0

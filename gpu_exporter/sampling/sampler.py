@@ -52,6 +52,7 @@ from gpu_exporter.model import (
 from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.buffer_reads import BufferRead, MemoryBaseline, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
+from gpu_exporter.sampling.clock_steps import STEP_SECONDS, WallClockSteps, not_after
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
 from gpu_exporter.sampling.process_seconds import ProcessSeconds
 from gpu_exporter.sampling.xid_merge import merge_xids
@@ -188,6 +189,8 @@ class Sampler:
         self._retries = retries  # False for --once: nothing will retry, so do not say it will
         self._clock = clock
         self._monotonic = monotonic
+        self._steps = WallClockSteps()  # the driver stamps its samples on the wall clock
+        self._stepped_back_from: float | None = None  # wall time before the last step back
 
         self._nvml_up = False
         self._nvml_down_reason: str | None = "not initialised yet"
@@ -286,6 +289,17 @@ class Sampler:
         collectors = self.collectors  # one set for the whole sample, whatever SIGHUP does
         started_wall = self._clock()
         started = self._monotonic()
+        stepped = self._steps.step(started_wall, started)
+        if stepped:
+            log.warning("the wall clock stepped", extra={"seconds": round(stepped, 3)})
+            if stepped < 0:  # the driver's entries written before it lie ahead until then
+                self._stepped_back_from = max(
+                    self._stepped_back_from or 0.0, started_wall - stepped
+                )
+            for counters in self._counters.values():
+                counters.gpu.wall_stepped(stepped)
+                counters.memory_controller.wall_stepped(stepped)
+                counters.process_seconds.wall_stepped(stepped)
         stages: dict[str, StageResult] = {}
 
         devices: tuple[DeviceSample, ...] = ()
@@ -295,6 +309,7 @@ class Sampler:
         if self._ensure_nvml():
             try:
                 raws, down, lost = self._read_devices(collectors)
+                raws = self._without_entries_ahead(raws, started_wall)
                 devices_ok = not down
             except NvmlUnavailable as error:
                 self._nvml_lost(error)
@@ -513,6 +528,28 @@ class Sampler:
                 raws[index] = job.result
         return raws, down, lost
 
+    def _without_entries_ahead(
+        self, raws: dict[int, DeviceRaw], now_wall: float
+    ) -> dict[int, DeviceRaw]:
+        """After a step back of the wall clock, until it is back where it was, the driver
+        still holds entries stamped before the step, ahead of now: they were counted
+        before it, and would put the cursors back where nothing newer comes. Left out."""
+        if self._stepped_back_from is None:
+            return raws
+        if now_wall > self._stepped_back_from:
+            self._stepped_back_from = None
+            return raws
+        limit = round((now_wall + STEP_SECONDS) * 1e6)
+        return {
+            index: replace(
+                raw,
+                gpu_samples=not_after(raw.gpu_samples, limit),
+                memory_controller_samples=not_after(raw.memory_controller_samples, limit),
+                process_utilization=not_after(raw.process_utilization, limit),
+            )
+            for index, raw in raws.items()
+        }
+
     def _reader(
         self, index: int, slot: _DeviceSlot, collectors: frozenset[str]
     ) -> Callable[[], DeviceRaw]:
@@ -525,6 +562,8 @@ class Sampler:
         gpu_since = counters.gpu.cursor_us if counters else 0
         mc_since = counters.memory_controller.cursor_us if counters else 0
         proc_since = counters.process_utilization_us if counters else 0
+        if counters is not None and counters.process_seconds.step_us:
+            proc_since = 0  # a step back of the wall clock: the whole buffer, once
         buffers = BufferRead.READ
         if counters is not None:
             buffers = counters.buffer_read = buffer_read(
@@ -607,10 +646,11 @@ class Sampler:
                 and at_baseline
             )
             if raw.process_utilization:
-                counters.process_utilization_us = max(
-                    counters.process_utilization_us,
-                    max(u.timestamp_us for u in raw.process_utilization),
-                )
+                newest = max(u.timestamp_us for u in raw.process_utilization)
+                if counters.process_seconds.stepped_back(raw.process_utilization):
+                    newest = raw.process_utilization[-1].timestamp_us  # the last written
+                    counters.process_utilization_us = newest  # the driver stepped back too
+                counters.process_utilization_us = max(counters.process_utilization_us, newest)
             activity, mig_activity = _integrate_activity(counters, raw, collectors)
             out.append(
                 DeviceSample(

@@ -135,9 +135,9 @@ def test_dead_owners_are_no_processes_and_the_holder_of_the_device_file_is_named
     zombie, gone = spawned.zombie(), spawned.gone()
     reused = spawned.sleeper()  # its PID was listed before it started (faked by the clock)
     now = since_boot()
-    seen = iter([now - 3600.0, now, now, now])
+    seen = [now - 3600.0]  # the first sample an hour ago, then now
     scanner = HolderScanner(dev_root=str(dev))
-    attributor = ProcessAttributor(since_boot=lambda: next(seen), holders=scanner)
+    attributor = ProcessAttributor(since_boot=lambda: seen.pop() if seen else now, holders=scanner)
 
     # an hour ago NVML listed the PID the sleeper now has: it is not that owner
     first = attributor(listed({reused.pid: GIB}, GIB))[0]  # not above 1 GiB: no scan

@@ -395,7 +395,7 @@ def test_a_wall_clock_step_either_way_makes_no_live_process_a_dead_owner(host: F
         return ticks
 
     set_boot_time()
-    attribute = attributor(host, since_boot=clock.since_boot)
+    attribute = attributor(host, since_boot=clock.since_boot, clock=clock.wall)
     listed = [gpu(10)]
     start(10, 60.0)
     for pid, step in ((11, -300.0), (12, 600.0), (13, -3600.0), (14, 120.0)):

@@ -98,7 +98,8 @@ class ProcessAttributor:
 
     `proc_root`, `read` and `name_of` (files and accounts), `since_boot` (seconds since
     boot, CLOCK_BOOTTIME: when a PID was first seen listed, compared with its start
-    ticks) and `lookup` are seams for tests; `lookup` answers for
+    ticks), `clock` (Unix seconds: only to notice a step, which moves the boot time) and
+    `lookup` are seams for tests; `lookup` answers for
     PIDs that have no /proc entry on this host (the simulated backend's), and a PID it
     answers for is alive. `holders` scans for the holders of the device files while a
     GPU has more than `scan_above_bytes` that no live listed process accounts for.
@@ -116,6 +117,7 @@ class ProcessAttributor:
         clock_ticks: int | None = None,
         page_size: int | None = None,
         since_boot: Callable[[], float] = since_boot,
+        clock: Callable[[], float] = time.time,
         holders: HolderScanner | None = None,
         scan_above_bytes: int = 2**30,
     ) -> None:
@@ -133,6 +135,8 @@ class ProcessAttributor:
         self._members: set[int] = set()  # last sample's GPU process trees
         self._hosts: dict[int, HostProcess] = {}  # the last host view read, by PID
         self._since_boot = since_boot
+        self._clock = clock
+        self._boot_offset: float | None = None  # wall minus boot time when btime was read
         # PID -> (seconds since boot it was first seen listed, its start ticks then or None)
         self._first_seen: dict[int, tuple[float, int | None]] = {}
         self.holders = holders
@@ -222,7 +226,6 @@ class ProcessAttributor:
             self._members = set()
             return out
         table = ProcTable.scan(self._proc_root, self._stat_files, keep=self._members)
-        self._boot_time = None  # re-read: the wall clock may have stepped since (`_boot`)
         members: set[int] = set()
         used: set[tuple[int, int]] = set()
         for pid in rest:
@@ -296,12 +299,17 @@ class ProcessAttributor:
         return self._page_size
 
     def _boot(self) -> float | None:
-        """The boot time in Unix seconds, read once per walk of /proc: the kernel moves it
-        when the wall clock steps, so a start time it gives is today's Unix time; None
-        (start times left out) while unreadable. Used for the exported start times only,
-        never to judge a PID (`_reused` compares seconds since boot)."""
-        if self._boot_time is None:
+        """The boot time in Unix seconds (`btime`), read again when the wall clock
+        stepped (wall minus boot time moved by more than a second; reading /proc/stat
+        costs 0.1 ms and more with the CPUs): the kernel moves it with the step, so a start
+        time it gives is today's Unix time; None (start times left out) while unreadable.
+        Used for the exported start times only, never to judge a PID (`_reused` compares
+        seconds since boot)."""
+        offset = self._clock() - self._since_boot()  # the boot time, as the clocks say now
+        stepped = self._boot_offset is not None and abs(offset - self._boot_offset) > 1.0
+        if self._boot_time is None or stepped:
             self._boot_time = boot_time_seconds(self._proc_root)
+            self._boot_offset = offset
         return self._boot_time
 
     # One GPU -----------------------------------------------------------------------

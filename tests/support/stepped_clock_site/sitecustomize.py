@@ -22,22 +22,23 @@ _PATH = os.environ.get("STEPPED_CLOCK_FILE")
 
 def _install(path: str) -> None:
     real_time, real_time_ns = time.time, time.time_ns
-    seen: list[object] = [None, 0.0]  # the file's (mtime_ns, size) last read, its step
+    seen: dict[str, object] = {"key": None}  # the file's (mtime, size, inode) last read
+    steps: list[float] = [0.0]  # the step it said
 
     def step() -> float:
         try:
             st = os.stat(path)
         except OSError:
-            return float(seen[1])  # type: ignore[arg-type]
+            return steps[0]
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if key != seen[0]:
+        if key != seen["key"]:
             try:
                 with open(path, encoding="ascii") as handle:
-                    seen[1] = float(handle.read(64).strip() or 0.0)
+                    steps[0] = float(handle.read(64).strip() or 0.0)
             except (OSError, ValueError):
-                return float(seen[1])  # type: ignore[arg-type]
-            seen[0] = key
-        return float(seen[1])  # type: ignore[arg-type]
+                return steps[0]
+            seen["key"] = key
+        return steps[0]
 
     def stepped_time() -> float:
         return real_time() + step()

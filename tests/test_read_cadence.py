@@ -277,9 +277,21 @@ def with_hidden_context(gpu: FakeGpu, extra_bytes: int) -> None:
     gpu.memory_bytes = (total, reserved, used + extra_bytes, free - extra_bytes)
 
 
-@pytest.mark.parametrize("interval", [1.0, 5.0])
+def two_seconds_of_every_twenty(ts_us: int) -> int:
+    """A bursty job: busy 2 s of every 20 s, idle at four 5 s readings in a row."""
+    return 100 if 1_000_000 <= ts_us % 20_000_000 < 3_000_000 else 0
+
+
+@pytest.mark.parametrize(
+    ("interval", "pattern", "share"),
+    [
+        (1.0, half_of_every_second, 0.5),
+        (5.0, half_of_every_second, 0.5),
+        (5.0, two_seconds_of_every_twenty, 0.1),
+    ],
+)
 def test_busy_time_of_a_gpu_whose_processes_nvml_does_not_list_is_counted(
-    install: Install, interval: float
+    install: Install, interval: float, pattern: Callable[[int], int], share: float
 ) -> None:
     """Issue 48: a GPU busy half of every second, NVML listing no process on it, whose
     instantaneous readings all land in the idle half, exported a busy rate of 0.000 and
@@ -301,13 +313,13 @@ def test_busy_time_of_a_gpu_whose_processes_nvml_does_not_list_is_counted(
         sampler.sample_once()
         clock.now += interval
     with_hidden_context(gpu, 2 << 30)
-    fill(gpu, clock, half_of_every_second)
+    fill(gpu, clock, pattern)
     start_busy, start_uncovered = busy_of(sampler.sample_once())
     seconds = 0.0
     while seconds < 120:
         clock.now += interval
         seconds += interval
-        fill(gpu, clock, half_of_every_second)
+        fill(gpu, clock, pattern)
         snapshot = sampler.sample_once()
         reading = snapshot.devices[0].reading
         assert reading is not None and reading.utilization is not None
@@ -316,7 +328,8 @@ def test_busy_time_of_a_gpu_whose_processes_nvml_does_not_list_is_counted(
     busy, uncovered = busy_of(snapshot)
     span = (BUFFER_ENTRIES - 1) * SAMPLE_PERIOD_US / 1e6
     assert uncovered == start_uncovered  # read before the buffers wrapped: nothing lost
-    assert 0.5 * (seconds - 0.75 * span - interval) <= busy - start_busy <= 0.5 * (seconds + 1)
+    low, high = share * (seconds - 0.75 * span - interval) - 2, share * seconds + 2
+    assert low <= busy - start_busy <= high
 
 
 def test_buffer_read_decisions() -> None:

@@ -79,9 +79,9 @@ class BusyCounter:
 
     def wall_stepped(self, seconds: float) -> None:
         """The wall clock stepped by `seconds` (`clock_steps.py`): the next read asks
-        for the whole buffer, and where the driver's timestamps stepped with it (its
-        newest entry is nearer the cursor moved by the step than the cursor), the cursor
-        moves by as much, so entries are neither skipped nor counted twice."""
+        for the whole buffer, and where the driver's timestamps stepped with it (the last
+        entry it wrote is nearer where it would be with the step than without), the
+        cursor moves by as much, so entries are neither skipped nor counted twice."""
         if self._last_timestamp_us is not None:
             self._step_us += round(seconds * 1e6)
 

@@ -20,7 +20,6 @@ exporter skipped because the GPU held no context (`hold_idle`) is idle time, not
 from __future__ import annotations
 
 import itertools
-import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -118,14 +117,6 @@ class BusyCounter:
         samples = self._follow_step(samples, now_monotonic)
         self._last_monotonic = self.read_monotonic = now_monotonic
         previous = self._last_timestamp_us
-        # what this read may add to the uncovered time: no more than really went by since
-        # entries last came (a step of the driver's clock is no gap), less what a dry
-        # spell already counted
-        real = (
-            math.inf
-            if self._entries_monotonic is None
-            else max(0.0, now_monotonic - self._entries_monotonic - self._dry_credited)
-        )
         held_idle, self._held_idle = self._held_idle, False
         self._measure_span(samples, previous)
         new: list[UtilizationSample] = []
@@ -149,9 +140,7 @@ class BusyCounter:
             self.seconds += min(1.0, max(0.0, sample.ratio)) * covered_us / 1e6
             gap = (spacing_us - covered_us) / 1e6
             if not held_idle:  # the stretch before the first new entry held no process
-                owed = min(real, max(0.0, gap - self._dry_credited))
-                self.uncovered_seconds += owed
-                real -= owed
+                self.uncovered_seconds += max(0.0, gap - self._dry_credited)
             held_idle = False
             self._dry_credited = 0.0
             previous = sample.timestamp_us

@@ -138,7 +138,7 @@ class CounterCadence:
                 self._retry_at.pop(key, None)
                 continue
             failures = self._failures[key] = self._failures.get(key, 0) + 1
-            wait = max(step_seconds, 1.0) * 2.0 ** min(failures - 1, 30)
+            wait = step_seconds * 2.0 ** min(failures - 1, 30)  # first: the next interval
             self._retry_at[key] = now + min(RETRY_MAX_SECONDS, wait)
         if group:
             self.read_at = now

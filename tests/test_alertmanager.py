@@ -70,8 +70,9 @@ def test_no_fault_an_action_holds_back_fires_before_the_action() -> None:
     pattern = rule["source_matchers"][0].split("=~", 1)[1].strip('"')
     rules = _rules()
     sources = [name for name in rules if re.fullmatch(pattern, name)]
+    # each reads one action (twice: with the GPU's rack labels, and without where it has none)
     paging = sorted(
-        re.sub(r'gpu_recommended_action\{action="(\w+)"\} == 1', r"\1", rules[s]["expr"])
+        set(re.findall(r'gpu_recommended_action\{action="(\w+)"\} == 1', rules[s]["expr"])).pop()
         for s in sources
     )
     assert paging == ["drain", "inspect_hardware", "reboot_node", "reset_gpu"]
@@ -85,8 +86,9 @@ def test_no_fault_an_action_holds_back_fires_before_the_action() -> None:
         if re.fullmatch(rule["target_matchers"][0].split("=~", 1)[1].strip('"'), name)
     ]
     assert len(targets) == 8, targets
+    step_aside = " ".join(step_aside.split())
     for name in targets:
-        expr = rules[name]["expr"]
+        expr = " ".join(rules[name]["expr"].split())
         waits = _seconds(rules[name].get("for", "0s"))
         if name in ACTION_OF_FAULT:
             action = rules[ACTION_OF_FAULT[name]]

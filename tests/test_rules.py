@@ -29,6 +29,8 @@ RULE_FILES = (RULES / "gpu-recording.yml", RULES / "gpu-alerts.yml")
 ALERT_TESTS = PROMETHEUS / "tests" / "gpu-alerts.test.yml"
 RECORDING_TESTS = PROMETHEUS / "tests" / "gpu-recording.test.yml"
 CHARGEBACK_TESTS = PROMETHEUS / "tests" / "gpu-chargeback.test.yml"
+# NVLink over days (GPUNVLinkDegrading), evaluated once an hour
+NVLINK_TREND_TESTS = PROMETHEUS / "tests" / "gpu-nvlink-trend.test.yml"
 PROMETHEUS_RULE = REPO / "deploy" / "kubernetes" / "prometheusrule.yaml"
 ALERTS_DOC = REPO / "docs" / "alerts.md"
 
@@ -86,13 +88,15 @@ def test_promtool_check_rules_passes() -> None:
 def test_promtool_check_rules_rejects_a_broken_expression(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yml"
     text = (RULES / "gpu-alerts.yml").read_text()
-    broken.write_text(text.replace("expr: gpu_up == 0", "expr: gpu_up == == 0"))
+    broken.write_text(text.replace("gpu_up == 0", "gpu_up == == 0"))
     result = promtool("check", "rules", str(broken))
     assert result.returncode != 0
 
 
 @pytest.mark.parametrize(
-    "tests", [ALERT_TESTS, RECORDING_TESTS, CHARGEBACK_TESTS], ids=lambda p: p.name
+    "tests",
+    [ALERT_TESTS, RECORDING_TESTS, CHARGEBACK_TESTS, NVLINK_TREND_TESTS],
+    ids=lambda p: p.name,
 )
 def test_promtool_test_rules_passes(tests: Path) -> None:
     result = promtool("test", "rules", str(tests))
@@ -135,7 +139,7 @@ def changed_rules_tested(
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     firing: set[str] = set()
     quiet: set[str] = set()
-    for test in load(ALERT_TESTS)["tests"]:
+    for test in load(ALERT_TESTS)["tests"] + load(NVLINK_TREND_TESTS)["tests"]:
         for case in test.get("alert_rule_test", []):
             (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
     defined = set(alerts())
@@ -149,7 +153,7 @@ def test_every_recording_rule_is_tested() -> None:
     promtool compares floats exactly, and their products carry the last bit)."""
     tested = {
         case["expr"].removeprefix("round(").split("{")[0].split(",")[0].strip()
-        for path in (RECORDING_TESTS, CHARGEBACK_TESTS)
+        for path in (RECORDING_TESTS, CHARGEBACK_TESTS, NVLINK_TREND_TESTS)
         for test in load(path)["tests"]
         for case in test.get("promql_expr_test", [])
     }
@@ -179,6 +183,7 @@ def test_the_test_files_load_both_rule_files() -> None:
     assert set(load(ALERT_TESTS)["rule_files"]) == wanted
     assert set(load(RECORDING_TESTS)["rule_files"]) <= wanted
     assert set(load(CHARGEBACK_TESTS)["rule_files"]) <= wanted
+    assert set(load(NVLINK_TREND_TESTS)["rule_files"]) == wanted
 
 
 # --- the alert contract -----------------------------------------------------------------
@@ -205,6 +210,7 @@ REQUIRED_ALERTS = {
     "GPUBusyButSMsIdle",
     "GPUNVLinkDown",
     "GPUNVLinkErrors",
+    "GPUNVLinkDegrading",  # a link in slow decline, days before it fails (issue 51)
     "GPUAllocatedButIdle",
     "GPUUsedWithoutAllocation",
     "GPUKubernetesAttributionDown",
@@ -344,9 +350,42 @@ def test_nvlink_alerts_leave_out_replays_and_links_never_up() -> None:
     assert "(gpu_nvlink_link_up == 1)" in recordings()[state]["expr"]
     errors = alerts()["GPUNVLinkErrors"]["expr"]
     # one alert per GPU and type from the default per-GPU totals and from per-link series
-    assert errors.startswith("sum without (link) (increase(gpu_nvlink_errors_total{")
+    assert " ".join(errors.split()).startswith(
+        "sum without (link) ( increase(gpu_nvlink_errors_total{"
+    )
     (types,) = re.findall(r'error_type=~"([^"]+)"', errors)
-    assert set(types.split("|")) == {"recovery", "crc_flit", "crc_data"}
+    # NVLink5's fault counters too (Blackwell answers no legacy one); its bit errors
+    # before and after correction, like replays, are not faults by themselves
+    assert set(types.split("|")) == {
+        "recovery",
+        "crc_flit",
+        "crc_data",
+        "malformed_packet",
+        "buffer_overrun",
+        "rx",
+        "rx_remote",
+        "rx_general",
+        "local_link_integrity",
+        "tx_discard",
+    }
+
+
+def test_nvlink_degrading_counts_hours_of_trouble_recorded_once_an_hour() -> None:
+    """The trend alert counts the hourly points of one recorded family over a day, so
+    its group must run once an hour; it never sums the recovery counter's results (the
+    driver's "all" is itself the total), and every signal is one of the family."""
+    (group,) = [g for g in groups() if g["name"] == "gpu-exporter.recording.nvlink-trend"]
+    assert group["interval"] == "1h"
+    records = group["rules"]
+    assert {r["record"] for r in records} == {"instance_gpu_link:gpu_nvlink_degrading:increase1h"}
+    assert [r["labels"]["signal"] for r in records] == ["link_recovery", "recovery", "effective_ber"]
+    assert 'result="all"' in records[0]["expr"] and "[1h]" in records[0]["expr"]
+    assert all("[1h]" in r["expr"] for r in records)
+    assert thresholds(records[2]["expr"]) == [1e-12] or "> 1e-12" in records[2]["expr"]
+    expr = alerts()["GPUNVLinkDegrading"]["expr"]
+    assert expr.count(
+        "count_over_time(instance_gpu_link:gpu_nvlink_degrading:increase1h[1d]) >= 6"
+    ) == 2
 
 
 def test_busy_but_sms_idle_runbook_says_how_to_confirm_and_fix() -> None:

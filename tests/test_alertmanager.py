@@ -224,3 +224,64 @@ def test_the_example_is_what_the_test_runs(tmp_path: Path) -> None:
         r["matchers"] for r in example["route"]["routes"]
     ]
     assert [r["name"] for r in copy["receivers"]] == [r["name"] for r in example["receivers"]]
+
+
+def _rack_alert(name: str, instance: str, gpu: str, rack: str | None, tray: str) -> dict[str, Any]:
+    """An alert of a GPU with the rack labels the rules give it (none: a GPU outside a rack)."""
+    alert = _alert(name, instance, gpu)
+    if rack is not None:
+        alert["labels"] |= {"chassis_serial": rack, "slot": str(int(tray) + 4), "tray": tray}
+    return alert
+
+
+def test_a_lost_tray_pages_once_and_a_rack_s_nvlink_warnings_arrive_together(
+    tmp_path: Path,
+) -> None:
+    """GB200 NVL72: the four GPUs of one compute tray fall off the bus (here four VMs of
+    one GPU each, so grouping per node would page four times): one notification to the
+    pager holding the four. A failed NVLink switch tray takes links of GPUs on other
+    trays of the same rack: one notification to the team. GPUs outside any rack are
+    grouped per node, as before, not lumped together by their missing rack label."""
+    webhook = start_webhook()
+    manager = None
+    try:
+        manager = start_alertmanager(loopback_config(webhook.url), tmp_path)
+        rack, other = "1821424007777", "1821424008888"
+        tray = [_rack_alert("GPULost", f"gb200-r7-t5-vm{g}:9872", "0", rack, "5") for g in range(4)]
+        links = [
+            _rack_alert("GPUNVLinkDown", f"gb200-r7-t{t}:9872", "1", rack, t) for t in ("2", "9")
+        ]
+        elsewhere = [
+            _rack_alert("GPULost", "gb200-r8-t1:9872", "2", other, "1"),
+            _rack_alert("GPULost", "hgx-001:9872", "3", None, ""),
+            _rack_alert("GPULost", "hgx-002:9872", "3", None, ""),
+        ]
+        manager.post(tray + links + elsewhere)
+
+        def groups(path: str) -> list[set[str]]:
+            return [
+                {a["labels"]["instance"] for a in body["alerts"]}
+                for p, body in webhook.received
+                if p == path
+            ]
+
+        webhook.wait_for(lambda alerts: len(alerts) == 9)
+        time.sleep(2.5)  # two more group intervals: nothing is split off or sent again apart
+        pages = groups("/gpu-hardware")
+        assert {f"gb200-r7-t5-vm{g}:9872" for g in range(4)} in pages, pages
+        assert {"gb200-r8-t1:9872"} in pages and {"hgx-001:9872"} in pages, pages
+        assert {"hgx-002:9872"} in pages, pages
+        # the lost tray: one notification, never one per GPU
+        assert not [g for g in pages if g < {f"gb200-r7-t5-vm{g}:9872" for g in range(4)}]
+        assert groups("/gpu-team") == [{"gb200-r7-t2:9872", "gb200-r7-t9:9872"}]
+        (page,) = [
+            body
+            for p, body in webhook.received
+            if p == "/gpu-hardware" and body["groupLabels"].get("chassis_serial") == rack
+        ]
+        assert page["groupLabels"] == {"cluster": "gpu-cluster-1", "chassis_serial": rack}
+        assert {a["labels"]["tray"] for a in page["alerts"]} == {"5"}
+    finally:
+        if manager is not None:
+            manager.stop()
+        webhook.stop()

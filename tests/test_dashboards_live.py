@@ -13,7 +13,8 @@ been alive, to show that range queries work on a young server too. The Prometheu
 the shipped recording rules (evaluated every second), which the fleet dashboard's
 long-range panels read.
 A and B run on Kubernetes (a kubelet stand-in each): A's GPU 0 is allocated to ml/train,
-its idle GPU 1 to lab/notebook; B's built-in training job runs in pod ml/train-b, which
+its idle GPU 1 to lab/notebook, and its GPU 2 (the one the driver wants reset) is
+time-sliced between ml/serve and ml/serve-canary; B's built-in training job runs in pod ml/train-b, which
 was allocated no GPU (a stowaway), and B's GPU 1 is allocated to lab/scratch by a DRA
 claim (its device named by the GPU's minor number, as NVIDIA's DRA driver names it).
 
@@ -93,6 +94,9 @@ def kubelets(tmp: Path) -> tuple[list[FakeKubelet], list[list[str]]]:
             [
                 Pod("ml", "train", [Container("trainer", {gpu: ["0"]})]),
                 Pod("lab", "notebook", [Container("jupyter", {gpu: ["1"]})]),
+                # two time-sliced replicas of GPU 2, as the device plugin names them
+                Pod("ml", "serve", [Container("server", {gpu: ["2::0"]})]),
+                Pod("ml", "serve-canary", [Container("server", {gpu: ["2::1"]})]),
             ],
             [],
         ),
@@ -275,7 +279,8 @@ def test_template_variables_list_the_fleet(fleet: Fleet, dashboard: str) -> None
         "instance": sorted(fleet.instances),
         "gpu": ["0", "1", "2", "3"],
         "namespace": ["lab", "ml"],
-        "pod": ["notebook", "scratch", "train"],  # train-b was allocated nothing
+        # train-b was allocated nothing
+        "pod": ["notebook", "scratch", "serve", "serve-canary", "train"],
     }
 
 
@@ -292,6 +297,8 @@ def test_kubernetes_panels_show_the_idle_pods_and_the_stowaway(fleet: Fleet) -> 
     assert sorted((r["metric"]["gpu"], r["metric"]["pod"]) for r in pods) == [
         ("0", "train"),
         ("1", "notebook"),
+        ("2", "serve"),
+        ("2", "serve-canary"),
     ]
     only_lab = fleet.run(_panel("gpu-node.json", "Pods allocated each GPU"), namespace="lab")
     assert [r["metric"]["pod"] for r in only_lab] == ["notebook"]
@@ -613,3 +620,40 @@ def test_nvlink_row_shows_18_links_up_per_gpu(fleet: Fleet) -> None:
         "crc_data",
     }
     assert all(_value(r) == 0 for r in errors)
+
+
+def test_every_pod_on_a_gpu_that_needs_action_is_listed(fleet: Fleet) -> None:
+    """A's driver wants GPU 2 reset: both pods time-slicing it are listed with the action
+    and its reason, and the pods of A's healthy GPUs are not; the namespace variable
+    narrows the list."""
+    fleet.prometheus.wait_for("count(gpu_allocation_info) == 5")
+    title = "Pods on GPUs that need action"
+    rows = fleet.run(_panel("gpu-fleet.json", title))
+    a = fleet.instances[0]
+    assert sorted(
+        (r["metric"]["instance"], r["metric"]["gpu"], r["metric"]["pod"], r["metric"]["action"])
+        for r in rows
+    ) == [(a, "2", "serve", "reset_gpu"), (a, "2", "serve-canary", "reset_gpu")]
+    assert {r["metric"]["reason"] for r in rows} == {"recovery_action_gpu_reset"}
+    assert fleet.run(_panel("gpu-fleet.json", title), namespace="lab") == []
+
+
+def test_rack_view_counts_gpus_faults_and_actions_per_tray(fleet: Fleet) -> None:
+    """These simulated H100 boards have no platform info (Blackwell and later have): the
+    rack view puts their 12 GPUs in the row without a rack, with C's lost GPU and the
+    two GPUs that need action (A's reset, C's lost one's reboot), and lists those two
+    with their reason."""
+    title = "Racks and trays: GPUs, faults, NVLink errors and actions"
+    counts = {
+        ref: _by(fleet.run(_panel("gpu-fleet.json", title, ref)), "chassis_serial", "tray")
+        for ref in "ABCD"
+    }
+    assert counts["A"] == {("", ""): 12}
+    assert counts["B"] == {("", ""): 1}
+    assert counts["C"] == {("", ""): 2}
+    assert counts["D"] == {("", ""): 0}  # the simulated links count no faults
+    a, _b, c = fleet.instances
+    needing = fleet.run(_panel("gpu-fleet.json", "GPUs that need action, by rack and tray"))
+    assert sorted(
+        (r["metric"]["instance"], r["metric"]["gpu"], r["metric"]["action"]) for r in needing
+    ) == sorted([(a, "2", "reset_gpu"), (c, "1", "reboot_node")])

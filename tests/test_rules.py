@@ -378,14 +378,19 @@ def test_nvlink_degrading_counts_hours_of_trouble_recorded_once_an_hour() -> Non
     assert group["interval"] == "1h"
     records = group["rules"]
     assert {r["record"] for r in records} == {"instance_gpu_link:gpu_nvlink_degrading:increase1h"}
-    assert [r["labels"]["signal"] for r in records] == ["link_recovery", "recovery", "effective_ber"]
+    assert [r["labels"]["signal"] for r in records] == [
+        "link_recovery",
+        "recovery",
+        "effective_ber",
+    ]
     assert 'result="all"' in records[0]["expr"] and "[1h]" in records[0]["expr"]
     assert all("[1h]" in r["expr"] for r in records)
     assert thresholds(records[2]["expr"]) == [1e-12] or "> 1e-12" in records[2]["expr"]
     expr = alerts()["GPUNVLinkDegrading"]["expr"]
-    assert expr.count(
-        "count_over_time(instance_gpu_link:gpu_nvlink_degrading:increase1h[1d]) >= 6"
-    ) == 2
+    assert (
+        expr.count("count_over_time(instance_gpu_link:gpu_nvlink_degrading:increase1h[1d]) >= 6")
+        == 2
+    )
 
 
 def test_busy_but_sms_idle_runbook_says_how_to_confirm_and_fix() -> None:

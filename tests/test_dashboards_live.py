@@ -16,7 +16,8 @@ A and B run on Kubernetes (a kubelet stand-in each): A's GPU 0 is allocated to m
 its idle GPU 1 to lab/notebook, and its GPU 2 (the one the driver wants reset) is
 time-sliced between ml/serve and ml/serve-canary; B's built-in training job runs in pod
 ml/train-b, which was allocated no GPU (a stowaway), and B's GPU 1 is allocated to
-lab/scratch by a DRA claim (its device named by the GPU's minor number, as NVIDIA's DRA driver names it).
+lab/scratch by a DRA claim (its device named by the GPU's minor number, as NVIDIA's DRA
+driver names it).
 
 rate() over a window that starts before a series' first sample divides by the whole
 window, so while a series is younger than `$__rate_interval` its rate reads low (a busy

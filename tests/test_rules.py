@@ -136,6 +136,16 @@ def changed_rules_tested(
     return promtool("test", "rules", str(tmp_path / "tests" / tests.name))
 
 
+def test_promtool_trend_tests_fail_when_one_hour_of_trouble_warns(tmp_path: Path) -> None:
+    """The multi-day cases are sharp: a warning on any hour of trouble, not 6 of 24,
+    fires on the burst of recovery events after a reboot, and the unit tests say so."""
+    result = changed_rules_tested(
+        tmp_path, "gpu-alerts.yml", ") >= 6\n", ") >= 1\n", NVLINK_TREND_TESTS
+    )
+    assert result.returncode != 0
+    assert "one burst of recovery events after a reboot" in result.stdout + result.stderr
+
+
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     firing: set[str] = set()
     quiet: set[str] = set()

@@ -567,6 +567,19 @@ class HolderScanState:
     denied_processes: int  # processes whose descriptors it could not read (permission)
     complete: bool  # False: it stopped at its time budget, some processes unread
 
+    @property
+    def incomplete_reasons(self) -> tuple[str, ...]:
+        """Why a holder it did not find may still exist: "budget" (it stopped before
+        reading every process), "denied" (some processes' descriptors were refused)."""
+        return tuple(
+            reason
+            for reason, applies in (
+                ("budget", not self.complete),
+                ("denied", self.denied_processes > 0),
+            )
+            if applies
+        )
+
 
 @dataclass(frozen=True)
 class ProcessSample:
@@ -616,11 +629,20 @@ class Attribution:
     # `process_count`, their memory in `unattributed_memory_bytes`
     dead_owners: tuple[DeadOwner, ...] = ()
     # processes holding /dev/nvidiaN, from the last holder scan, while more than the leak
-    # threshold of memory has no live listed process; None: not scanned for this GPU
+    # threshold of memory has no live listed process: the oldest MAX_HOLDERS
+    # (attribution.holders); None: not scanned for this GPU
     holders: tuple[DeviceHolder, ...] | None = None
     # that scan read every process (none denied, within its budget): no holder found
     # means none holds the device file
     holders_complete: bool = False
+    holders_incomplete: tuple[str, ...] = ()  # why not: HolderScanState.incomplete_reasons
+    denied_processes: int = 0  # that scan's HolderScanState.denied_processes
+    holder_count: int = 0  # every holder that scan found, named or not
+    # processes whose descriptors that scan could not read, in a dead owner's process
+    # group or session (a crashed job's forked workers keep them): probably holders,
+    # never named as such; the oldest MAX_HOLDERS, and the count of all
+    holder_candidates: tuple[DeviceHolder, ...] = ()
+    holder_candidate_count: int = 0
 
 
 # Kubernetes --------------------------------------------------------------------------

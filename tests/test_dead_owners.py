@@ -5,15 +5,21 @@ driver kept listing the dead PID with the memory, and the child, which never tou
 held the device files it inherited. Each test spawns the processes of one such case:
 a zombie owner (a child the test does not wait for), an owner whose PID is gone (waited
 for), a reused PID (a live process started after the PID was first seen listed), a holder
-of a file that stands for /dev/nvidia0 (a regular file in a tmp "dev" directory), and a
-live owner beside them, which must not change.
+of a device that stands for /dev/nvidia7, and a live owner beside them, which must not
+change. The scan matches a descriptor by the device it opens, as fuser does (char major
+195, minor N); the tests point it at the kernel's memory devices, major 1, whose
+/dev/full is minor 7 and /dev/zero minor 5: real devices any process may open, which no
+service on a test machine holds.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -23,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.attribution.holders import HolderScanner
+from gpu_exporter.attribution.holders import MAX_HOLDERS, HolderScanner, Named
 from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.processes import ProcessAttributor, since_boot
 from gpu_exporter.metrics.exposition import Exposition
@@ -42,6 +48,10 @@ from tests.support.fake_nvml import FakeNvmlLib, Install, h100
 from tests.test_processes import STATIC
 
 GIB = 2**30
+MEM_MAJOR = 1  # the kernel's memory devices: /dev/full is 1:7, /dev/zero 1:5
+GPU = 7  # the GPU whose device stands as /dev/full
+OTHER_GPU = 5  # /dev/zero
+FULL, ZERO = Path("/dev/full"), Path("/dev/zero")
 HOLD = (
     "import sys, time\n"
     "files = [open(path) for path in sys.argv[1:]]\n"
@@ -60,10 +70,13 @@ class Spawned:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def sleeper(self, *open_files: Path) -> subprocess.Popen[bytes]:
-        """A live process holding `open_files` open."""
+    def sleeper(self, *open_files: Path, session: bool = False) -> subprocess.Popen[bytes]:
+        """A live process holding `open_files` open; with `session`, leading its own session
+        and process group (as a job started by a shell or a container runtime)."""
         proc = subprocess.Popen(
-            [sys.executable, "-c", HOLD, *map(str, open_files)], stdout=subprocess.PIPE
+            [sys.executable, "-c", HOLD, *map(str, open_files)],
+            stdout=subprocess.PIPE,
+            start_new_session=session,
         )
         self.procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
@@ -108,10 +121,10 @@ def spawned() -> Iterator[Spawned]:
 
 
 def listed(pids: dict[int, int], used: int) -> dict[int, DeviceRaw]:
-    """GPU 0 (minor 0) as NVML lists it: each PID with its memory."""
+    """GPU 0 (minor 7, /dev/full) as NVML lists it: each PID with its memory."""
     return {
         0: DeviceRaw(
-            replace(STATIC, minor_number=0),
+            replace(STATIC, minor_number=GPU),
             DeviceReading(memory=MemoryReading(total_bytes=141 * GIB, used_bytes=used)),
             None,
             None,
@@ -124,19 +137,19 @@ def listed(pids: dict[int, int], used: int) -> dict[int, DeviceRaw]:
 def test_dead_owners_are_no_processes_and_the_holder_of_the_device_file_is_named(
     spawned: Spawned, tmp_path: Path
 ) -> None:
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
-        (dev / name).write_bytes(b"")
-    live = spawned.sleeper(dev / "nvidia0", dev / "nvidiactl", dev / "nvidia-uvm")
-    holder = spawned.sleeper(dev / "nvidia0", dev / "nvidiactl")  # the forked survivor
-    other_gpu = spawned.sleeper(dev / "nvidia1", dev / "nvidiactl")
-    every_cuda = spawned.sleeper(dev / "nvidiactl", dev / "nvidia-uvm")  # decides nothing
+    lookalike = tmp_path / "dev" / "nvidia7"  # a regular file: its name decides nothing
+    lookalike.parent.mkdir()
+    lookalike.write_bytes(b"")
+    live = spawned.sleeper(FULL, lookalike)
+    holder = spawned.sleeper(FULL)  # the forked survivor
+    other_gpu = spawned.sleeper(ZERO)
+    every_cuda = spawned.sleeper(lookalike, Path("/dev/null"))  # decides nothing for GPU 7
     zombie, gone = spawned.zombie(), spawned.gone()
     reused = spawned.sleeper()  # its PID was listed before it started (faked by the clock)
+    mine = {p.pid for p in spawned.procs}
     now = since_boot()
     seen = [now - 3600.0]  # the first sample an hour ago, then now
-    scanner = HolderScanner(dev_root=str(dev))
+    scanner = HolderScanner(device_major=MEM_MAJOR)
     attributor = ProcessAttributor(since_boot=lambda: seen.pop() if seen else now, holders=scanner)
 
     # an hour ago NVML listed the PID the sleeper now has: it is not that owner
@@ -163,24 +176,22 @@ def test_dead_owners_are_no_processes_and_the_holder_of_the_device_file_is_named
     after = attributor(listed(memory, 8 * GIB))[0]
     assert after.holders is not None
     holders = {h.pid: h for h in after.holders}
-    assert set(holders) == {live.pid, holder.pid}  # /dev/nvidia0's, not nvidiactl's alone
+    assert set(holders) & mine == {live.pid, holder.pid}  # /dev/full's, not a lookalike's
+    assert after.holder_count == len(holders)
     assert holders[holder.pid].process.startswith("python")
     assert holders[holder.pid].user == pwd.getpwuid(os.getuid()).pw_name
     assert other_gpu.pid not in holders and every_cuda.pid not in holders
-    assert [h.pid for h in scan.holders[1]] == [other_gpu.pid]
+    assert other_gpu.pid in scan.holders[OTHER_GPU].pids
     # the live owner beside them did not change
     assert after.processes == out.processes and after.process_count == 1
 
 
 def test_holders_are_scanned_only_above_the_threshold_and_at_most_once_a_minute(
-    spawned: Spawned, tmp_path: Path
+    spawned: Spawned,
 ) -> None:
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    (dev / "nvidia0").write_bytes(b"")
-    live = spawned.sleeper(dev / "nvidia0")
+    live = spawned.sleeper(FULL)
     monotonic = [1000.0]
-    scanner = HolderScanner(dev_root=str(dev), monotonic=lambda: monotonic[0])
+    scanner = HolderScanner(device_major=MEM_MAJOR, monotonic=lambda: monotonic[0])
     attributor = ProcessAttributor(holders=scanner)
     accounted = attributor(listed({live.pid: GIB}, GIB + GIB // 2))[0]
     assert accounted.unattributed_memory_bytes == GIB // 2 and accounted.holders is None
@@ -188,8 +199,8 @@ def test_holders_are_scanned_only_above_the_threshold_and_at_most_once_a_minute(
     gone = spawned.gone()
     attributor(listed({live.pid: GIB, gone: 2 * GIB}, 3 * GIB))
     first = scanner.wait(30)
-    assert first is not None and [h.pid for h in first.holders[0]] == [live.pid]
-    late = spawned.sleeper(dev / "nvidia0")
+    assert first is not None and live.pid in first.holders[GPU].pids
+    late = spawned.sleeper(FULL)
     monotonic[0] += 59.0
     attributor(listed({live.pid: GIB, gone: 2 * GIB}, 3 * GIB))
     assert scanner.wait(30) is first  # within the minute: the last answer stands
@@ -197,7 +208,42 @@ def test_holders_are_scanned_only_above_the_threshold_and_at_most_once_a_minute(
     attributor(listed({live.pid: GIB, gone: 2 * GIB}, 3 * GIB))
     second = scanner.wait(30)
     assert second is not first and second is not None
-    assert [h.pid for h in second.holders[0]] == sorted([live.pid, late.pid])
+    assert {live.pid, late.pid} <= second.holders[GPU].pids
+
+
+def test_a_descriptor_is_matched_by_the_device_it_opens_not_by_its_name(
+    spawned: Spawned, tmp_path: Path
+) -> None:
+    """A container's /dev/nvidia0 may be the host's /dev/nvidia5, and a node deleted since
+    it was opened ("/dev/nvidia7 (deleted)") is still the device: fuser's way, st_rdev."""
+    if os.geteuid() != 0:
+        pytest.skip("creating device nodes needs root (CAP_MKNOD)")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    os.mknod(dev / "nvidia0", 0o600 | stat.S_IFCHR, os.makedev(MEM_MAJOR, OTHER_GPU))
+    os.mknod(dev / "nvidia7", 0o600 | stat.S_IFCHR, os.makedev(MEM_MAJOR, GPU))
+    renamed = spawned.sleeper(dev / "nvidia0")  # "nvidia0" in its namespace, GPU 5 here
+    deleted = spawned.sleeper(dev / "nvidia7")
+    (dev / "nvidia7").unlink()
+    links = [os.readlink(f) for f in Path(f"/proc/{deleted.pid}/fd").iterdir()]
+    assert any(link.endswith("nvidia7 (deleted)") for link in links), links
+    scan = HolderScanner(device_major=MEM_MAJOR).scan()
+    assert renamed.pid in scan.holders[OTHER_GPU].pids
+    assert deleted.pid in scan.holders[GPU].pids
+    assert renamed.pid not in scan.holders.get(0, Named()).pids
+
+
+def test_many_holders_name_the_oldest_few_and_count_them_all(spawned: Spawned) -> None:
+    """One job that forked many workers: MAX_HOLDERS named, oldest first, all counted."""
+    job = spawned.sleeper(FULL)
+    workers = [spawned.sleeper(FULL) for _ in range(MAX_HOLDERS + 3)]
+    scan = HolderScanner(device_major=MEM_MAJOR).scan()
+    held = scan.holders[GPU]
+    assert {job.pid, *(w.pid for w in workers)} <= held.pids
+    named = [h.pid for h in held.named]
+    assert len(named) == MAX_HOLDERS
+    assert named[0] == job.pid  # the oldest: started first
+    assert workers[-1].pid not in named
 
 
 def test_without_permission_the_scan_counts_what_it_could_not_read(tmp_path: Path) -> None:
@@ -206,7 +252,7 @@ def test_without_permission_the_scan_counts_what_it_could_not_read(tmp_path: Pat
         script = (
             "import sys\n"
             "from gpu_exporter.attribution.holders import HolderScanner\n"
-            "state = HolderScanner(dev_root=sys.argv[1]).scan().state\n"
+            "state = HolderScanner().scan().state\n"
             "print(state.denied_processes, state.complete)\n"
         )
         repo = Path(__file__).resolve().parents[1]
@@ -235,17 +281,71 @@ def test_without_permission_the_scan_counts_what_it_could_not_read(tmp_path: Pat
         denied, complete = result.stdout.split()
         assert int(denied) > 0 and complete == "True"  # PID 1 and kthreadd at least
     else:
-        state = HolderScanner(dev_root=str(tmp_path)).scan().state
+        state = HolderScanner().scan().state
         assert state.denied_processes > 0 and state.complete
+
+
+SETPRIV = shutil.which("setpriv")
+NO_CAPABILITIES = [
+    "--reuid=0",
+    "--regid=0",
+    "--init-groups",
+    "--inh-caps=-all",
+    "--ambient-caps=-all",
+    "--bounding-set=-all",
+]
+"""uid 0 with every capability dropped: the DaemonSet's securityContext and the unit's
+CapabilityBoundingSet= (`setpriv` ships with util-linux)."""
+SCAN_AS_SHIPPED = (
+    "import json, sys\n"
+    "from gpu_exporter.attribution.holders import HolderScanner\n"
+    "group = int(sys.argv[1])\n"
+    "scan = HolderScanner(device_major=1).scan([group])\n"
+    "held = scan.holders.get(7)\n"
+    "found = scan.candidates.get(group)\n"
+    "print(json.dumps({'holders': sorted(held.pids) if held else [],\n"
+    "    'candidates': sorted(found.pids) if found else [],\n"
+    "    'names': [h.process for h in found.named] if found else [],\n"
+    "    'denied': scan.state.denied_processes, 'reasons': scan.state.incomplete_reasons}))\n"
+)
+
+
+def test_as_uid_0_without_capabilities_a_root_holder_is_denied_and_a_candidate(
+    spawned: Spawned,
+) -> None:
+    """uid 0 owns a root process's /proc/PID/fd, so listing it works, but reading an entry
+    takes ptrace access, refused to a caller without all the target's capabilities: EACCES
+    makes the process denied (never "holds nothing"), and its process group names it a
+    candidate. On the old code this holder was skipped and the scan said complete."""
+    if os.geteuid() != 0 or SETPRIV is None:
+        pytest.skip("needs root with capabilities and setpriv")
+    holder = spawned.sleeper(FULL, session=True)  # root, with root's capabilities
+    assert os.getpgid(holder.pid) == holder.pid
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [SETPRIV, *NO_CAPABILITIES, sys.executable, "-c", SCAN_AS_SHIPPED, str(holder.pid)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert holder.pid not in seen["holders"]
+    assert seen["denied"] > 0 and "denied" in seen["reasons"]
+    assert seen["candidates"] == [holder.pid] and seen["names"][0].startswith("python")
+    # the same scan as full root names it a holder
+    full = HolderScanner(device_major=MEM_MAJOR).scan([holder.pid])
+    assert holder.pid in full.holders[GPU].pids
+    assert holder.pid not in full.candidates.get(holder.pid, Named()).pids
 
 
 def test_a_scan_that_runs_out_of_budget_says_it_is_incomplete(tmp_path: Path) -> None:
     ticks = iter(float(t) for t in range(10_000))
-    scanner = HolderScanner(
-        dev_root=str(tmp_path), budget_seconds=3.0, monotonic=lambda: next(ticks)
-    )
+    scanner = HolderScanner(budget_seconds=3.0, monotonic=lambda: next(ticks))
     state = scanner.scan().state
     assert not state.complete and state.duration_seconds > 3.0
+    assert "budget" in state.incomplete_reasons
 
 
 FORK_AND_DIE = (
@@ -264,18 +364,14 @@ def test_the_h200_case_through_the_driver_wrappers_the_sampler_and_the_expositio
 ) -> None:
     """A job allocated 4.5 GiB, forked a child and died; the driver keeps listing it (the
     stand-in NVML's default, as R580's), the child holds the device files."""
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for name in ("nvidia0", "nvidiactl", "nvidia-uvm"):
-        (dev / name).write_bytes(b"")
-    files = [str(dev / name) for name in ("nvidia0", "nvidiactl", "nvidia-uvm")]
+    files = [str(FULL), "/dev/null"]  # its GPU's device (GPU 7's stand-in) and another
     job = subprocess.Popen([sys.executable, "-c", FORK_AND_DIE, *files], stdout=subprocess.PIPE)
     assert job.stdout is not None
     child = int(job.stdout.readline())
     try:
         used = 4_831_838_208
         gpu = h100(0)
-        gpu.minor = 0
+        gpu.minor = GPU
         total, reserved, _used, _free = gpu.memory_bytes or (0, 0, 0, 0)
         gpu.memory_bytes = (total, reserved, used, total - reserved - used)
         gpu.compute_processes = [(job.pid, used)]
@@ -283,7 +379,7 @@ def test_the_h200_case_through_the_driver_wrappers_the_sampler_and_the_expositio
         job.wait(30)  # the job died, and was reaped: its PID is gone from /proc
         gpu.process_exited(job.pid)
         assert gpu.compute_processes == [(job.pid, used)]  # still listed, as on R580
-        scanner = HolderScanner(dev_root=str(dev))
+        scanner = HolderScanner(device_major=MEM_MAJOR)
         sampler = Sampler(
             PynvmlBackend(),
             interval_seconds=1.0,
@@ -300,7 +396,7 @@ def test_the_h200_case_through_the_driver_wrappers_the_sampler_and_the_expositio
         verdicts = {v.name: v.summary for v in judge(device, History())}
         comm = Path(f"/proc/{child}/comm").read_text().strip()
         assert verdicts["memory-leaked"] == (
-            f"pid {job.pid} exited; pid {child} ({comm}) still holds /dev/nvidia0: end it."
+            f"pid {job.pid} exited; pid {child} ({comm}) still holds /dev/nvidia7: end it."
         )
         samples = parse_samples(
             Exposition(snapshot).body(openmetrics=False, compressed=False).decode()

@@ -148,8 +148,10 @@ def test_memory_leaked_names_the_dead_owner_and_the_child_that_holds_the_device_
         "pid 1567 exited; no process holds the device files: reset the GPU."
     )
     unread = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=dead, holders=()))
-    assert "no process the exporter may read holds" in unread["memory-leaked"]
-    assert "sudo fuser -v /dev/nvidia*" in unread["memory-leaked"]
+    assert unread["memory-leaked"] == (
+        "pid 1567 exited; no holder found, but the holder scan is incomplete: find the holder "
+        "with sudo fuser -v /dev/nvidia*."
+    )
     zombie = (DeadOwner(1567, "zombie", LEAK_USED), DeadOwner(1570, "gone", None))
     unscanned = leak_verdicts(Attribution((), LEAK_USED, 0, dead_owners=zombie))
     assert unscanned["memory-leaked"] == (
@@ -162,6 +164,48 @@ def test_memory_leaked_names_the_dead_owner_and_the_child_that_holds_the_device_
     live = ProcessSample(pid="1600", process="python", user="alice", context="compute")
     beside = leak_verdicts(Attribution((live,), 0, 1, dead_owners=dead, holders=holders))
     assert "memory-leaked" not in beside and "idle-allocated" in beside
+
+
+def test_memory_leaked_says_reset_only_after_a_complete_scan_and_names_candidates() -> None:
+    """As shipped (uid 0 without capabilities) the scan is denied the root processes: no
+    reset, the candidates by process group or session, and the fuser command."""
+    dead = (DeadOwner(1567, "gone", LEAK_USED),)
+    denied = Attribution(
+        (),
+        LEAK_USED,
+        0,
+        dead_owners=dead,
+        holders=(),
+        holders_incomplete=("denied",),
+        denied_processes=80,
+        holder_candidates=(DeviceHolder(1592, "python3", "root"),),
+        holder_candidate_count=1,
+    )
+    assert leak_verdicts(denied)["memory-leaked"] == (
+        "pid 1567 exited; no holder found, but the exporter may not read the descriptors of 80 "
+        "processes; pid 1592 (python3), in a dead owner's process group or session, probably "
+        "holds /dev/nvidia0: check with sudo fuser -v /dev/nvidia*."
+    )
+    budget = replace(
+        denied, holders_incomplete=("budget",), holder_candidates=(), holder_candidate_count=0
+    )
+    assert leak_verdicts(budget)["memory-leaked"] == (
+        "pid 1567 exited; no holder found, but the holder scan stopped at its time budget: "
+        "find the holder with sudo fuser -v /dev/nvidia*."
+    )
+    for attribution in (denied, budget):
+        assert "reset" not in leak_verdicts(attribution)["memory-leaked"]
+
+
+def test_memory_leaked_names_a_few_holders_and_says_how_many_more() -> None:
+    """One job forked 2,000 workers that hold the device file: five named, the rest counted."""
+    dead = (DeadOwner(1567, "gone", LEAK_USED),)
+    oldest = tuple(DeviceHolder(2000 + i, "python3", "alice") for i in range(5))
+    many = Attribution((), LEAK_USED, 0, dead_owners=dead, holders=oldest, holder_count=2001)
+    assert leak_verdicts(many)["memory-leaked"] == (
+        "pid 1567 exited; pids 2000 (python3), 2001 (python3), 2002 (python3), 2003 (python3), "
+        "2004 (python3) and 1,996 more still hold /dev/nvidia0: end them."
+    )
 
 
 def test_idle_allocated_when_a_process_holds_an_idle_gpu() -> None:

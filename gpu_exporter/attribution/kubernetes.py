@@ -97,7 +97,13 @@ def _named(device: DeviceSample, reading: KubeletReading) -> DeviceSample:
     holders = attribution.holders
     if holders is not None:
         holders = tuple(_name_holder(h, reading) for h in holders)
-    return replace(device, attribution=replace(attribution, processes=processes, holders=holders))
+    candidates = tuple(_name_holder(h, reading) for h in attribution.holder_candidates)
+    return replace(
+        device,
+        attribution=replace(
+            attribution, processes=processes, holders=holders, holder_candidates=candidates
+        ),
+    )
 
 
 def _name(p: ProcessSample, reading: KubeletReading) -> ProcessSample:

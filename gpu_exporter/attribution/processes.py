@@ -30,7 +30,11 @@ made up.
 While a GPU has more than `scan_above_bytes` of memory that no live listed process
 accounts for, the attributor asks `holders.HolderScanner` (its own thread, at most once
 a minute) who holds that GPU's `/dev/nvidiaN`, and hands the last answer on
-(`Attribution.holders`).
+(`Attribution.holders`, at most `holders.MAX_HOLDERS` named, `holder_count` in all). It
+remembers the process group and session of every listed process while it lives, so a
+dead owner's workers whose descriptors the scan may not read are still named, as
+candidates (`Attribution.holder_candidates`); an owner never seen alive stands for its
+own group (a group's leader's PID is its id).
 
 Each process is one series per GPU (and MIG instance), as nvidia-smi lists it: one that
 NVML lists in both the compute and the graphics list (nvidia-smi's type C+G) has context
@@ -49,7 +53,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from gpu_exporter.attribution.holders import HolderScanner
+from gpu_exporter.attribution.holders import HolderScanner, Named
 from gpu_exporter.attribution.identity import (
     FileReader,
     Identity,
@@ -139,6 +143,7 @@ class ProcessAttributor:
         self._boot_offset: float | None = None  # wall minus boot time when btime was read
         # PID -> (seconds since boot it was first seen listed, its start ticks then or None)
         self._first_seen: dict[int, tuple[float, int | None]] = {}
+        self._groups: dict[int, tuple[int, int]] = {}  # listed PID -> (pgrp, session)
         self.holders = holders
         self._scan_above = scan_above_bytes
         self.sees_host_pid_namespace = sees_host_pid_namespace(proc_root)
@@ -165,6 +170,7 @@ class ProcessAttributor:
         pids = {p.pid for raw in raws.values() for p in raw.processes or ()}
         now = self._since_boot()  # never the wall clock: it steps (see the module)
         self._first_seen = {pid: self._first_seen.get(pid, (now, None)) for pid in pids}
+        self._groups = {pid: g for pid, g in self._groups.items() if pid in pids}
         if fresh or not pids <= self._hosts.keys():
             self._hosts = self.host_processes(pids)
         hosts = self._hosts
@@ -195,16 +201,36 @@ class ProcessAttributor:
         }
         if not suspects:
             return attribution
-        scanner.request()
+        owners = {index: {o.pid for o in attribution[index].dead_owners} for index in suspects}
+        groups = {
+            index: {g for pid in pids for g in (pid, *self._groups.get(pid, ()))}
+            for index, pids in owners.items()
+        }
+        scanner.request({g for gs in groups.values() for g in gs})
         scan = scanner.latest()
         if scan is None:
             return attribution
         out = dict(attribution)
-        complete = scan.state.complete and not scan.state.denied_processes
+        reasons = scan.state.incomplete_reasons
         for index, minor in suspects.items():
-            if minor is not None:
-                held = scan.holders.get(minor, ())
-                out[index] = replace(out[index], holders=held, holders_complete=complete)
+            if minor is None:
+                continue
+            held = scan.holders.get(minor, Named())
+            candidates = Named()
+            for group in sorted(groups[index]):
+                candidates = candidates.merge(
+                    scan.candidates.get(group, Named()), leave_out=held.pids | owners[index]
+                )
+            out[index] = replace(
+                out[index],
+                holders=held.named,
+                holders_complete=not reasons,
+                holders_incomplete=reasons,
+                denied_processes=scan.state.denied_processes,
+                holder_count=len(held.pids),
+                holder_candidates=candidates.named,
+                holder_candidate_count=len(candidates.pids),
+            )
         return out
 
     # Host side ---------------------------------------------------------------------
@@ -233,6 +259,8 @@ class ProcessAttributor:
             if stat is None:  # in the host's PID namespace: gone
                 out[pid] = GONE
                 continue
+            if stat.session and not stat.dead:
+                self._groups[pid] = (stat.pgrp, stat.session)
             if stat.dead:
                 out[pid] = HostProcess(process=stat.comm, dead="zombie")
                 continue

@@ -89,6 +89,8 @@ class ProcStat:
     start_ticks: int  # start time in clock ticks after boot
     rss_pages: int  # resident set size in pages (SC_PAGE_SIZE)
     state: str = "R"  # proc(5) field 3: R, S, D, ..., Z (zombie), X (dead)
+    pgrp: int = 0  # process group (field 5); 0 unknown
+    session: int = 0  # session (field 6); 0 unknown or a kernel thread
 
     @property
     def dead(self) -> bool:
@@ -116,6 +118,8 @@ def parse_stat(data: bytes) -> ProcStat:
         start_ticks=int(fields[19]),
         rss_pages=int(fields[21]),
         state=fields[0].decode("ascii", "replace"),
+        pgrp=int(fields[2]),
+        session=int(fields[3]),
     )
 
 

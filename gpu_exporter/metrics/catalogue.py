@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from gpu_exporter import __version__
-from gpu_exporter.attribution.holders import SCAN_BUDGET_SECONDS, SCAN_EVERY_SECONDS
+from gpu_exporter.attribution.holders import MAX_HOLDERS, SCAN_BUDGET_SECONDS, SCAN_EVERY_SECONDS
 from gpu_exporter.metrics.specs import (
     SAMPLED,
     Collector,
@@ -47,7 +47,9 @@ from gpu_exporter.model import (
     STAGES,
     TLIMIT_THRESHOLDS,
     ActivityTotals,
+    Attribution,
     ClocksReading,
+    DeviceHolder,
     DeviceReading,
     DeviceSample,
     EccReading,
@@ -485,16 +487,41 @@ def _dead_owners(_s: Snapshot, d: DeviceSample) -> Rows:
     return [((str(o.pid), o.state), 1) for o in (a.dead_owners if a is not None else ())]
 
 
-def _holders(_s: Snapshot, d: DeviceSample) -> Rows:
-    a = d.attribution
+def _holder_rows(holders: Iterable[DeviceHolder]) -> Rows:
     return [
         (
             (str(h.pid), h.process, h.user, h.labels.container_id, h.labels.pod_uid)
             + (h.namespace, h.pod, h.container),
             1,
         )
-        for h in (a.holders or () if a is not None else ())
+        for h in holders
     ]
+
+
+def _holders(_s: Snapshot, d: DeviceSample) -> Rows:
+    a = d.attribution
+    return _holder_rows(a.holders or () if a is not None else ())
+
+
+def _holder_candidates(_s: Snapshot, d: DeviceSample) -> Rows:
+    a = d.attribution
+    return _holder_rows(a.holder_candidates if a is not None else ())
+
+
+def _holder_count(pick: Callable[[Attribution], int]) -> DeviceExtract:
+    """A count while the GPU was scanned for holders (its memory is held by no live process)."""
+    return lambda _s, d: (
+        one(pick(d.attribution))
+        if d.attribution is not None and d.attribution.holders is not None
+        else ()
+    )
+
+
+def _holder_scan_incomplete(s: Snapshot) -> Rows:
+    if s.holder_scan is None:
+        return ()
+    reasons = s.holder_scan.incomplete_reasons
+    return [((reason,), int(reason in reasons)) for reason in ("budget", "denied")]
 
 
 def _holder_scan(pick: Callable[[HolderScanState], Number]) -> Callable[[Snapshot], Rows]:
@@ -816,11 +843,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_memory_holder_info",
         "gauge",
         "1 for each process that holds the GPU's device file /dev/nvidiaN open (what "
-        f"fuser -v finds), scanned at most once every {SCAN_EVERY_SECONDS:.0f} s while more "
+        "fuser -v finds, by the device the descriptor opens, char 195:N), scanned at most "
+        f"once every {SCAN_EVERY_SECONDS:.0f} s while more "
         f"than {LEAKED_MEMORY_BYTES / 2**30:.0f} GiB of the GPU's "
         "memory has no live listed process; with the pod where Kubernetes attribution knows "
-        "it. Without root or CAP_SYS_PTRACE only the exporter's own user's processes are "
-        "seen (gpu_exporter_holder_scan_denied_processes).",
+        f"it. At most {MAX_HOLDERS} per GPU, the oldest first (gpu_memory_holders counts "
+        "them all). A process whose descriptors the exporter may not read is not here "
+        "(gpu_exporter_holder_scan_denied_processes; gpu_memory_holder_candidate_info).",
         "process",
         _holders,
         "pid",
@@ -831,6 +860,44 @@ METRICS: tuple[MetricSpec, ...] = (
         "namespace",
         "pod",
         "container",
+    ),
+    _d(
+        "gpu_memory_holders",
+        "gauge",
+        "Processes that hold the GPU's device file, all of them, at the last holder scan "
+        f"(gpu_memory_holder_info names at most {MAX_HOLDERS}); present while the GPU is "
+        "scanned for holders. 0 is no proof of none unless gpu_exporter_holder_scan_complete "
+        "is 1.",
+        "process",
+        _holder_count(lambda a: a.holder_count),
+    ),
+    _d(
+        "gpu_memory_holder_candidate_info",
+        "gauge",
+        "1 for each process that probably holds the GPU's device file: its descriptors "
+        "could not be read (gpu_exporter_holder_scan_denied_processes), and it is in the "
+        "process group or session of a dead owner NVML still lists (a crashed job's forked "
+        f"workers keep them). A candidate, not a holder: check with fuser -v. At most "
+        f"{MAX_HOLDERS} per GPU, the oldest first.",
+        "process",
+        _holder_candidates,
+        "pid",
+        "process",
+        "user",
+        "container_id",
+        "pod_uid",
+        "namespace",
+        "pod",
+        "container",
+    ),
+    _d(
+        "gpu_memory_holder_candidates",
+        "gauge",
+        "Processes that probably hold the GPU's device file, all of them "
+        f"(gpu_memory_holder_candidate_info names at most {MAX_HOLDERS}); present while the "
+        "GPU is scanned for holders.",
+        "process",
+        _holder_count(lambda a: a.holder_candidate_count),
     ),
     # Temperature and cooling.
     _d(
@@ -1625,11 +1692,34 @@ METRICS: tuple[MetricSpec, ...] = (
         name="gpu_exporter_holder_scan_denied_processes",
         type="gauge",
         help="Processes whose descriptors the last scan for the holders of the GPUs' device "
-        "files could not read: another user's /proc/PID/fd needs root or CAP_SYS_PTRACE. "
-        "Holders among them are not in gpu_memory_holder_info: run sudo fuser -v "
-        "/dev/nvidia* instead.",
+        "files could not read (EACCES): another process's /proc/PID/fd needs its uid and "
+        "all its capabilities, or CAP_SYS_PTRACE, so as shipped (uid 0 without "
+        "capabilities) nearly every root process. Holders among them are not in "
+        "gpu_memory_holder_info: run sudo fuser -v /dev/nvidia* instead.",
         collector="process",
         extract=_holder_scan(lambda h: h.denied_processes),
+    ),
+    ExporterMetric(
+        name="gpu_exporter_holder_scan_complete",
+        type="gauge",
+        help="1 when the last scan for the holders of the GPUs' device files read every "
+        "process's descriptors, within its budget and denied none: only then does no "
+        "gpu_memory_holder_info series mean no process holds the device file; 0 otherwise "
+        "(gpu_exporter_holder_scan_incomplete says why).",
+        collector="process",
+        extract=_holder_scan(lambda h: int(not h.incomplete_reasons)),
+    ),
+    ExporterMetric(
+        name="gpu_exporter_holder_scan_incomplete",
+        type="gauge",
+        help="1 for each reason the last holder scan did not read every process: "
+        f"reason budget (it stopped at its {SCAN_BUDGET_SECONDS:.0f} s budget), denied "
+        "(some processes' descriptors were refused: another process's /proc/PID/fd needs "
+        "its uid and all its capabilities, or CAP_SYS_PTRACE); 0 for a reason that does not "
+        "apply.",
+        collector="process",
+        labels=("reason",),
+        extract=_holder_scan_incomplete,
     ),
     ExporterMetric(
         name="gpu_exporter_holder_scan_duration_seconds",
@@ -1839,6 +1929,11 @@ READ: dict[str, str] = {
         f"{LEAKED_MEMORY_BYTES / 2**30:g} GiB that no live process accounts for"
     ),
     "gpu_exporter_holder_scan_denied_processes": "with each holder scan (see above)",
+    "gpu_exporter_holder_scan_complete": "with each holder scan (see above)",
+    "gpu_exporter_holder_scan_incomplete": "with each holder scan (see above)",
+    "gpu_memory_holders": "with each holder scan (see above)",
+    "gpu_memory_holder_candidate_info": "with each holder scan (see above)",
+    "gpu_memory_holder_candidates": "with each holder scan (see above)",
     "gpu_exporter_holder_scan_duration_seconds": "with each holder scan (see above)",
     "gpu_process_cpu_seconds_total": _PROC_COUNTERS,
     "gpu_host_cpu_busy_seconds_total": _PROC_COUNTERS,

@@ -234,6 +234,7 @@ class Leak:
     attribution: Attribution
     holders: tuple[DeviceHolder, ...] | None  # of the device file, dead owners left out;
     # None: not scanned yet
+    holder_count: int = 0  # every holder, dead owners left out (`holders` names a few)
 
 
 def leak(device: DeviceSample) -> Leak | None:
@@ -248,9 +249,12 @@ def leak(device: DeviceSample) -> Leak | None:
         return None
     owners = {o.pid for o in attribution.dead_owners}
     holders = attribution.holders
+    count = attribution.holder_count
     if holders is not None:
-        holders = tuple(h for h in holders if h.pid not in owners)
-    return Leak(memory.used_bytes, attribution, holders)
+        kept = tuple(h for h in holders if h.pid not in owners)
+        count -= len(holders) - len(kept)
+        holders = kept
+    return Leak(memory.used_bytes, attribution, holders, max(count, len(holders or ())))
 
 
 def _memory_leaked(device: DeviceSample) -> GpuVerdict | None:
@@ -262,32 +266,57 @@ def _memory_leaked(device: DeviceSample) -> GpuVerdict | None:
     return _verdict("memory-leaked", _leak_summary(found, minor))
 
 
+FUSER = "sudo fuser -v /dev/nvidia*"
+
+
 def _leak_summary(found: Leak, minor: int | None) -> str:
     """ "pid 1567 exited; pid 1592 (python3) still holds /dev/nvidia0: end it.", or "...: no
-    process holds the device files: reset the GPU." once the holders were scanned."""
-    dead = found.attribution.dead_owners
+    process holds the device files: reset the GPU." only once a scan read every process and
+    was denied none; otherwise what is known (candidates by process group or session) and
+    the fuser command, never a reset."""
+    a = found.attribution
+    dead = a.dead_owners
     exited = (
         f"{_pids(str(o.pid) for o in dead)} exited; "
         if dead
         else f"{gib(found.used_bytes)} of memory is held by no live process; "
     )
+    path = f"/dev/nvidia{minor}" if minor is not None else "the device file"
     holders = found.holders
     if holders is None:
         return (
             f"{exited}{gib(found.used_bytes)} stays taken until the process that holds its "
             "device file ends."
         )
-    if not holders and found.attribution.holders_complete:
+    if holders:
+        named = _some(holders, found.holder_count)
+        verb, them = ("holds", "it") if found.holder_count == 1 else ("hold", "them")
+        return f"{exited}{named} still {verb} {path}: end {them}."
+    if a.holders_complete:
         return f"{exited}no process holds the device files: reset the GPU."
-    if not holders:
+    why = []
+    if "denied" in a.holders_incomplete:
+        why.append(f"the exporter may not read the descriptors of {a.denied_processes} processes")
+    if "budget" in a.holders_incomplete:
+        why.append("the holder scan stopped at its time budget")
+    unknown = f"no holder found, but {' and '.join(why) or 'the holder scan is incomplete'}"
+    if a.holder_candidates:
+        named = _some(a.holder_candidates, a.holder_candidate_count)
+        verb = "probably holds" if a.holder_candidate_count == 1 else "probably hold"
         return (
-            f"{exited}no process the exporter may read holds its device file: find the "
-            "holder with sudo fuser -v /dev/nvidia*, or reset the GPU if none."
+            f"{exited}{unknown}; {named}, in a dead owner's process group or session, "
+            f"{verb} {path}: check with {FUSER}."
         )
-    named = _pids(f"{h.pid} ({h.process})" if h.process else str(h.pid) for h in holders)
-    path = f"/dev/nvidia{minor}" if minor is not None else "the device file"
-    verb, them = ("holds", "it") if len(holders) == 1 else ("hold", "them")
-    return f"{exited}{named} still {verb} {path}: end {them}."
+    return f"{exited}{unknown}: find the holder with {FUSER}."
+
+
+def _some(holders: Iterable[DeviceHolder], count: int) -> str:
+    """ "pid 1592 (python3)", or "pids 1592 (python3), 1600 (python3) and 1,998 more"."""
+    listed = [f"{h.pid} ({h.process})" if h.process else str(h.pid) for h in holders]
+    more = count - len(listed)
+    if more <= 0:
+        return _pids(listed)
+    return f"pids {', '.join(listed)} and {more:,} more"
 
 
 def _pids(names: Iterable[str]) -> str:

@@ -182,9 +182,9 @@ def test_memory_leaked_says_reset_only_after_a_complete_scan_and_names_candidate
         holder_candidate_count=1,
     )
     assert leak_verdicts(denied)["memory-leaked"] == (
-        "pid 1567 exited; no holder found, but the exporter may not read the descriptors of 80 "
-        "processes; pid 1592 (python3), in a dead owner's process group or session, probably "
-        "holds /dev/nvidia0: check with sudo fuser -v /dev/nvidia*."
+        "pid 1567 exited; no holder found, but the exporter may not read every process's "
+        "descriptors (80 denied); pid 1592 (python3), in a dead owner's process group or "
+        "session, probably holds /dev/nvidia0: check with sudo fuser -v /dev/nvidia*."
     )
     budget = replace(
         denied, holders_incomplete=("budget",), holder_candidates=(), holder_candidate_count=0

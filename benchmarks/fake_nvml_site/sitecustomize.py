@@ -11,6 +11,11 @@ Python imports `sitecustomize` at start-up; this one does nothing unless asked:
   (`tests.support.fake_nvml.gb200`: NVLink5 counters, platform info, a rack-wide fabric)
   instead of the busy H100s;
 - FAKE_NVML_PIDS: comma-separated PIDs of the GPU processes, dealt over the GPUs in turn;
+- FAKE_NVML_DEVICES: the device file each GPU's descriptors open, as MAJOR:MINOR of a
+  char device, comma-separated by GPU (GPUs beyond keep their index as minor): the stand-in
+  driver's nodes, which the holder scan then looks for in place of NVIDIA's major 195
+  (one major for all; a test uses the kernel's memory devices, such as 1:8, /dev/random,
+  that any process may open and no service holds);
 - FAKE_NVML_CALLS: a file that SIGUSR1 makes the program write its NVML call counts to
   (JSON: `answered`, calls the fake answered; `on_gpus`, those of them made on a GPU's
   handle or, for `nvmlGpmMetricsGet` (which takes none), for one GPU's samples (the rest
@@ -71,12 +76,22 @@ def _install() -> None:
 
             return timed
 
+    driver: dict[str, Any] = {}
     if os.environ.get("FAKE_NVML_KIND") == "gb200":
         from tests.support.fake_nvml import R580, gb200
 
-        lib = CountingFake([gb200(i) for i in range(gpus)], driver_version=R580)
+        fakes = [gb200(i) for i in range(gpus)]
+        driver["driver_version"] = R580
     else:
-        lib = CountingFake([busy_h100(i, pids[i::gpus]) for i in range(gpus)])
+        fakes = [busy_h100(i, pids[i::gpus]) for i in range(gpus)]
+    devices = [d.split(":") for d in os.environ.get("FAKE_NVML_DEVICES", "").split(",") if d]
+    if devices:
+        from gpu_exporter.attribution import holders
+
+        holders.NVIDIA_MAJOR = int(devices[0][0])
+        for fake, (_major, minor) in zip(fakes, devices, strict=False):
+            fake.minor = int(minor)
+    lib = CountingFake(fakes, **driver)
     pynvml.nvmlLib = lib
     pynvml._nvmlGetFunctionPointer_cache.clear()
 

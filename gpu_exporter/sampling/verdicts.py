@@ -60,7 +60,8 @@ ADVICE: dict[VerdictName, str] = {
     "set `pin_memory=True`, and check the data loader (decoding, augmentation, storage).",
     "memory-leaked": "End the process that still holds the GPU's device file (a crashed "
     "job's forked child, a container still running); `sudo fuser -v /dev/nvidia*` lists "
-    "them all. If none holds it, reset the GPU (`nvidia-smi -r -i <gpu>`).",
+    "them all. Only if neither the exporter's complete scan nor fuser finds a holder of its "
+    "/dev/nvidiaN, reset it (`nvidia-smi -r -i <gpu>`).",
     "near-oom": "The next allocation may fail with CUDA out of memory: lower the batch "
     "size, or use mixed precision or gradient checkpointing.",
     "idle-allocated": "Release the GPU, or find out why the job does not use it.",
@@ -296,7 +297,9 @@ def _leak_summary(found: Leak, minor: int | None) -> str:
         return f"{exited}no process holds the device files: reset the GPU."
     why = []
     if "denied" in a.holders_incomplete:
-        why.append(f"the exporter may not read the descriptors of {a.denied_processes} processes")
+        why.append(
+            f"the exporter may not read every process's descriptors ({a.denied_processes} denied)"
+        )
     if "budget" in a.holders_incomplete:
         why.append("the holder scan stopped at its time budget")
     unknown = f"no holder found, but {' and '.join(why) or 'the holder scan is incomplete'}"

@@ -63,7 +63,9 @@ class Trees:
         self.procs.append(proc)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == b"ready"
-        return psutil.Process(proc.pid)
+        tree = psutil.Process(proc.pid)
+        settled(tree, burners)
+        return tree
 
     def kill(self, process: psutil.Process) -> None:
         for child in process.children(recursive=True):
@@ -80,6 +82,28 @@ class Trees:
                     self.kill(psutil.Process(proc.pid))
                 except psutil.NoSuchProcess:
                     pass
+
+
+def settled(tree: psutil.Process, children: int, timeout: float = 30.0) -> None:
+    """Wait for the tree the test built: `children` children named python, none with
+    children of its own. Where `python` on the PATH is a pyenv shim (the tree's own
+    sys.executable is looked up there), each child starts as bash and forks for a few
+    hundred milliseconds before it becomes Python: a sample taken then rightly counts
+    those processes too."""
+    deadline = time.monotonic() + timeout
+    shape: list[tuple[str, int]] = []
+    while time.monotonic() < deadline:
+        try:
+            kids = tree.children()
+            shape = [(k.name(), len(k.children())) for k in kids]
+        except psutil.NoSuchProcess:
+            shape = []
+        if len(shape) == children and all(
+            name.startswith("python") and not grandchildren for name, grandchildren in shape
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the tree never settled: {shape}")
 
 
 @pytest.fixture

@@ -9,8 +9,10 @@
 # container; --pid=host lets the exporter see the processes that hold the GPUs, without it
 # process names, users and containers cannot be attributed; --device /dev/kmsg:/dev/kmsg:r and
 # --cap-add SYSLOG let it read the kernel log's Xid lines (make test-deploy checks all);
-# --cap-add SYS_PTRACE (not needed otherwise) lets it name the processes of other users
-# that still hold a leaked GPU's /dev/nvidiaN (docs/processes.md).
+# Without more, the exporter cannot read other processes' descriptors, so it names the
+# holders of a leaked GPU's /dev/nvidiaN as candidates only and says so; --user 0
+# --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH lets it name them, at a price
+# (docs/operations.md#what-each-privilege-profile-sees).
 
 # The [kubernetes] extra (grpcio, protobuf) is for --collector.kubernetes, and is imported
 # only when that collector is on.

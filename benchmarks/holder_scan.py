@@ -1,15 +1,20 @@
 """What the scan for the holders of the GPUs' device files costs, and what it costs a sample.
 
 A synthetic /proc on disk (a temporary directory) of `PROCESSES` processes with
-`DESCRIPTORS` descriptor links in all (sockets, pipes, log files, /dev/null,
-/dev/nvidiactl and /dev/nvidia-uvm as every CUDA process holds them, and /dev/nvidiaN
-held by a few), read by the exporter's own `HolderScanner` through its injectable
-/proc root. Printed: the wall time of one scan (median of `RUNS`) and its CPU time, and
-how late a stand-in for the sampling thread (a loop that wakes every 5 ms and does 1 ms
-of Python work, as a sample's own code does) runs its ticks while a scan runs on its own
-thread, beside the same loop with no scan: the scan shares the GIL, so that is what it
-can cost a sample. readlink on a real /proc is a little dearer than on a file system's
-symlinks (procfs builds each target); the figure is an order of magnitude, not a promise.
+`DESCRIPTORS` descriptor links in all (sockets, pipes, log files, the control and UVM
+nodes every CUDA process holds, and a GPU's node held by a few), read by the exporter's
+own `HolderScanner` through its injectable /proc root. The scan matches a descriptor by
+the device it opens (`stat()` through the link, as on a real /proc), so the links point
+at real device nodes: the kernel's /dev/full (char 1:7) stands for GPU 7's /dev/nvidia7
+(the scanner told major 1), /dev/tty and /dev/ptmx (major 5) for /dev/nvidiactl and
+/dev/nvidia-uvm, which name no GPU. Printed: the wall time of one scan (median of
+`RUNS`) and its CPU time, and how late a stand-in for the sampling thread (a loop that
+wakes every 5 ms and does 1 ms of Python work, as a sample's own code does) runs its
+ticks while a scan runs on its own thread, beside the same loop with no scan: the scan
+shares the GIL, so that is what it
+can cost a sample. stat() through a real /proc/PID/fd link costs about what it costs
+through a file system's symlink (procfs resolves the open file rather than a path); the
+figure is an order of magnitude, not a promise.
 
     make bench-holders
 """
@@ -40,7 +45,8 @@ from gpu_exporter.docs import write_section
 PROCESSES = 5_000
 DESCRIPTORS = 500_000
 RUNS = 5
-HOLDERS = 3  # processes that hold /dev/nvidia0 (a leak's survivors, and the live jobs)
+HOLDERS = 3  # processes that hold GPU 7's node (a leak's survivors, and the live jobs)
+DEVICE_MAJOR, GPU = 1, 7  # /dev/full stands for /dev/nvidia7
 TICK_SECONDS = 0.005
 WORK_SECONDS = 0.001
 
@@ -49,7 +55,7 @@ def build(root: Path) -> None:
     """PROCESSES entries of stat, status, cgroup and fd/ with DESCRIPTORS links in all."""
     per = DESCRIPTORS // PROCESSES
     targets = [
-        "/dev/null",
+        str(root / "stat"),  # a regular file
         "pipe:[4026531840]",
         "socket:[123456]",
         "/var/log/job.log",
@@ -68,11 +74,11 @@ def build(root: Path) -> None:
         cuda = i % 10 == 0  # a tenth are CUDA processes
         for n in range(per):
             if cuda and n == 3:
-                target = "/dev/nvidiactl"
+                target = "/dev/tty"  # stands for /dev/nvidiactl
             elif cuda and n == 4:
-                target = "/dev/nvidia-uvm"
+                target = "/dev/ptmx"  # stands for /dev/nvidia-uvm
             elif n == 5 and i < HOLDERS:
-                target = "/dev/nvidia0"
+                target = "/dev/full"  # stands for /dev/nvidia7
             else:
                 target = targets[n % len(targets)]
             os.symlink(target, fd / str(n))
@@ -131,7 +137,7 @@ def main() -> int:
         build(root)
         built = time.perf_counter() - t
         print(f"built {PROCESSES:,} processes, {DESCRIPTORS:,} links in {built:.1f} s")
-        scanner = HolderScanner(proc_root=str(root), budget_seconds=60.0)
+        scanner = HolderScanner(proc_root=str(root), device_major=DEVICE_MAJOR, budget_seconds=60.0)
         walls: list[float] = []
         cpus: list[float] = []
         for _ in range(RUNS):
@@ -139,7 +145,8 @@ def main() -> int:
             scan = scanner.scan()
             walls.append(time.perf_counter() - w)
             cpus.append(time.process_time() - c)
-            assert scan.state.complete and len(scan.holders.get(0, ())) == HOLDERS
+            held = scan.holders.get(GPU)
+            assert scan.state.complete and held is not None and len(held.pids) == HOLDERS
         window = max(3.0, 2 * max(walls))
         quiet = lateness(None, window)
         busy = lateness(scanner, window)

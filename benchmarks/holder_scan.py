@@ -11,10 +11,10 @@ at real device nodes: the kernel's /dev/full (char 1:7) stands for GPU 7's /dev/
 `RUNS`) and its CPU time, and how late a stand-in for the sampling thread (a loop that
 wakes every 5 ms and does 1 ms of Python work, as a sample's own code does) runs its
 ticks while a scan runs on its own thread, beside the same loop with no scan: the scan
-shares the GIL, so that is what it
-can cost a sample. stat() through a real /proc/PID/fd link costs about what it costs
-through a file system's symlink (procfs resolves the open file rather than a path); the
-figure is an order of magnitude, not a promise.
+shares the GIL, so that is what it can cost a sample. stat() through a real
+/proc/PID/fd link costs about what it costs through a file system's symlink (procfs
+resolves the open file rather than a path); the figure is an order of magnitude, not a
+promise.
 
     make bench-holders
 """

@@ -9,7 +9,10 @@ On a Debian host, as root, with no container registry needed:
    bundle and a pip.conf are mounted into the build's RUN steps only;
 3. runs it: `/metrics` of `--simulate`, the HEALTHCHECK with `http_proxy` set, the uid,
    the documented kernel-log grant, SIGTERM, `--read-only --cap-drop=all` without a
-   GPU (its message, `/livez` 200, `/healthz` 503);
+   GPU (its message, `/livez` 200, `/healthz` 503), and with the DaemonSet's settings
+   (`--pid=host`, uid 0, every capability dropped but SYSLOG, a read-only root) on the
+   stand-in driver beside a crashed root job's worker that holds its GPU's device: the
+   scan says it was denied, names the worker a candidate, and never says reset;
 4. boots systemd in a debootstrapped Debian (`systemd-nspawn -b`), installs the wheel and
    the units with the README's own commands, and checks readiness, the watchdog,
    restarts, stop time, that a stopped service stays stopped, the textfile timer's file
@@ -26,6 +29,7 @@ package downloads (apt, debootstrap, pip in the image build).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -330,6 +334,7 @@ def test_image(work: Path) -> dict[str, str]:
             )
         run_simulated(podman)
         run_without_gpu(podman)
+        run_as_daemonset(podman)
     finally:
         with step("clean up podman"):
             podman.cleanup()
@@ -419,6 +424,87 @@ def run_without_gpu(podman: Podman) -> None:
         result = podman.ok("healthcheck", "run", name)
         require(result.returncode == 0, f"the liveness HEALTHCHECK failed: {result.stdout}")
         podman("rm", "--force", "--time", "5", name)
+
+
+FORK_AND_DIE = (
+    "import os, sys, time\n"
+    "held = open(sys.argv[1], 'rb')  # its GPU's device file\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    time.sleep(600)  # a DataLoader worker that never touches CUDA\n"
+    "    os._exit(0)\n"
+    "print(child, flush=True)\n"
+)
+STAND_IN_DEVICE = "/dev/random"  # char 1:8: the stand-in driver's GPU 0, no service holds it
+
+
+def run_as_daemonset(podman: Podman) -> None:
+    """The image as deploy/kubernetes/daemonset.yaml runs it, on the stand-in driver
+    (benchmarks/fake_nvml_site, mounted read-only: the real NVML backend, so the real
+    holder scan), beside a crashed job's worker that runs as root with root's
+    capabilities, as on a node: its descriptors are refused to uid 0 without them."""
+    name, port = f"{PREFIX}-daemonset", free_port()
+    url = f"http://127.0.0.1:{port}"
+    job = subprocess.Popen(
+        [sys.executable, "-c", FORK_AND_DIE, STAND_IN_DEVICE],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert job.stdout is not None
+    worker = int(job.stdout.readline())
+    job.wait(30)
+    job.stdout.close()
+    try:
+        with step(
+            "podman run as the DaemonSet (--pid=host, uid 0, --cap-drop=all --cap-add SYSLOG, "
+            "--read-only) beside a crashed root job's worker"
+        ):
+            container_run(
+                podman, name, port,
+                "--pid", "host", "--user", "0:0", "--cap-drop", "all", "--cap-add", "SYSLOG",
+                "--read-only", "--security-opt", "no-new-privileges",
+                "--volume", f"{REPO}:/repo:ro",
+                "--env", "PYTHONPATH=/repo/benchmarks/fake_nvml_site",
+                "--env", "FAKE_NVML_REPO=/repo", "--env", "FAKE_NVML_GPUS=1",
+                "--env", f"FAKE_NVML_PIDS={job.pid}", "--env", "FAKE_NVML_DEVICES=1:8",
+            )  # fmt: skip
+            wait_for(
+                "a holder scan's answer",
+                lambda: "gpu_memory_holder_candidates{" in http_get(f"{url}/metrics")[1],
+                60,
+            )
+        with step("it says the scan was denied, names the worker a candidate, never reset"):
+            body = http_get(f"{url}/metrics")[1]
+            lines = body.splitlines()
+            require("gpu_exporter_holder_scan_complete 0" in lines, "scan not said incomplete")
+            require(
+                'gpu_exporter_holder_scan_incomplete{reason="denied"} 1' in lines,
+                "the refusal is not said",
+            )
+            require(
+                not any(line.startswith("gpu_memory_holder_info{") for line in lines),
+                "a holder named where its descriptors were refused",
+            )
+            candidates = [ln for ln in lines if ln.startswith("gpu_memory_holder_candidate_info{")]
+            require(
+                any(f'pid="{worker}"' in ln for ln in candidates),
+                f"the worker {worker} is not a candidate: {candidates}",
+            )
+            page = json.loads(http_get(f"{url}/api/overview")[1])
+            said = [
+                v["summary"]
+                for gpu in page["gpus"]
+                for v in gpu["verdicts"]
+                if v["name"] == "memory-leaked"
+            ]
+            require(
+                len(said) == 1 and "probably holds /dev/nvidia8" in said[0],
+                f"the page's memory-leaked verdict: {said}",
+            )
+            require("reset" not in said[0], f"the page says reset: {said[0]}")
+    finally:
+        os.kill(worker, signal.SIGKILL)
+        podman.ok("rm", "--force", "--time", "5", name)
 
 
 # ---------------------------------------------------------------- systemd

@@ -23,20 +23,22 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gpu_exporter.attribution.holders import MAX_HOLDERS, HolderScanner, Named
+from gpu_exporter.attribution.holders import MAX_HOLDERS, HolderScan, HolderScanner, Named
 from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.processes import ProcessAttributor, since_boot
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.model import (
+    DeviceHolder,
     DeviceRaw,
     DeviceReading,
     GpuProcess,
+    HolderScanState,
     MemoryReading,
 )
 from gpu_exporter.sampling.history import History
@@ -418,3 +420,72 @@ def test_the_h200_case_through_the_driver_wrappers_the_sampler_and_the_expositio
         job.stdout.close()
         if os.path.exists(f"/proc/{child}"):
             os.kill(child, signal.SIGKILL)
+
+
+LEADER = (
+    "import subprocess, sys, time\n"
+    "job = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    "print(job.pid, flush=True)\n"
+    "job.wait()  # reaped at once when it dies: its PID is gone\n"
+    "time.sleep(600)\n"
+)
+
+
+class StubScanner:
+    """Stands for `HolderScanner`: records the groups asked about, answers one scan."""
+
+    def __init__(self, scan: HolderScan) -> None:
+        self.scan = scan
+        self.groups: set[int] = set()
+
+    def request(self, groups: Iterable[int] = ()) -> None:
+        self.groups = set(groups)
+
+    def latest(self) -> HolderScan:
+        return self.scan
+
+    @property
+    def state(self) -> HolderScanState:
+        return self.scan.state
+
+
+def test_a_dead_owner_seen_alive_names_the_denied_processes_of_its_group_as_candidates() -> None:
+    """The owner was not its group's leader (a shell's job, a container's command): the
+    exporter remembers its process group and session while it lives, and asks the scan
+    for them once it is dead; a denied process in them is a candidate, never a holder."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert leader.stdout is not None
+        owner = int(leader.stdout.readline())
+        assert os.getpgid(owner) == leader.pid != owner
+        candidate = DeviceHolder(leader.pid, "python3", "root")
+        scan = HolderScan(
+            holders={},
+            state=HolderScanState(
+                finished_seconds=0.0, duration_seconds=0.1, denied_processes=80, complete=True
+            ),
+            candidates={leader.pid: Named(((0, candidate),), frozenset({leader.pid}))},
+        )
+        stub = StubScanner(scan)
+        attributor = ProcessAttributor(holders=stub)  # type: ignore[arg-type]
+        alive = attributor(listed({owner: 4 * GIB}, 4 * GIB))[0]
+        assert alive.process_count == 1 and alive.holders is None  # no leak: no scan
+        os.kill(owner, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{owner}"):
+            assert time.monotonic() < deadline, "the owner was never reaped"
+            time.sleep(0.01)
+        dead = attributor(listed({owner: 4 * GIB}, 4 * GIB))[0]
+        assert [(o.pid, o.state) for o in dead.dead_owners] == [(owner, "gone")]
+        assert {owner, leader.pid} <= stub.groups  # its own PID, and its remembered group
+        assert dead.holders == () and dead.holder_count == 0
+        assert dead.holder_candidates == (candidate,) and dead.holder_candidate_count == 1
+        assert not dead.holders_complete and dead.holders_incomplete == ("denied",)
+        assert dead.denied_processes == 80
+    finally:
+        leader.kill()
+        leader.wait()
+        if leader.stdout is not None:
+            leader.stdout.close()

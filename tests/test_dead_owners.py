@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -489,3 +490,13 @@ def test_a_dead_owner_seen_alive_names_the_denied_processes_of_its_group_as_cand
         leader.wait()
         if leader.stdout is not None:
             leader.stdout.close()
+
+
+def test_the_alert_counts_the_holders_beyond_those_the_exporter_names() -> None:
+    """GPUMemoryLeaked's "So do N more" subtracts the number of series the exporter
+    names per GPU: the same number as MAX_HOLDERS."""
+    rules = (
+        Path(__file__).resolve().parents[1] / "deploy/prometheus/rules/gpu-alerts.yml"
+    ).read_text()
+    named = re.findall(r"gpu_memory_holder(?:s|_candidates)\{[^}]*\} - (\d+) > 0", rules)
+    assert named and {int(n) for n in named} == {MAX_HOLDERS}

@@ -476,10 +476,15 @@ def run_as_daemonset(podman: Podman) -> None:
         with step("it says the scan was denied, names the worker a candidate, never reset"):
             body = http_get(f"{url}/metrics")[1]
             lines = body.splitlines()
-            require("gpu_exporter_holder_scan_complete 0" in lines, "scan not said incomplete")
+            scan = {
+                series: float(value)
+                for series, _, value in (ln.rpartition(" ") for ln in lines)
+                if series.startswith("gpu_exporter_holder_scan")
+            }
+            require(scan.get("gpu_exporter_holder_scan_complete") == 0, f"not incomplete: {scan}")
             require(
-                'gpu_exporter_holder_scan_incomplete{reason="denied"} 1' in lines,
-                "the refusal is not said",
+                scan.get('gpu_exporter_holder_scan_incomplete{reason="denied"}') == 1,
+                f"the refusal is not said: {scan}",
             )
             require(
                 not any(line.startswith("gpu_memory_holder_info{") for line in lines),

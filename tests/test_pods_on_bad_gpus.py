@@ -36,7 +36,7 @@ def documented_queries() -> list[str]:
 def panel_query() -> str:
     (query,) = [q for q in queries("gpu-fleet.json") if q.panel_title == TITLE]
     assert query.instant
-    return query.expr
+    return str(query.expr)
 
 
 def test_the_docs_and_the_panel_give_one_query() -> None:

@@ -4,7 +4,8 @@ Prometheus with the shipped rules (recording groups every second, alerts without
 `for:`) and alerting the example Alertmanager. The rack rule remembers where each GPU
 sits, the NVLink trend rules find the exporter's series, the Fleet dashboard's rack view
 counts per rack and tray, and when the tray's four GPUs fall off the bus the pager gets
-one notification for the rack, not four."""
+one notification for the rack, not four. Both exporters run as root and, in a second round,
+as shipped (uid 0 without capabilities)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from tests.support.alertmanager import (
     start_webhook,
 )
 from tests.support.dashboards import PARSE_VALUES, queries, substitute
-from tests.support.exporter import Exporter, start_exporter
+from tests.support.exporter import Exporter
 from tests.support.fleet import EXAMPLES, cluster_config, immediate_alert_rules, write_yaml
+from tests.support.privileges import PROFILES, start_as
 from tests.support.prometheus import Prometheus, start_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -48,15 +50,25 @@ class Rack:
         return f"127.0.0.1:{exporter.port}"
 
 
-@pytest.fixture(scope="module")
-def rack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rack]:
+def _started(profile: str, args: list[str], workdir: Path) -> Exporter:
+    exporter = start_as(profile, args, workdir)
+    exporter.wait_for(lambda samples: bool(samples), timeout=30)
+    return exporter
+
+
+@pytest.fixture(scope="module", params=PROFILES)
+def rack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Rack]:
+    profile: str = request.param
     workdir = tmp_path_factory.mktemp("rack")
     webhook = start_webhook()
     started: list[Any] = []
     try:
         # GPU 0's link 7 degrades from the start (the simulated tray's own fault)
         scenario = write_yaml(workdir / "tray.yml", {"faults": {"nvlink_degrading": {0: 7}}})
-        tray = start_exporter(
+        tray = _started(
+            profile,
             [
                 "--simulate",
                 "4",
@@ -70,7 +82,7 @@ def rack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rack]:
             workdir,
         )
         started.append(tray)
-        board = start_exporter(["--simulate", "2", "--collect.interval", "1s"], workdir)
+        board = _started(profile, ["--simulate", "2", "--collect.interval", "1s"], workdir)
         started.append(board)
         write_yaml(
             workdir / "targets" / "gpu-exporter-rack.yml",
@@ -144,7 +156,7 @@ def test_the_trend_rules_read_the_exporter_s_series(rack: Rack) -> None:
 
 def _panel(title: str, ref: str) -> str:
     (query,) = [q for q in queries("gpu-fleet.json") if q.panel_title == title and q.ref_id == ref]
-    return substitute(query.expr, PARSE_VALUES)
+    return str(substitute(query.expr, PARSE_VALUES))
 
 
 RACK_VIEW = "Racks and trays: GPUs, faults, NVLink errors and actions"

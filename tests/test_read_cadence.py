@@ -238,6 +238,7 @@ def test_a_busy_gpu_s_buffers_are_read_before_they_wrap_and_cover_every_second(
 def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Install) -> None:
     gpu = h100()
     gpu.compute_processes = []
+    with_memory_used(gpu, 0)  # no context: what an idle H100 reports (the captures' 0 MiB)
     lib, backend, clock = started(install, gpu)
     sampler = one_second_sampler(backend, clock, COLLECTORS)
     for _ in range(3):
@@ -253,6 +254,7 @@ def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Insta
     idle_busy, idle_uncovered = busy_of(snapshot)
     assert idle_uncovered == 0.0  # held no process: idle, not a gap
     gpu.compute_processes = [(4242, 1 << 30)]  # a job starts, busy at once
+    with_memory_used(gpu, 1 << 30)
     fill(gpu, clock, 90)
     sampler.sample_once()  # lists it: the buffers are read at the next interval
     clock.now += 1
@@ -270,11 +272,13 @@ def half_of_every_second(ts_us: int) -> int:
     return 100 if ts_us % 1_000_000 < 500_000 else 0
 
 
-def with_hidden_context(gpu: FakeGpu, extra_bytes: int) -> None:
-    """A context NVML does not list (another container's, a vGPU guest's) holds memory."""
+def with_memory_used(gpu: FakeGpu, used_bytes: int) -> None:
+    """The GPU's used memory (v2: the driver's reservation left out); 0 without a
+    context, as the captured H100 and L40S report idle; a context NVML does not list
+    (another container's, a vGPU guest's) holds some."""
     assert gpu.memory_bytes is not None
-    total, reserved, used, free = gpu.memory_bytes
-    gpu.memory_bytes = (total, reserved, used + extra_bytes, free - extra_bytes)
+    total, reserved, _used, _free = gpu.memory_bytes
+    gpu.memory_bytes = (total, reserved, used_bytes, total - reserved - used_bytes)
 
 
 def two_seconds_of_every_twenty(ts_us: int) -> int:
@@ -283,15 +287,21 @@ def two_seconds_of_every_twenty(ts_us: int) -> int:
 
 
 @pytest.mark.parametrize(
-    ("interval", "pattern", "share"),
+    ("interval", "pattern", "share", "from_start"),
     [
-        (1.0, half_of_every_second, 0.5),
-        (5.0, half_of_every_second, 0.5),
-        (5.0, two_seconds_of_every_twenty, 0.1),
+        (1.0, half_of_every_second, 0.5, False),
+        (5.0, half_of_every_second, 0.5, False),
+        (5.0, two_seconds_of_every_twenty, 0.1, False),
+        (5.0, half_of_every_second, 0.5, True),  # the context there before the exporter
+        (5.0, two_seconds_of_every_twenty, 0.1, True),
     ],
 )
 def test_busy_time_of_a_gpu_whose_processes_nvml_does_not_list_is_counted(
-    install: Install, interval: float, pattern: Callable[[int], int], share: float
+    install: Install,
+    interval: float,
+    pattern: Callable[[int], int],
+    share: float,
+    from_start: bool,
 ) -> None:
     """Issue 48: a GPU busy half of every second, NVML listing no process on it, whose
     instantaneous readings all land in the idle half, exported a busy rate of 0.000 and
@@ -299,6 +309,7 @@ def test_busy_time_of_a_gpu_whose_processes_nvml_does_not_list_is_counted(
     read (at the default 5 s interval too, idle at every reading in a row)."""
     gpu = h100()
     gpu.compute_processes = []
+    with_memory_used(gpu, 2 << 30 if from_start else 0)
     _lib, backend, clock = started(install, gpu)
     sampler = Sampler(
         backend,
@@ -308,11 +319,11 @@ def test_busy_time_of_a_gpu_whose_processes_nvml_does_not_list_is_counted(
         clock=clock.wall,
         monotonic=clock.monotonic,
     )
-    for _ in range(3):  # truly idle: no context, memory at its baseline
+    for _ in range(3):  # truly idle (no context, no memory used), or the context idle
         fill(gpu, clock, 0)
         sampler.sample_once()
         clock.now += interval
-    with_hidden_context(gpu, 2 << 30)
+    with_memory_used(gpu, 2 << 30)
     fill(gpu, clock, pattern)
     start_busy, start_uncovered = busy_of(sampler.sample_once())
     seconds = 0.0

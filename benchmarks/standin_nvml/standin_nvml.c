@@ -18,8 +18,9 @@
  *   FAKE_NVML_COSTS    a cost file: what each call charges (unset: every call is free)
  *
  * A GPU with no process on it is idle, as a real one is: 0% in its utilization rates,
- * its sample buffers and its GPM activity; with processes it is busy (87% GPU, 41%
- * memory). Timestamps (sample buffers, field entries, process samples) are microseconds
+ * its sample buffers and its GPM activity, and no memory used but the driver's
+ * reservation (an idle H100 or L40S reports "0 MiB" used through the v2 call); with
+ * processes it is busy (87% GPU, 41% memory, 40 GiB used). Timestamps (sample buffers, field entries, process samples) are microseconds
  * of wall time (CLOCK_REALTIME), a real driver's CPU timestamps; a sample buffer holds the
  * last SAMPLES_KEPT samples, one every SAMPLE_PERIOD_US, older ones overwritten.
  * A PID in FAKE_NVML_PIDS stays listed after its process died, as a real driver keeps
@@ -908,6 +909,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
         memory->total = 10 * GIB;
         memory->used = 8 * GIB;
         memory->free = 2 * GIB;
+    } else if (!gpu_busy(g) && !mig_on(g)) { /* no context: the reservation alone (v1) */
+        memory->total = MEMORY[0];
+        memory->used = MEMORY[1];
+        memory->free = MEMORY[0] - MEMORY[1];
     } else {
         memory->total = MEMORY[0];
         memory->used = MEMORY[2];
@@ -924,6 +929,11 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
         memory->reserved = 0;
         memory->used = 8 * GIB;
         memory->free = 2 * GIB;
+    } else if (!gpu_busy(g) && !mig_on(g)) { /* no context: nothing used (v2) */
+        memory->total = MEMORY[0];
+        memory->reserved = MEMORY[1];
+        memory->used = 0;
+        memory->free = MEMORY[0] - MEMORY[1];
     } else {
         memory->total = MEMORY[0];
         memory->reserved = MEMORY[1];

@@ -18,7 +18,8 @@ the busy counters (`busy.py`) exactly what reading it every interval gave. So:
   does not always list the processes that keep a GPU busy (another container's, a vGPU
   guest's), and a job busy half of every second can read 0 at every sample. A context,
   listed or not, holds memory, so a GPU whose used memory is above its baseline
-  (`MemoryBaseline`: the least used memory seen on it, plus `CONTEXT_BYTES`) is in use
+  (`MemoryBaseline`: `CONTEXT_BYTES` where the driver reports its reservation apart, as
+  an idle H100 reports 0 MiB used; else the least seen plus `CONTEXT_BYTES`) is in use
   and its buffers are read before they wrap; so is one whose used memory is not known
   (the memory collector off, vGPU). The interval a process or a context appears, the
   buffer is read again, and its entries still reach back over the whole span, so a job
@@ -60,19 +61,28 @@ class BufferRead(enum.Enum):
 
 
 class MemoryBaseline:
-    """A GPU's used memory with no context on it: the least seen since the driver loaded.
+    """A GPU's used memory with no context on it.
 
-    The first reading of a GPU that already holds a context is taken for its baseline
-    until the context lets go; until then a context added on top of it is still seen."""
+    Where the driver reports its reservation apart (`nvmlDeviceGetMemoryInfo_v2`, R510
+    and later), `used` leaves it out and a GPU without a context uses almost nothing
+    (nvidia-smi's "0MiB" or a few MiB): the baseline is `CONTEXT_BYTES`, whatever was
+    seen before, so a context that already held memory when the exporter started is
+    seen too. Where only v1 exists (the reservation counted in `used`), it is the least
+    used memory seen since the driver loaded: a context present from the exporter's
+    start and never let go is taken for part of it there."""
 
     def __init__(self) -> None:
-        self.floor_bytes: int | None = None
+        self.floor_bytes: int | None = None  # v1: the least used memory seen
 
-    def at_baseline(self, used_bytes: int | None) -> bool:
+    def at_baseline(self, used_bytes: int | None, reserved_bytes: int | None = None) -> bool:
         """Whether `used_bytes` (this sample's used memory; None: unknown) is at the
-        baseline: no context holds memory. Unknown memory is never at the baseline."""
+        baseline: no context holds memory. `reserved_bytes`: the driver's reservation
+        where it reports it apart (v2), None where `used` counts it (v1). Unknown memory
+        is never at the baseline."""
         if used_bytes is None:
             return False
+        if reserved_bytes is not None:
+            return used_bytes <= CONTEXT_BYTES
         if self.floor_bytes is None or used_bytes < self.floor_bytes:
             self.floor_bytes = used_bytes
         return used_bytes <= self.floor_bytes + CONTEXT_BYTES

@@ -637,7 +637,9 @@ class Sampler:
                     counters.buffer_read,
                 )
             memory = raw.reading.memory
-            at_baseline = counters.memory.at_baseline(memory.used_bytes if memory else None)
+            at_baseline = memory is not None and counters.memory.at_baseline(
+                memory.used_bytes, memory.reserved_bytes
+            )
             counters.idle = (  # see buffer_reads.py: never the instantaneous reading alone
                 raw.processes is not None
                 and not raw.processes

@@ -14,7 +14,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import fleet  # noqa: E402  (benchmarks/ is no package)
 
-ROWS = ("allocated_seconds", "used_seconds", "wasted_seconds", "energy_joules")
+ROWS = (
+    "allocated_seconds",
+    "used_seconds",
+    "wasted_seconds",
+    "unmeasured_seconds",
+    "energy_joules",
+)
 
 
 def test_every_chargeback_row_family_has_its_roll_up() -> None:
@@ -35,8 +41,8 @@ def test_the_day_backfills_a_day_of_what_the_chargeback_dashboard_reads() -> Non
     charged = {
         name: [(name + labels, 60.0, 0.0)] for pair in fleet.ROLLED_UP.items() for name in pair
     }
-    charged["instance_gpu:gpu_power_watts:min1m"] = [
-        ("instance_gpu:gpu_power_watts:min1m" + labels, 70.0, 0.0)
+    charged["instance_gpu:gpu_idle_power_watts:avg1m"] = [
+        ("instance_gpu:gpu_idle_power_watts:avg1m" + labels, 70.0, 0.0)
     ]
     families, since, _first_of = fleet.what_is_read(1, set(), samples, end, 0.0, charged)
     day = end - 25 * 3600  # 24 hours, the lookback, rounded up to the hour

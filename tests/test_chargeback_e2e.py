@@ -167,20 +167,22 @@ def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node
     for key, seconds in held.items():
         assert used[key] <= seconds + 1e-9, key
         assert used[key] + wasted[key] == pytest.approx(seconds, abs=1e-9), key
-    busy = node.per_gpu("instance_gpu:gpu_busy_charged:ratio_rate5m", at)
+    busy = node.per_gpu("instance_gpu:gpu_busy_seconds:sum1m", at)
     # GPU 0: the whole GPU is train's, and all its busy time
     assert (held[("0", "train")], held[("0", "none")]) == (60, 0)
-    assert used[("0", "train")] == pytest.approx(60 * busy["0"], rel=0.01)
+    assert used[("0", "train")] == pytest.approx(min(60, busy["0"]), rel=0.01)
     # GPU 1: nobody's, idle
     assert held[("1", "none")] == 60 and used[("1", "none")] == 0
     # GPU 2: a replica of 4 each, the 2 nobody holds the remainder's; the busy time
     # split by the SM seconds (3 to 1), each capped at its quarter
     quarter = 60 / REPLICAS
     assert held[("2", "a")] == held[("2", "b")] == quarter and held[("2", "none")] == 30
-    share = SM["a"] / (SM["a"] + SM["b"])
+    sm = node.query("rate(gpu_process_sm_seconds_total{gpu='2'}[2m])", at)
+    share = sm[("2", "a")] / (sm[("2", "a")] + sm[("2", "b")])
+    assert share == pytest.approx(SM["a"] / (SM["a"] + SM["b"]), rel=0.1)
     assert busy["2"] > 0
-    assert used[("2", "a")] == pytest.approx(min(quarter, 60 * busy["2"] * share), rel=0.01)
-    assert used[("2", "b")] == pytest.approx(min(quarter, 60 * busy["2"] * (1 - share)), rel=0.01)
+    assert used[("2", "a")] == pytest.approx(min(quarter, busy["2"] * share), rel=0.01)
+    assert used[("2", "b")] == pytest.approx(min(quarter, busy["2"] * (1 - share)), rel=0.01)
     # GPU 3: triton holds its 3g.40gb instance's share (its half of the memory, more than
     # 3/7 of the slices), used by the instance's graphics-engine activity
     weight = node.query('gpu_allocation_weight{gpu="3"}', at)[("3", "triton")]
@@ -188,11 +190,12 @@ def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node
     assert held[("3", "triton")] == pytest.approx(60 * weight)
     assert held[("3", "none")] == pytest.approx(60 * (1 - weight))
     activity = node.query(
-        'clamp_max(rate(gpu_mig_graphics_engine_active_seconds_total{gpu_instance="2"}[5m]), 1)',
+        "instance_gpu_instance:gpu_mig_graphics_engine_active_seconds:increase1m"
+        '{gpu_instance="2"}',
         at,
     )
     assert activity[("3", "")] > 0  # no pod label: the series is the instance's
-    assert used[("3", "triton")] == pytest.approx(60 * weight * activity[("3", "")], rel=0.01)
+    assert used[("3", "triton")] == pytest.approx(weight * activity[("3", "")], rel=0.01)
     # every joule of the minute to someone, by each method, to 1%
     energy = node.per_gpu("instance_gpu:gpu_energy_joules:sum1m", at)
     assert set(energy) == set("0123")

@@ -504,22 +504,28 @@ def test_queries_helper_lists_every_target() -> None:
         assert len(queries(name)) == expected >= 10
 
 
-def test_the_chargeback_tables_compute_wasted_as_allocated_minus_used() -> None:
-    """Wasted is not read: per row the rules give used + wasted = allocated (promtool
-    and tests/test_chargeback_e2e.py hold it), so the table subtracts its used column
-    from its allocated one, after the merge and before the columns are renamed."""
+def test_the_chargeback_tables_say_not_measured_rather_than_0() -> None:
+    """Where an owner's use is not measured (a MIG instance without GPM) the rules give
+    no used or wasted rows but unmeasured seconds (docs/chargeback.md): the tables read
+    wasted and not-measured from the rules, and show "not measured" where used or wasted
+    has no value, never 0 (issue 49)."""
     tables = [p for p in load("gpu-chargeback.json")["panels"] if p["type"] == "table"]
     assert len(tables) == 2
     for table in tables:
         exprs = {t["refId"]: t["expr"] for t in table["targets"]}
         assert "gpu_allocated_seconds" in exprs["A"] and "gpu_used_seconds" in exprs["B"]
-        assert not any("wasted" in e for e in exprs.values()), table["title"]
-        assert exprs["A"].replace("allocated", "used") == exprs["B"]
-        ids = [t["id"] for t in table["transformations"]]
-        assert ids == ["merge", "calculateField", "organize"], table["title"]
-        calculation = table["transformations"][1]["options"]
-        assert calculation["mode"] == "binary"
-        assert calculation["binary"] == {"left": "Value #A", "operator": "-", "right": "Value #B"}
-        renamed = table["transformations"][2]["options"]["renameByName"]
-        assert (renamed["Value #A"], renamed["Value #B"]) == ("allocated GPU-h", "used GPU-h")
-        assert calculation["alias"] == "wasted GPU-h"
+        for ref, family in (("B", "used"), ("C", "unmeasured"), ("W", "wasted")):
+            assert exprs["A"].replace("allocated", family) == exprs[ref], (table["title"], ref)
+        assert [t["id"] for t in table["transformations"]] == ["merge", "organize"]
+        renamed = table["transformations"][1]["options"]["renameByName"]
+        assert renamed["Value #C"] == "not measured GPU-h"
+        assert renamed["Value #W"] == "wasted GPU-h"
+        (mapping,) = [
+            o
+            for o in table["fieldConfig"]["overrides"]
+            if o["matcher"] == {"id": "byRegexp", "options": "(used|wasted) GPU-h"}
+        ]
+        (value,) = [p["value"] for p in mapping["properties"] if p["id"] == "mappings"]
+        assert value == [
+            {"type": "special", "options": {"match": "null", "result": {"text": "not measured"}}}
+        ]

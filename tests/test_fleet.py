@@ -557,8 +557,8 @@ GPU_LABELS = "instance, job, gpu, uuid"
 # the chargeback group's rows (the dashboard group's idle-holding-memory ones are not,
 # nor the 5-minute roll-ups, which hold the minutes before)
 CHARGEBACK_ROWS = (
-    "instance_gpu_owner:gpu_(allocation_weight|allocated_seconds|used|used_seconds"
-    "|wasted_seconds|energy_joules):(ratio|ratio_rate5m|sum1m)"
+    "instance_gpu_owner:gpu_(allocation_weight|allocated_seconds|busy_seconds|used_seconds"
+    "|wasted_seconds|unmeasured_seconds|energy_joules):(ratio|sum1m)"
 )
 
 
@@ -654,9 +654,9 @@ def test_chargeback_rows_add_up_and_a_lost_gpu_drops_out_whole(fleet: Fleet) -> 
     # node-c, on Kubernetes: GPU 0 is ml/serve's by its device plugin, the whole GPU, so
     # all its busy time is serve's (the stowaway in ml/train-0 holds no allocation);
     # GPU 1 is the notebook's by its DRA claim, idle: all of it wasted
-    busy = by_gpu(prometheus.query("instance_gpu:gpu_busy_charged:ratio_rate5m", at), fleet)
+    busy = by_gpu(prometheus.query("instance_gpu:gpu_busy_seconds:sum1m", at), fleet)
     assert held[("node-c", "0", "serve")] == pytest.approx(60)
-    assert used[("node-c", "0", "serve")] == pytest.approx(60 * busy[("node-c", "0")])
+    assert used[("node-c", "0", "serve")] == pytest.approx(min(60, busy[("node-c", "0")]))
     assert (held[("node-c", "1", "notebook")], wasted[("node-c", "1", "notebook")]) == (60, 60)
     # node-b, bare metal: carol's and dave's jobs share GPU 2, half each; dave's ran no
     # kernel. GPU 1 is held by no process: all remainder, idle

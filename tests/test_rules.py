@@ -175,13 +175,13 @@ def test_promtool_test_rules_fails_when_a_chargeback_invariant_breaks(tmp_path: 
     the cap, the time-sliced pod that ran beyond its half is charged more than it held,
     and the unit tests say so."""
     capped = (
-        "instance_gpu_owner:gpu_used:ratio_rate5m <= instance_gpu_owner:gpu_allocation_weight:ratio"
+        "instance_gpu_owner:gpu_busy_seconds:sum1m <= instance_gpu_owner:gpu_allocated_seconds:sum1m"
     )
     result = changed_rules_tested(
         tmp_path,
         "gpu-recording.yml",
         capped,
-        "instance_gpu_owner:gpu_used:ratio_rate5m",
+        "instance_gpu_owner:gpu_busy_seconds:sum1m",
         CHARGEBACK_TESTS,
     )
     assert result.returncode != 0
@@ -564,7 +564,11 @@ def test_recording_rules_use_rules_defined_before_them() -> None:
         for rule in group["rules"]:
             selectors, _ = references(rule["expr"])
             for name, _ in selectors:
-                if name in recorded and name != rule["record"]:  # its own last value: state
+                # its own last value, or another's of the evaluation before: state
+                state = name == rule["record"] or re.search(
+                    re.escape(name) + r"\s+offset\s", rule["expr"]
+                )
+                if name in recorded and not state:
                     assert name in seen, f"{rule['record']} uses {name} before it is recorded"
             seen.add(rule["record"])
 

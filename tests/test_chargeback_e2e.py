@@ -28,8 +28,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.exporter import Exporter, http_get, parse_samples, start_exporter
-from tests.support.fleet import cluster_config, write_yaml
+from tests.support.fleet import TEST_INTERVAL, cluster_config, write_yaml
 from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
+from tests.support.operator import operator_scrape_config
 from tests.support.prometheus import Prometheus, start_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +43,8 @@ SM = {"a": 0.6, "b": 0.2}  # the SM share of the time-sliced pods' processes
 # the containers of the processes the scenario places (the kubelet's log tree maps
 # their IDs to the pods below)
 CONTAINERS = {pod: f"{n:x}" * 64 for n, pod in enumerate(("train", "a", "b", "triton"), 10)}
+# the DaemonSet's pod and its node, as the operator's target labels name them
+EXPORTER_POD, NODE_NAME = "gpu-exporter-7x2kq", "gpu-node-1"
 
 
 @dataclass
@@ -89,9 +92,15 @@ def scenario(pod_uids: dict[str, str]) -> dict[str, object]:
     }
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    workdir = tmp_path_factory.mktemp("chargeback")
+@pytest.fixture(scope="module", params=["file_sd", "operator"])
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Node]:
+    """The node scraped by deploy/prometheus/prometheus.yml's job (file_sd), or by the
+    scrape config the Prometheus Operator renders for deploy/kubernetes's ServiceMonitor
+    (its relabelling and honor_labels; the target static, as the DaemonSet's pod
+    EXPORTER_POD on NODE_NAME)."""
+    workdir = tmp_path_factory.mktemp(f"chargeback-{request.param}")
     socket_path = Path(f"/tmp/chargeback-kubelet-{os.getpid()}.sock")
     kubelet = FakeKubelet(socket_path, []).start()
     exporter: Exporter | None = None
@@ -120,11 +129,14 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             GPU: [uuids["0"], uuids["1"], *(f"{uuids['2']}::{n}" for n in range(REPLICAS))],
             "nvidia.com/mig-3g.40gb": [mig_uuid],
         }
-        write_yaml(
-            workdir / "targets" / "gpu-exporter-node.yml",
-            [{"targets": [f"127.0.0.1:{exporter.port}"]}],
-        )
-        config = write_yaml(workdir / "prometheus.yml", cluster_config(workdir / "targets"))
+        address = f"127.0.0.1:{exporter.port}"
+        write_yaml(workdir / "targets" / "gpu-exporter-node.yml", [{"targets": [address]}])
+        settings = cluster_config(workdir / "targets")
+        if request.param == "operator":
+            settings["scrape_configs"] = [
+                operator_scrape_config(address, EXPORTER_POD, NODE_NAME, TEST_INTERVAL)
+            ]
+        config = write_yaml(workdir / "prometheus.yml", settings)
         prometheus = start_prometheus(config, workdir)
         yield Node(exporter, prometheus)
     finally:
@@ -141,11 +153,14 @@ def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node
     GPU's rows are its owners' as the kubelet and the processes say."""
     prometheus = node.prometheus
     # the time-sliced pods' SM seconds have two readings each: their split is known
-    prometheus.wait_for("count(rate(gpu_process_sm_seconds_total{pod=~'a|b'}[5m]) > 0) == 2")
-    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{pod="b"} > 0')
+    prometheus.wait_for("count(rate(gpu_process_sm_seconds_total{pod=~'a|b'}[2m]) > 0) == 2")
+    # a row is the increase since the evaluation a minute before: the first rows come a
+    # minute after the first samples
+    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{pod="b"} > 0', timeout=180)
     prometheus.wait_for(
         "count(instance_gpu_owner:gpu_used_seconds:sum1m)"
-        " == count(instance_gpu_owner:gpu_allocated_seconds:sum1m)"
+        " == count(instance_gpu_owner:gpu_allocated_seconds:sum1m)",
+        timeout=120,
     )
     last = "max(timestamp(instance_gpu_owner:gpu_energy_joules:sum1m))"
     (result,) = prometheus.wait_for(f"{last} > 0")
@@ -190,8 +205,7 @@ def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node
     assert held[("3", "triton")] == pytest.approx(60 * weight)
     assert held[("3", "none")] == pytest.approx(60 * (1 - weight))
     activity = node.query(
-        "instance_gpu_instance:gpu_mig_graphics_engine_active_seconds:increase1m"
-        '{gpu_instance="2"}',
+        'instance_gpu_instance:gpu_mig_graphics_engine_active_seconds:increase1m{gpu_instance="2"}',
         at,
     )
     assert activity[("3", "")] > 0  # no pod label: the series is the instance's
@@ -203,3 +217,28 @@ def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node
         charged = f'instance_gpu_owner:gpu_energy_joules:sum1m{{method="{method}"}}'
         rows = node.per_gpu(f"sum by ({GPU_LABELS}) ({charged})", at)
         assert rows == {g: pytest.approx(e, rel=0.01) for g, e in energy.items()}, method
+
+
+def test_under_the_operator_the_owners_labels_are_the_exporter_s(node: Node) -> None:
+    """Scraped through the operator's relabelling (issue 49): the owners keep their
+    `namespace`, `pod` and `container` (honorLabels), no `exported_*` label appears, a
+    series the exporter serves without them names the exporter's own pod, and `instance`
+    is the node's name, so that the GPU's rows survive a rollout. The first test, run
+    with this scrape config too, holds that the owners are billed and the exporter's pod
+    is not."""
+    prometheus = node.prometheus
+    (up,) = prometheus.wait_for('gpu_up{gpu="0"}')
+    weights = prometheus.wait_for("gpu_allocation_weight", minimum=4)
+    assert prometheus.query('{__name__=~"gpu_.+", exported_pod!=""}') == []
+    assert prometheus.query('{__name__=~"gpu_.+", exported_namespace!=""}') == []
+    assert {w["metric"]["pod"] for w in weights} == {"train", "a", "b", "triton"}
+    charged = prometheus.query(
+        f'instance_gpu_owner:gpu_allocated_seconds:sum1m{{pod="{EXPORTER_POD}"}}'
+    )
+    assert charged == []
+    if up["metric"].get("endpoint") is None:  # file_sd: the job's own labels
+        return
+    assert up["metric"]["pod"] == EXPORTER_POD
+    assert up["metric"]["namespace"] == "monitoring"
+    assert up["metric"]["instance"] == up["metric"]["node"] == NODE_NAME
+    assert up["metric"]["job"] == "gpu-exporter"

@@ -238,9 +238,7 @@ def test_a_scrape_gap_s_increase_is_billed_when_scraping_resumes(
         f"gpu_up{{{GPU},{EXPORTER}}}": scraped(lambda t: 1),
         weight("train"): scraped(lambda t: 1),
         f"gpu_power_watts{{{GPU},{EXPORTER}}}": scraped(lambda t: 500),
-        f"gpu_energy_joules_total{{{GPU},{EXPORTER}}}": scraped(
-            lambda t: 500 * read_at(t, 30, 20)
-        ),
+        f"gpu_energy_joules_total{{{GPU},{EXPORTER}}}": scraped(lambda t: 500 * read_at(t, 30, 20)),
         f"gpu_busy_seconds_total{{{GPU},{EXPORTER}}}": scraped(
             lambda t: max(0.0, read_at(t, 12, 8))
         ),
@@ -286,8 +284,8 @@ def test_a_new_exporter_pod_on_the_node_continues_the_gpu_s_rows(tmp_path: Path)
         }
     # the weight names its pod and namespace: the target's are not added (honorLabels),
     # so both pods serve the one series
-    series[weight("train")] = lambda t: 1 if t < 30 * 60 or t >= switch else (
-        STALE if t == 30 * 60 else None
+    series[weight("train")] = lambda t: (
+        1 if t < 30 * 60 or t >= switch else (STALE if t == 30 * 60 else None)
     )
     # the new pod's busy counter starts 10 s before its first scrape: those 10 s and the
     # 30 s between the old pod's last scrape and the new one's first read are not counted

@@ -175,7 +175,8 @@ def test_promtool_test_rules_fails_when_a_chargeback_invariant_breaks(tmp_path: 
     the cap, the time-sliced pod that ran beyond its half is charged more than it held,
     and the unit tests say so."""
     capped = (
-        "instance_gpu_owner:gpu_busy_seconds:sum1m <= instance_gpu_owner:gpu_allocated_seconds:sum1m"
+        "instance_gpu_owner:gpu_busy_seconds:sum1m"
+        " <= instance_gpu_owner:gpu_allocated_seconds:sum1m"
     )
     result = changed_rules_tested(
         tmp_path,

@@ -280,3 +280,18 @@ def test_prometheusrule_structure() -> None:
             )
             assert set(r) <= allowed, set(r) - allowed
             assert isinstance(r["expr"], str) and r["expr"].strip()
+
+
+def test_servicemonitor_keeps_the_owners_labels_and_keys_gpus_by_node() -> None:
+    """honorLabels: the exporter's namespace/pod/container name a GPU's owners, and the
+    operator's target labels would rename them exported_* (docs/kubernetes.md); instance
+    is the node's name, so that a rollout's new pod continues a GPU's series.
+    tests/test_chargeback_e2e.py scrapes through the operator's rendering of it."""
+    (endpoint,) = manifests()["ServiceMonitor"]["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    targets = {
+        r["targetLabel"]: r["sourceLabels"]
+        for r in endpoint["relabelings"]
+        if r.get("action", "replace") == "replace"
+    }
+    assert targets["instance"] == targets["node"] == ["__meta_kubernetes_pod_node_name"]

@@ -631,7 +631,9 @@ def test_chargeback_rows_add_up_and_a_lost_gpu_drops_out_whole(fleet: Fleet) -> 
     prometheus = fleet.prometheus
     me = pwd.getpwuid(os.getuid()).pw_name
     # node-b's GPU 2 holds carol's and dave's jobs: every kind of row has been written
-    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{user="dave"}')
+    # (a row is the increase since the evaluation a minute before: the first rows come a
+    # minute after the first samples)
+    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{user="dave"}', timeout=180)
     # node-c's GPUs, both allocated (the alerts' test above may have just given back the
     # one it lost)
     prometheus.wait_for(

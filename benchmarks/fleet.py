@@ -1075,8 +1075,8 @@ def chargeback_recorded(
     """{family: [(name and labels, value, 0)]} of every series the chargeback groups
     record for `nodes` nodes, and of the recorded series they read, as the groups wrote
     them: a Prometheus with those groups (chargeback_rule_files) scrapes the nodes until
-    every GPU's idle energy is there (the idle-power series it needs, then one more
-    evaluation), and gives the values. The synthetic values hold still, so do these."""
+    every GPU's energy rows are there by usage (split by idle power, or by allocation where
+    it has none yet; then one more evaluation), and gives the values. The synthetic values hold still, so do these."""
     workdir.mkdir(parents=True, exist_ok=True)
     files = chargeback_rule_files(workdir)
     families = sorted(
@@ -1086,10 +1086,13 @@ def chargeback_recorded(
     origin = time.time() - 3600
     server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
     prometheus = Prometheus(workdir, nodes, server.port, workdir / "data", rule_files=files)
+    # every GPU's energy rows by usage: split by its idle power (measured, or its
+    # model's), or by allocation where it has none (a synthetic GPU that never idles)
     ready = (
-        "count(instance_gpu:gpu_idle_energy_joules:sum1m > 0)"
-        " == count(instance_gpu:gpu_energy_joules:sum1m) == count(gpu_up == 1)"
-        " and count(instance_gpu_owner:gpu_energy_joules:sum1m)"
+        "count(instance_gpu:gpu_energy_joules:sum1m) == count(gpu_up == 1)"
+        " and count(count by (instance, gpu) ("
+        'instance_gpu_owner:gpu_energy_joules:sum1m{method="usage"}))'
+        " == count(gpu_up == 1)"
     )
     out: dict[str, list[tuple[str, float, float]]] = {}
     rows: dict[str, list[tuple[dict[str, str], float]]] = {}  # family -> (labels, value)
@@ -1097,7 +1100,7 @@ def chargeback_recorded(
         deadline = time.monotonic() + timeout
         while math.isnan(prometheus.value(ready)):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the chargeback rules gave no idle energy in {timeout:.0f} s")
+                raise RuntimeError(f"the chargeback rules gave no energy rows in {timeout:.0f} s")
             time.sleep(10)
         time.sleep(RULE_SECONDS + 5)  # one more evaluation: every row from complete inputs
         for family in families:
@@ -1151,7 +1154,7 @@ def minute_rows(queries: list[Panel]) -> list[Panel]:
 
 
 def _chargeback_inputs() -> set[str]:
-    """The recorded families the chargeback groups read (the 1-minute lowest power)."""
+    """The recorded families the chargeback groups read (the idle minutes' power)."""
     recorded_names = {n for _g, n, _e, _i in rules() if ":" in n}
     ours = {n for g, n, _e, _i in rules() if g in CHARGEBACK_GROUPS}
     read = {n for g, _n, e, _i in rules() if g in CHARGEBACK_GROUPS for n in NAME.findall(e)}

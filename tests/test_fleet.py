@@ -648,6 +648,12 @@ def test_chargeback_rows_add_up_and_a_lost_gpu_drops_out_whole(fleet: Fleet) -> 
         "count(instance_gpu_owner:gpu_used_seconds:sum1m)"
         " == count(instance_gpu_owner:gpu_allocated_seconds:sum1m)"
     )
+    # and every GPU up has its rows (a node's first come a minute after its first samples)
+    prometheus.wait_for(
+        "count(gpu_up == 1) == count(count by (instance, gpu) ("
+        "instance_gpu_owner:gpu_allocated_seconds:sum1m))",
+        timeout=120,
+    )
     at = chargeback_evaluation(prometheus)
     up = assert_chargeback_adds_up(fleet, at)
     assert ("node-b", "0") not in up  # lost from the start: no rows at all

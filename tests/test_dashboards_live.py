@@ -247,7 +247,10 @@ def minute_rates_in_seconds(dest: Path) -> Path:
     test run. The expressions are otherwise the shipped ones."""
     every_evaluation_rules(RECORDING_RULES, dest, rollup_seconds=ROLLUP_S)
     text = dest.read_text()
-    shorter = text.replace("[1m])", f"[{SHORT_RATE_S}s])")
+    # the chargeback's rows: the increase since the evaluation SHORT_RATE_S before
+    shorter = text.replace("[1m])", f"[{SHORT_RATE_S}s])").replace(
+        " offset 1m", f" offset {SHORT_RATE_S}s"
+    )
     assert shorter != text
     dest.write_text(shorter)
     return dest

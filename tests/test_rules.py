@@ -483,6 +483,13 @@ def recorded_labels(record: str, seen: frozenset[str] = frozenset()) -> set[str]
         for selector in references(r["expr"])[0]
     ]
     labels = set(TARGET_LABELS)
+    labels |= {  # and those its rules set (the chargeback's `reason`, `method`)
+        label
+        for g in _groups()
+        for r in g["rules"]
+        if r.get("record") == record
+        for label in r.get("labels", {})
+    }
     for name, _ in selectors:
         if name in rules and name not in seen:
             labels |= recorded_labels(name, seen | {record})

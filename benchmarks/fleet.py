@@ -1076,7 +1076,8 @@ def chargeback_recorded(
     record for `nodes` nodes, and of the recorded series they read, as the groups wrote
     them: a Prometheus with those groups (chargeback_rule_files) scrapes the nodes until
     every GPU's energy rows are there by usage (split by idle power, or by allocation where
-    it has none yet; then one more evaluation), and gives the values. The synthetic values hold still, so do these."""
+    it has none yet; then one more evaluation), and gives the values. The synthetic values
+    hold still, so do these."""
     workdir.mkdir(parents=True, exist_ok=True)
     files = chargeback_rule_files(workdir)
     families = sorted(

@@ -13,6 +13,12 @@ joins) on every kind of GPU at once:
 - GPU 3, MIG: instance 2 given to infer/triton, instances 3 and 9 free: triton holds its
   instance's share, the remainder the rest.
 
+Each test runs twice: scraped by deploy/prometheus/prometheus.yml's job, and as the
+Prometheus Operator scrapes the DaemonSet through deploy/kubernetes's ServiceMonitor (the
+relabelling the operator renders for it, tests/support/operator.py), with the exporter
+run as shipped (uid 0 without capabilities): the owners keep their labels and are billed,
+not the exporter's pod (issue 49).
+
 Bare metal (two users' processes on one GPU) and a GPU lost mid-minute are in
 test_fleet.py's chargeback test; the arithmetic of each case in promtool's
 deploy/prometheus/tests/gpu-chargeback.test.yml.
@@ -21,6 +27,7 @@ deploy/prometheus/tests/gpu-chargeback.test.yml.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +50,8 @@ SM = {"a": 0.6, "b": 0.2}  # the SM share of the time-sliced pods' processes
 # the containers of the processes the scenario places (the kubelet's log tree maps
 # their IDs to the pods below)
 CONTAINERS = {pod: f"{n:x}" * 64 for n, pod in enumerate(("train", "a", "b", "triton"), 10)}
+# the privileges the DaemonSet and the systemd unit give the exporter
+SHIPPED_PRIVILEGES = ("setpriv", "--reuid=0", "--inh-caps=-all", "--bounding-set=-all")
 # the DaemonSet's pod and its node, as the operator's target labels name them
 EXPORTER_POD, NODE_NAME = "gpu-exporter-7x2kq", "gpu-node-1"
 
@@ -116,7 +125,10 @@ def node(
         args = ["--simulate", "4", "--simulate.scenario", str(file), "--collect.interval", "1s"]
         args += ["--collector.kubernetes", "--kubernetes.pod-resources-socket", str(socket_path)]
         args += ["--kubernetes.log-directory", str(logs)]
-        exporter = start_exporter(args, workdir)
+        # scraped as the operator scrapes it, run as the DaemonSet runs it: uid 0 with no
+        # capabilities
+        shipped = SHIPPED_PRIVILEGES if request.param == "operator" else ()
+        exporter = start_exporter(args, workdir, wrapper=shipped)
         samples = parse_samples(http_get(exporter.url + "/metrics").body.decode())
         uuids = {dict(ls)["gpu"]: dict(ls)["uuid"] for name, ls in samples if name == "gpu_info"}
         (mig_uuid,) = [
@@ -238,6 +250,10 @@ def test_under_the_operator_the_owners_labels_are_the_exporter_s(node: Node) -> 
     assert charged == []
     if up["metric"].get("endpoint") is None:  # file_sd: the job's own labels
         return
+    # and the exporter ran as shipped: uid 0 without capabilities
+    status = Path(f"/proc/{node.exporter.process.pid}/status").read_text()
+    assert re.search(r"^CapEff:\s+0+$", status, re.M), status
+    assert re.search(r"^Uid:\s+0\s", status, re.M), status
     assert up["metric"]["pod"] == EXPORTER_POD
     assert up["metric"]["namespace"] == "monitoring"
     assert up["metric"]["instance"] == up["metric"]["node"] == NODE_NAME

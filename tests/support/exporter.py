@@ -177,16 +177,22 @@ def start_exporter(
     port: int | None = None,
     ready: bool = True,
     env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> Exporter:
-    """Start the program listening on 127.0.0.1, with `env` added to the environment,
-    and wait until /metrics answers."""
+    """Start the program listening on 127.0.0.1, with `env` added to the environment
+    (under `wrapper`, a command such as setpriv's that runs it), and wait until /metrics
+    answers."""
     port = port or free_port()
     log_path = tmp_path / f"exporter-{port}.log"
     full = [*args, "--web.listen-address", f"127.0.0.1:{port}"]
     environment = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            command(*full), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=environment
+            [*wrapper, *command(*full)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=environment,
         )
     exporter = Exporter(process, port, log_path, full)
     if ready:

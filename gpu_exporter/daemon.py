@@ -47,7 +47,12 @@ from gpu_exporter.serving.http import HttpServer, ListenError, bind
 from gpu_exporter.serving.routes import Routes, ServingState
 from gpu_exporter.serving.web_config import WebConfigError, load_web_config
 from gpu_exporter.sources.backend import Backend
-from gpu_exporter.sources.fabric_daemons import FabricDaemonWatch, Look, host_processes
+from gpu_exporter.sources.fabric_daemons import (
+    FabricDaemonWatch,
+    Look,
+    host_processes,
+    nvswitches_present,
+)
 from gpu_exporter.sources.host import HostReader
 from gpu_exporter.sources.kernel_log import KernelLogReader
 from gpu_exporter.sources.kernel_log_files import open_inherited_kernel_log
@@ -148,7 +153,11 @@ def make_sampler(
 
     return Sampler(
         backend,
-        fabric_daemons=FabricDaemonWatch(fabric_daemon_look(backend)),
+        fabric_daemons=FabricDaemonWatch(
+            fabric_daemon_look(backend),
+            # the simulated host's HGX board holds its NVSwitches
+            nvswitches=nvswitches_present if backend.kind == "nvml" else (lambda: True),
+        ),
         interval_seconds=settings.interval_seconds,
         timeout_seconds=settings.timeout_seconds,
         collectors=settings.collectors,

@@ -24,6 +24,7 @@ import pytest
 
 from gpu_exporter import cli
 from gpu_exporter.attribution import processes
+from gpu_exporter.sources.fabric_daemons import nvswitches_present
 from tests.support.capture_hosts import (
     CLOCK_EVENT_COLUMNS,
     board_support,
@@ -55,6 +56,8 @@ UNCOMPARED = {"gpu_up"}
 # Derived from several values a capture shows (docs/actions.md), not printed by nvidia-smi:
 # the test checks it apart (every captured board is healthy: it needs nothing done).
 RECOMMENDED = "gpu_recommended_action"
+# A node's series judged from its boards (sources/fabric_daemons.py), checked apart.
+FABRIC_REQUIRED = "gpu_fabric_daemon_required"
 # Counters the exporter integrates from a value nvidia-smi shows: never printed without it.
 DERIVED = {
     "gpu_busy_seconds_total": "gpu_utilization_ratio",
@@ -356,6 +359,16 @@ def test_exporter_prints_what_nvidia_smi_printed_for_the_same_board(
         str(i): ("none", "none") for i in range(len(captured.rows))
     }
     compared.add(RECOMMENDED)
+    # the node's fabric daemons, judged from the boards: the H100 and H200 SXM captures are
+    # one-GPU pass-through VMs whose fabric registration completed (nvidia-smi -q: Fabric
+    # State Completed) with Fabric Manager in the hypervisor's service VM, as no NVSwitch is
+    # on the guest's PCI bus: the node itself needs neither daemon (nor does this test's
+    # host, unless its own bus holds an NVSwitch)
+    required = {dict(ls)["daemon"]: v for (n, ls), v in samples.items() if n == FABRIC_REQUIRED}
+    switches_here = nvswitches_present() is True
+    has_fabric = any(row.get("fabric.state") == "Completed" for row in captured.rows)
+    assert required == {"nv-fabricmanager": float(has_fabric and switches_here), "nvidia-imex": 0}
+    compared.add(FABRIC_REQUIRED)
     # every device series the exporter printed is one nvidia-smi had a value for
     unexplained = _device_series(samples) - compared - {"gpu_info"}
     assert not unexplained, (

@@ -17,7 +17,13 @@ from gpu_exporter.model import (
     HealthReading,
 )
 from gpu_exporter.sampling.sampler import Sampler
-from gpu_exporter.sources.fabric_daemons import FabricDaemonWatch, host_processes, required, running
+from gpu_exporter.sources.fabric_daemons import (
+    FabricDaemonWatch,
+    host_processes,
+    nvswitches_present,
+    required,
+    running,
+)
 from gpu_exporter.sources.scenario import Faults
 from gpu_exporter.sources.simulated import SimulatedBackend
 from tests.support.clock import FakeClock
@@ -61,6 +67,59 @@ def test_the_daemon_the_gpus_need(
     devices: list[DeviceSample], fabric_manager: bool, imex: bool
 ) -> None:
     assert required(devices) == {"nv-fabricmanager": fabric_manager, "nvidia-imex": imex}
+
+
+@pytest.mark.parametrize(
+    ("nvswitches", "fabric_manager"),
+    [(True, True), (False, False), (None, True)],
+    ids=["switches-on-the-node", "pass-through-vm", "bus-unreadable"],
+)
+def test_fabric_manager_is_needed_where_the_nvswitches_are(
+    nvswitches: bool | None, fabric_manager: bool
+) -> None:
+    """A VM given one GPU of an HGX board sees its fabric registration completed (the
+    H100 SXM captures), while Fabric Manager runs in the hypervisor's service VM beside the
+    switches: no page for a daemon the guest cannot run. The IMEX daemon is the tray's own."""
+    hgx = [gpu("NVIDIA H100 80GB HBM3", REGISTERED)]
+    assert required(hgx, nvswitches) == {"nv-fabricmanager": fabric_manager, "nvidia-imex": False}
+    tray = [gpu("NVIDIA GB200", REGISTERED)]
+    assert required(tray, nvswitches) == {"nv-fabricmanager": False, "nvidia-imex": True}
+
+
+def _pci(root: Path, address: str, vendor: bytes, cls: bytes) -> None:
+    device = root / "bus/pci/devices" / address
+    device.mkdir(parents=True)
+    (device / "vendor").write_bytes(vendor + b"\n")
+    (device / "class").write_bytes(cls + b"\n")
+
+
+def test_an_nvswitch_is_told_by_its_pci_vendor_and_class(tmp_path: Path) -> None:
+    """An HGX H100 board's NVSwitch is a bridge (class 0x0680) of NVIDIA's (0x10de); its
+    GPUs (0x0302), a Mellanox bridge or an unreadable bus are not."""
+    assert nvswitches_present(str(tmp_path)) is None
+    _pci(tmp_path, "0000:18:00.0", b"0x10de", b"0x030200")  # H100 SXM: 3D controller
+    _pci(tmp_path, "0000:19:00.0", b"0x15b3", b"0x068000")  # not NVIDIA's bridge
+    assert nvswitches_present(str(tmp_path)) is False
+    _pci(tmp_path, "0000:05:00.0", b"0x10de", b"0x068000")  # H100 NVSwitch (10de:22a3)
+    assert nvswitches_present(str(tmp_path)) is True
+
+
+def test_the_pci_bus_is_read_only_while_a_gpu_has_a_fabric_and_then_rarely() -> None:
+    clock = FakeClock()
+    asked: list[float] = []
+
+    def switches() -> bool:
+        asked.append(clock.monotonic())
+        return False
+
+    watch = FabricDaemonWatch(Looks({}), nvswitches=switches, monotonic=clock.monotonic)
+    assert watch([gpu("NVIDIA L40S", None)]).required["nv-fabricmanager"] is False
+    assert asked == []
+    for _ in range(70):  # 350 s of 5 s samples
+        state = watch([gpu("NVIDIA H100 80GB HBM3", REGISTERED)])
+        clock.now += 5.0
+    assert state.required == {"nv-fabricmanager": False, "nvidia-imex": False}
+    assert len(asked) == 2  # at the first sample with a fabric, and 300 s later
 
 
 class Looks:

@@ -1658,7 +1658,9 @@ METRICS: tuple[MetricSpec, ...] = (
         type="gauge",
         help="1 where this node's GPUs need the fabric daemon, 0 where none does: "
         "nv-fabricmanager (NVIDIA Fabric Manager) for a GPU registered in an NVSwitch "
-        "fabric of its own node (HGX and DGX boards), nvidia-imex (the IMEX daemon) for a "
+        "fabric whose switches are on this node's PCI bus (HGX and DGX boards, bare metal or "
+        "full pass-through; not a VM given a few of a board's GPUs, whose Fabric Manager runs "
+        "in the hypervisor's service VM), nvidia-imex (the IMEX daemon) for a "
         "GB200 or GB300 GPU registered in a multi-node NVLink fabric (NVL racks). Decided "
         "from each GPU's fabric state and name (docs/hardware-faults.md). Absent while NVML "
         "is down." + SAMPLED,

@@ -14,8 +14,15 @@ Which the node needs (`required`) is decided from the GPUs themselves, each inte
 GPU whose driver reports a fabric state (`gpu_fabric_state`: any state; a GPU without an
 NVSwitch fabric, a PCIe card or one with NVLink bridges only, answers NOT_SUPPORTED)
 needs the IMEX daemon when its name says it is a Grace-Blackwell superchip (`GB200`,
-`GB300`: multi-node NVLink), and Fabric Manager otherwise. A node with no such GPU needs
-neither, and the alert never fires there.
+`GB300`: multi-node NVLink), and Fabric Manager otherwise, but only where the NVSwitches
+are on this node's own PCI bus (`nvswitches_present`: vendor 0x10de, class 0x0680 in
+/sys/bus/pci/devices). Fabric Manager runs where the switches are: on bare metal and in a
+VM given the whole board (full pass-through), the node itself; in a VM given one or a few
+GPUs of an HGX board (shared NVSwitch virtualization), the hypervisor's service VM, while
+the guest's GPUs still report their fabric registration as completed (the H100 and H200
+SXM captures in tests/fixtures/nvidia-smi are such one-GPU pass-through VMs). Where the
+PCI bus cannot be read, the GPUs alone decide. A node with no such GPU needs neither, and
+the alert never fires there.
 
 Whether it runs (`FabricDaemonWatch`, `host_processes`) is read from the host's /proc: a
 process whose command name (`/proc/PID/comm`, the kernel's 15-byte cut of the program
@@ -48,18 +55,46 @@ MULTI_NODE_CLASSES = ("GB200", "GB300")
 FABRIC_MANAGER, IMEX = FABRIC_DAEMONS
 
 
-def required(devices: Iterable[DeviceSample]) -> dict[str, bool]:
+NVIDIA_VENDOR = b"0x10de"
+NVSWITCH_CLASS = b"0x0680"  # PCI class 06 (bridge), subclass 80 (other): an NVSwitch
+SYSFS_ATTRIBUTE_BYTES = 16  # "0x10de\n", "0x068000\n"
+PCI_DEVICES_LIMIT = 4096  # entries of /sys/bus/pci/devices looked at, at most
+NVSWITCH_EVERY_SECONDS = 300.0
+"""How often the PCI bus is looked at again for NVSwitches (hot-plug is rare)."""
+
+
+def required(devices: Iterable[DeviceSample], nvswitches: bool | None = None) -> dict[str, bool]:
     """FABRIC_DAEMONS -> whether a GPU of `devices` needs it (see the module docstring).
-    A GPU that is down is not counted."""
+    `nvswitches`: whether NVSwitches are on this node's PCI bus (`nvswitches_present`),
+    None where that could not be read. A GPU that is down is not counted."""
     need = dict.fromkeys(FABRIC_DAEMONS, False)
     for d in devices:
         health = d.reading.health if d.reading is not None else None
         if health is None or health.fabric is None:
             continue  # no NVSwitch fabric (or not read)
         name = d.static.name if d.static is not None else ""
-        multi_node = any(cls in name for cls in MULTI_NODE_CLASSES)
-        need[IMEX if multi_node else FABRIC_MANAGER] = True
+        if any(cls in name for cls in MULTI_NODE_CLASSES):
+            need[IMEX] = True
+        elif nvswitches is not False:
+            need[FABRIC_MANAGER] = True
     return need
+
+
+def nvswitches_present(sys_root: str = "/sys") -> bool | None:
+    """Whether an NVIDIA NVSwitch is on this node's PCI bus (Fabric Manager runs beside
+    it); None where the bus cannot be read. Reads two 16-byte sysfs attributes a device,
+    of at most PCI_DEVICES_LIMIT devices; needs no privilege."""
+    base = f"{sys_root}/bus/pci/devices"
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return None
+    for entry in entries[:PCI_DEVICES_LIMIT]:
+        if _read(f"{base}/{entry}/vendor", SYSFS_ATTRIBUTE_BYTES).strip() != NVIDIA_VENDOR:
+            continue
+        if _read(f"{base}/{entry}/class", SYSFS_ATTRIBUTE_BYTES).startswith(NVSWITCH_CLASS):
+            return True
+    return False
 
 
 def running(proc_root: str, daemons: Iterable[str]) -> dict[str, bool]:
@@ -114,10 +149,14 @@ class FabricDaemonWatch:
         self,
         look: Look,
         *,
+        nvswitches: Callable[[], bool | None] = lambda: None,
         every_seconds: float = EVERY_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._look = look
+        self._nvswitches = nvswitches
+        self._switches: bool | None = None
+        self._switches_at: float | None = None
         self._every = every_seconds
         self._monotonic = monotonic
         self._read_at: float | None = None
@@ -125,9 +164,10 @@ class FabricDaemonWatch:
         self._running: dict[str, bool] = {}
 
     def __call__(self, devices: Iterable[DeviceSample]) -> FabricDaemonState:
-        need = required(devices)
-        wanted = [daemon for daemon in FABRIC_DAEMONS if need[daemon]]
+        devices = list(devices)
         now = self._monotonic()
+        need = required(devices, self._switches_seen(devices, now))
+        wanted = [daemon for daemon in FABRIC_DAEMONS if need[daemon]]
         if not wanted:
             self._running, self._read_at = {}, None
         elif self._read_at is None or now - self._read_at >= self._every or self._wanted != wanted:
@@ -135,3 +175,18 @@ class FabricDaemonWatch:
             self._running = dict(self._look(wanted) or {})
         self._wanted = wanted
         return FabricDaemonState(required=need, running=dict(self._running))
+
+    def _switches_seen(self, devices: Sequence[DeviceSample], now: float) -> bool | None:
+        """`nvswitches`, asked only while a GPU reports a fabric, at most every
+        NVSWITCH_EVERY_SECONDS."""
+        if not any(
+            d.reading is not None
+            and d.reading.health is not None
+            and d.reading.health.fabric is not None
+            for d in devices
+        ):
+            return self._switches
+        if self._switches_at is None or now - self._switches_at >= NVSWITCH_EVERY_SECONDS:
+            self._switches_at = now
+            self._switches = self._nvswitches()
+        return self._switches

@@ -814,6 +814,58 @@ class ActivityTotals:
     nvlink_bytes: Mapping[str, float] = field(default_factory=dict)  # DIRECTIONS
 
 
+MEMORY_PATTERNS: tuple[str, ...] = ("not_full", "reserved", "pressure", "sharing", "unowned")
+"""What a GPU's (or MIG instance's) memory is doing, as `gpu_memory_pattern{pattern}` names
+it (`sampling/memory_patterns.py`): below near full; near full and held flat (a pool
+reserved up front); near full and moving (drops and re-rises, or grown into the ceiling);
+near full and shared by two or more live processes (or a new one arrived); near full with
+no live process (a dead owner's: GPUMemoryLeaked's case)."""
+
+
+@dataclass(frozen=True)
+class MemoryHolder:
+    """A live process as the memory patterns name it (for verdicts and the exit series)."""
+
+    pid: str
+    process: str = ""  # command name; "" unknown
+    user: str = ""
+    container_id: str = ""
+    pod_uid: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    memory_bytes: int = 0  # its used memory in the interval it was last seen
+    flat_seconds: float = 0.0  # how long its memory has stayed flat
+    at_start: bool = False  # reached its level within seconds of being first seen
+
+
+@dataclass(frozen=True)
+class MemoryExit:
+    """A likely out-of-memory death: a process holding a large share ended while its GPU
+    (or MIG instance) was near full, and its memory was freed."""
+
+    holder: MemoryHolder  # as last seen
+    ended_seconds: float  # Unix time of the interval it was first missing
+    used_ratio: float  # the GPU's (instance's) used memory over total when last seen, 0..1
+
+
+@dataclass(frozen=True)
+class MemoryPattern:
+    """One GPU's (or MIG instance's) memory pattern in one sample
+    (`sampling/memory_patterns.py`)."""
+
+    pattern: str  # MEMORY_PATTERNS
+    near_full_drops: int  # drops from near full that rose back, since first seen (counter)
+    flat_seconds: float  # how long used memory has stayed flat
+    likely_oom_exits: int  # MemoryExit count since first seen (counter)
+    recent_exits: tuple[MemoryExit, ...] = ()  # the last MEMORY_OOM_EXIT_HOLD_SECONDS'
+    recent_drops: int = 0  # near-full drops within the pattern window
+    grew: bool = False  # grew into the ceiling within the pattern window
+    arrived: bool = False  # a process arrived on it while near full, within the window
+    used_ratio: float | None = None  # used over total this interval, 0..1
+    holders: tuple[MemoryHolder, ...] = ()  # the live processes, largest first
+
+
 @dataclass(frozen=True)
 class DeviceSample:
     """One GPU in one sample. `reading` is None while the GPU is down."""
@@ -834,6 +886,8 @@ class DeviceSample:
     attribution: Attribution | None = None  # None: process collector off or unsupported
     activity: ActivityTotals | None = None  # GPM totals of the whole GPU
     mig_activity: Mapping[int, ActivityTotals] = field(default_factory=dict)  # by GI id
+    memory_pattern: MemoryPattern | None = None  # None: memory not read
+    mig_memory_patterns: Mapping[int, MemoryPattern] = field(default_factory=dict)  # by GI id
 
     @property
     def uuid(self) -> str:

@@ -58,6 +58,7 @@ from gpu_exporter.model import (
     HolderScanState,
     HostSample,
     KernelLogState,
+    MemoryPattern,
     MemoryReading,
     MigInstanceReading,
     ModesReading,
@@ -71,8 +72,10 @@ from gpu_exporter.model import (
     recovery_action_name,
 )
 from gpu_exporter.sampling import actions
+from gpu_exporter.sampling import thresholds as th
 from gpu_exporter.sampling.buffer_reads import SAFETY
 from gpu_exporter.sampling.counter_reads import MAX_AGE_SECONDS as COUNTER_READS_MAX_AGE
+from gpu_exporter.sampling.memory_patterns import MAX_RECENT_EXITS
 from gpu_exporter.sampling.thresholds import LEAKED_MEMORY_BYTES
 from gpu_exporter.sources.backend import COUNTER_MAX_AGE_SECONDS, SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.kernel_log import MAX_BACKLOG_BYTES
@@ -610,6 +613,48 @@ def _pcie_errors(p: PcieReading) -> Iterable[tuple[str, Number | None]]:
     return [(error, p.errors.get(error)) for error in PCIE_ERRORS]
 
 
+def _patterns(d: DeviceSample) -> list[tuple[str, MemoryPattern]]:
+    """The device's memory patterns with their gpu_instance label: the whole GPU's ("")
+    or, on a MIG GPU, each GPU instance's."""
+    out = [("", d.memory_pattern)] if d.memory_pattern is not None else []
+    return out + [(str(gi), p) for gi, p in sorted(d.mig_memory_patterns.items())]
+
+
+def _gpu_pattern(pick: Callable[[MemoryPattern], Number | None]) -> DeviceExtract:
+    def extract(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+        return [((), pick(d.memory_pattern))] if d.memory_pattern is not None else []
+
+    return extract
+
+
+def _mig_pattern(pick: Callable[[MemoryPattern], Number | None]) -> DeviceExtract:
+    def extract(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+        return [((str(gi),), pick(p)) for gi, p in sorted(d.mig_memory_patterns.items())]
+
+    return extract
+
+
+def _gpu_pattern_state(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    p = d.memory_pattern
+    return [((p.pattern,), 1)] if p is not None else []
+
+
+def _mig_pattern_state(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    return [((str(gi), p.pattern), 1) for gi, p in sorted(d.mig_memory_patterns.items())]
+
+
+def _oom_exits(_snapshot: Snapshot, d: DeviceSample) -> Rows:
+    return [
+        (
+            (gi, e.holder.pid, e.holder.process, e.holder.user, e.holder.container_id)
+            + (e.holder.pod_uid, e.holder.namespace, e.holder.pod, e.holder.container),
+            1,
+        )
+        for gi, p in _patterns(d)
+        for e in p.recent_exits
+    ]
+
+
 # Spec constructors in the catalogue's own shorthand -----------------------------------
 
 
@@ -898,6 +943,72 @@ METRICS: tuple[MetricSpec, ...] = (
         "GPU is scanned for holders.",
         "process",
         _holder_count(lambda a: a.holder_candidate_count),
+    ),
+    _d(
+        "gpu_memory_pattern",
+        "gauge",
+        "1 for what the GPU's memory is doing, judged every interval from its used memory "
+        "and processes: not_full (its peak over "
+        f"{th.MEMORY_PEAK_WINDOW_SECONDS:g} s at most {th.NEAR_OOM_MEMORY_RATIO:.0%} of the "
+        "total); reserved (near full and held flat: a pool reserved up front, as TensorFlow, "
+        "JAX and vLLM do; an out-of-memory inside it is invisible to the driver); pressure "
+        f"(near the top and moving: {th.MEMORY_PRESSURE_DROPS} or more near-full drops, or "
+        f"growth into the ceiling, within {th.MEMORY_PATTERN_WINDOW_SECONDS / 60:g} minutes); "
+        f"sharing (two or more live processes holding {th.MEMORY_SHARE_RATIO:.0%} or more "
+        "each, or a process that arrived while it was near full); unowned (near full with no "
+        "live process: a dead owner's memory). Absent on a MIG GPU (its instances have "
+        "gpu_mig_memory_pattern).",
+        "memory",
+        _gpu_pattern_state,
+        "pattern",
+    ),
+    _d(
+        "gpu_memory_near_full_drops_total",
+        "counter",
+        f"Drops of at least {th.MEMORY_DROP_RATIO:.0%} of the total from near full "
+        f"(above {th.NEAR_OOM_MEMORY_RATIO:.0%}) that rose back near full within "
+        f"{th.MEMORY_PEAK_WINDOW_SECONDS:g} s with the same processes, counted at the "
+        "re-rise from every interval's reading (between scrapes too): a caching allocator "
+        "that failed an allocation, freed its cache and retried.",
+        "memory",
+        _gpu_pattern(lambda p: p.near_full_drops),
+    ),
+    _d(
+        "gpu_memory_flat_seconds",
+        "gauge",
+        "Seconds the GPU's used memory has stayed within "
+        f"{th.MEMORY_FLAT_RATIO:.0%} of the total of where it settled.",
+        "memory",
+        _gpu_pattern(lambda p: p.flat_seconds),
+    ),
+    _d(
+        "gpu_memory_likely_oom_exits_total",
+        "counter",
+        f"Processes holding at least {th.MEMORY_OOM_EXIT_RATIO:.0%} of the GPU's memory that "
+        f"ended while it was more than {th.NEAR_OOM_MEMORY_RATIO:.0%} full, their memory "
+        "freed: how a CUDA out-of-memory death looks from outside (the job's log says "
+        "which). A dead owner whose memory stays held is not counted.",
+        "memory",
+        _gpu_pattern(lambda p: p.likely_oom_exits),
+    ),
+    _d(
+        "gpu_memory_likely_oom_exit_info",
+        "gauge",
+        "1 for each process counted in gpu_memory_likely_oom_exits_total (or "
+        "gpu_mig_memory_likely_oom_exits_total: gpu_instance set), for "
+        f"{th.MEMORY_OOM_EXIT_HOLD_SECONDS / 60:g} minutes after it ended, at most "
+        f"{MAX_RECENT_EXITS} per GPU or instance, named as its process series was.",
+        "memory",
+        _oom_exits,
+        "gpu_instance",
+        "pid",
+        "process",
+        "user",
+        "container_id",
+        "pod_uid",
+        "namespace",
+        "pod",
+        "container",
     ),
     # Temperature and cooling.
     _d(
@@ -1354,6 +1465,40 @@ METRICS: tuple[MetricSpec, ...] = (
         "Used memory of the MIG GPU instance in bytes.",
         "mig",
         _mig_memory(lambda i: i.memory_used_bytes),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_memory_pattern",
+        "gauge",
+        "As gpu_memory_pattern, for the MIG GPU instance: 1 for not_full, reserved, "
+        "pressure, sharing or unowned.",
+        "mig",
+        _mig_pattern_state,
+        "gpu_instance",
+        "pattern",
+    ),
+    _d(
+        "gpu_mig_memory_near_full_drops_total",
+        "counter",
+        "As gpu_memory_near_full_drops_total, for the MIG GPU instance.",
+        "mig",
+        _mig_pattern(lambda p: p.near_full_drops),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_memory_flat_seconds",
+        "gauge",
+        "As gpu_memory_flat_seconds, for the MIG GPU instance.",
+        "mig",
+        _mig_pattern(lambda p: p.flat_seconds),
+        "gpu_instance",
+    ),
+    _d(
+        "gpu_mig_memory_likely_oom_exits_total",
+        "counter",
+        "As gpu_memory_likely_oom_exits_total, for the MIG GPU instance.",
+        "mig",
+        _mig_pattern(lambda p: p.likely_oom_exits),
         "gpu_instance",
     ),
     _d(

@@ -17,6 +17,8 @@ One sample runs these stages, each timed and reported in the Snapshot's `stages`
 - (collector `kubernetes`, after `processes`, not timed as a stage of its own) the last
   kubelet reading, refreshed on its own thread, names the processes and gives each GPU's
   allocation;
+- (after those, not timed as a stage of its own) each GPU's and MIG instance's memory
+  pattern, judged from this interval's readings and processes (`memory_patterns`);
 - `render`: the previous snapshot's publication (the live page's history; its
   exposition, written then only when a scrape is expected before the next sample, else
   by the first scrape that asks), since a snapshot cannot hold the cost of publishing
@@ -54,6 +56,7 @@ from gpu_exporter.sampling.buffer_reads import BufferRead, MemoryBaseline, buffe
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.clock_steps import STEP_SECONDS, WallClockSteps, not_after
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
+from gpu_exporter.sampling.memory_patterns import MemoryPatterns
 from gpu_exporter.sampling.process_seconds import ProcessSeconds
 from gpu_exporter.sampling.xid_merge import merge_xids
 from gpu_exporter.sources.backend import (
@@ -204,6 +207,7 @@ class Sampler:
         # report one UUID (a cloned VBIOS) are two GPUs, never one counter fed twice
         self._counters: dict[tuple[int, str], _Counters] = {}
         self._render: StageResult | None = None  # the last publication
+        self._memory_patterns = MemoryPatterns()  # per GPU, MIG instance and process
         self._samples_total = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -346,6 +350,13 @@ class Sampler:
             except Exception:
                 log.exception("kubernetes attribution failed")
                 kubernetes = KubernetesState(up=False, reason="attribution failed (a bug)")
+
+        try:
+            devices = self._memory_patterns.observe(
+                devices, now=self._monotonic(), wall=started_wall
+            )
+        except Exception:  # a bug there must not cost the sample: its series are left out
+            log.exception("judging the memory patterns failed")
 
         host: HostSample | None = None
         if "host" in collectors and self._read_host is not None:

@@ -11,7 +11,56 @@ it holds over `VERDICT_WINDOW_SECONDS`, so that a researcher sees a verdict with
 from __future__ import annotations
 
 NEAR_OOM_MEMORY_RATIO = 0.95
-"""GPUMemoryNearFull: used memory over total above this (0..1) is near out of memory."""
+"""Used memory over total above this (0..1) is near full: the line of the memory patterns
+(`sampling/memory_patterns.py`, which GPUMemoryNearFull reads) and of GPUMemoryFillingUp's
+`unless`. Near full alone is no risk: a framework that reserved its pool up front sits
+there (TensorFlow 99%, vLLM and JAX at their fraction)."""
+
+MEMORY_DROP_RATIO = 0.05
+"""A drop from near full by at least this share of the total (0..1) that rises back near
+full, with the same processes on the GPU, is one near-full drop
+(`gpu_memory_near_full_drops_total`): a caching allocator that failed an allocation,
+freed its cache and retried."""
+
+MEMORY_PRESSURE_DROPS = 2
+"""Pattern `pressure`: at least this many near-full drops within
+MEMORY_PATTERN_WINDOW_SECONDS ..."""
+
+MEMORY_PATTERN_WINDOW_SECONDS = 600.0
+"""... (10 minutes), or memory that grew into the ceiling within it; a new process on a
+near-full GPU is `sharing` for as long."""
+
+MEMORY_PEAK_WINDOW_SECONDS = 120.0
+"""A GPU whose peak over this many seconds is near full is near the top (its drops
+included); below it the pattern is `not_full`."""
+
+MEMORY_GROWTH_RATIO = 0.10
+"""Growth into the ceiling: memory reached near full after rising at least this share of
+the total (0..1) within MEMORY_PATTERN_WINDOW_SECONDS, ..."""
+
+MEMORY_JUMP_RATIO = 0.20
+"""... its last step smaller than this share of the total (0..1) (a bigger step is a pool
+reserved at once), ..."""
+
+MEMORY_STARTUP_SECONDS = 120.0
+"""... and no process on it younger than this (a job filling its pool as it starts)."""
+
+MEMORY_SHARE_RATIO = 0.01
+"""Pattern `sharing`: two or more live processes, each holding at least this share of the
+total (0..1), on a near-full GPU or MIG instance."""
+
+MEMORY_FLAT_RATIO = 0.01
+"""Memory is flat while it stays within this share of the total (0..1) of where it
+settled (`gpu_memory_flat_seconds`)."""
+
+MEMORY_OOM_EXIT_RATIO = 0.25
+"""A likely out-of-memory death: a process that held at least this share of the total
+(0..1) ends while its GPU or MIG instance was near full, and its memory is freed (a dead
+owner whose memory stays held is GPUMemoryLeaked's)."""
+
+MEMORY_OOM_EXIT_HOLD_SECONDS = 600.0
+"""`gpu_memory_likely_oom_exit_info` names such an exit for this many seconds (10
+minutes): scrapes 15 s or 60 s apart all see it; GPUJobEndedWhileMemoryFull fires on it."""
 
 IDLE_BUSY_RATIO = 0.05
 """GPUIdleWhileAllocated (recording rule `..._idle_while_allocated`): busy and mean

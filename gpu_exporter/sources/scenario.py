@@ -40,6 +40,11 @@ and every number is bounded by what a real host can have (`MAX_*` below).
       # side comes from here, not /proc, as for the built-in tenants
       - {gpu: 1, pid: 4000, sm_ratio: 0.6, user: alice,
          container_id: <64 hex digits>, pod_uid: <the pod's metadata.uid>}
+      # a framework's memory trace (`simulated_memory.TRACES`: tensorflow, jax, vllm,
+      # pytorch-pressure, pytorch-growing, flat) at a level (a share of its GPU's or MIG
+      # instance's total), listed from start_seconds to end_seconds after the file was
+      # loaded; a GPU or instance with a traced process uses what its processes hold
+      - {gpu: 2, pid: 4242, memory_trace: tensorflow, memory_ratio: 0.99, end_seconds: 600}
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from typing import Any
 
 from gpu_exporter.model import FABRIC_DAEMONS, RECOVERY_ACTIONS, DeviceReading
 from gpu_exporter.sources.simulated_layout import mig_instances
+from gpu_exporter.sources.simulated_memory import TRACES
 from gpu_exporter.yamlfile import YamlFileError, one_line, read_yaml
 
 SAMPLES = "utilization.samples"
@@ -67,6 +73,7 @@ MAX_MEMORY_BYTES = 2**50  # 1 PiB, far above any GPU's memory
 MAX_XID = 65535  # NVIDIA's Xid codes are below 200 today
 MAX_GPU_INSTANCE = 64  # MIG GPU instance ids are small (at most 7 instances per GPU)
 MAX_NVLINK = 17  # NVLink links are numbered from 0; 18 on an H100 or a B200
+MAX_SECONDS = 366 * 86400  # a trace's start and end: within a year of the file's loading
 
 
 def reading_fields() -> frozenset[str]:
@@ -97,10 +104,20 @@ class SimulatedProcess:
     user: str | None = None
     container_id: str | None = None  # 64 lowercase hex digits
     pod_uid: str | None = None  # 8-4-4-4-12 lowercase hex digits
+    memory_trace: str | None = None  # a `simulated_memory.TRACES` name
+    memory_ratio: float | None = None  # the trace's level, a share of the total (0..1)
+    start_seconds: float = 0.0  # listed from this long after the file was loaded ...
+    end_seconds: float | None = None  # ... until this long after (None: for ever)
 
     @property
     def has_host_side(self) -> bool:
         return any(v is not None for v in (self.user, self.container_id, self.pod_uid))
+
+    def listed(self, seconds: float) -> bool:
+        """Whether the process is on its GPU `seconds` after the scenario was loaded."""
+        return self.start_seconds <= seconds and (
+            self.end_seconds is None or seconds < self.end_seconds
+        )
 
 
 @dataclass(frozen=True)
@@ -303,7 +320,24 @@ def _process(data: Any, n: int) -> SimulatedProcess:
             raise ScenarioError(
                 f"{where}.gpu_instance: GPU {gpu} {have}, not instance {gpu_instance}"
             )
+    trace = raw.get("memory_trace")
+    if trace is not None and trace not in TRACES:
+        raise ScenarioError(f"{where}.memory_trace must be one of {', '.join(TRACES)}")
+    level = _ratio(raw.get("memory_ratio"), f"{where}.memory_ratio")
+    if trace is not None and level is None:
+        raise ScenarioError(f"{where}: a memory_trace needs its memory_ratio")
+    if trace is not None and memory is not None:
+        raise ScenarioError(f"{where}: memory_bytes or a memory_trace, not both")
+    start = _seconds(raw.get("start_seconds", 0), f"{where}.start_seconds")
+    end = raw.get("end_seconds")
+    end = _seconds(end, f"{where}.end_seconds") if end is not None else None
+    if end is not None and end <= start:
+        raise ScenarioError(f"{where}.end_seconds must be after start_seconds")
     return SimulatedProcess(
+        memory_trace=trace,
+        memory_ratio=level,
+        start_seconds=start,
+        end_seconds=end,
         gpu=gpu,
         pid=_int(raw["pid"], f"{where}.pid", minimum=1, maximum=MAX_PID),
         memory_bytes=(
@@ -319,6 +353,14 @@ def _process(data: Any, n: int) -> SimulatedProcess:
         gpu_instance=gpu_instance,
         **{key: _host_label(raw.get(key), where, key) for key in HOST_LABELS},
     )
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(f"{where} must be a number of seconds, not {_shown(value)}")
+    if not 0 <= value <= MAX_SECONDS:  # compared before float(): a huge integer overflows
+        raise ScenarioError(f"{where} must be between 0 and {MAX_SECONDS}, not {_shown(value)}")
+    return float(value)
 
 
 def _is_user(value: str) -> bool:

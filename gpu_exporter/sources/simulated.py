@@ -94,6 +94,7 @@ from gpu_exporter.sources.scenario import (
     Faults,
     Scenario,
     ScenarioError,
+    SimulatedProcess,
     load_scenario,
 )
 from gpu_exporter.sources.simulated_layout import (
@@ -104,6 +105,7 @@ from gpu_exporter.sources.simulated_layout import (
     minor_number,
     profile,
 )
+from gpu_exporter.sources.simulated_memory import share
 from gpu_exporter.sources.simulated_tenants import (
     PROFILE_PROCESSES,
     builtin_pid,
@@ -163,6 +165,7 @@ class SimulatedBackend:
         self._reset_at: dict[int, float] = {}  # index -> clock of its last GPU reset
         # (index, link) -> clock the scenario made it start degrading
         self._degrading_since: dict[tuple[int, int], float] = {}
+        self._scenario_since = clock()  # when the scenario in force was loaded
         self._scenario = self._apply_resets(Scenario(faults=faults or Faults()))
         self._scenario_mtime: int | None = None
         self._lock = threading.Lock()
@@ -196,6 +199,7 @@ class SimulatedBackend:
             del self._degrading_since[key]  # healed
         for key in degrading:
             self._degrading_since.setdefault(key, self._clock())
+        self._scenario_since = self._clock()  # its processes' memory traces start here
         return scenario
 
     def _current(self) -> Scenario:
@@ -466,7 +470,34 @@ class SimulatedBackend:
             return "5e1a7f00-fab1-4c3b-9d2e-a1b2c3d40000"
         return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{self._host_id}/fabric"))
 
+    def _listed(self, t: float) -> list[SimulatedProcess]:
+        """The scenario's processes listed at Unix time t (their start and end); [] for
+        the built-in ones."""
+        since = self._scenario_since
+        return [p for p in self._current().processes or () if p.listed(t - since)]
+
+    def _process_memory(self, p: SimulatedProcess, t: float, total: int) -> int | None:
+        """A scenario process's used memory at Unix time t: its trace's share of `total`,
+        or its fixed memory_bytes."""
+        if p.memory_trace is None or p.memory_ratio is None:
+            return p.memory_bytes
+        seconds = t - self._scenario_since - p.start_seconds
+        return int(share(p.memory_trace, seconds, p.memory_ratio) * total)
+
+    def _traced(self, index: int, gpu_instance: int | None) -> bool:
+        return any(
+            p.memory_trace is not None and p.gpu == index and p.gpu_instance == gpu_instance
+            for p in self._current().processes or ()
+        )
+
     def memory_used_bytes(self, index: int, t: float) -> int:
+        if not self.is_mig(index) and self._traced(index, None):  # what its processes hold
+            held = sum(
+                self._process_memory(p, t, MEMORY_TOTAL_BYTES) or 0
+                for p in self._listed(t)
+                if p.gpu == index
+            )
+            return min(held, MEMORY_TOTAL_BYTES - MEMORY_RESERVED_BYTES)
         used = {
             "input-starved": 0.55 + 0.05 * activity.wave(t, 120.0),
             "idle-allocated": 0.375,
@@ -479,13 +510,16 @@ class SimulatedBackend:
 
     def instance_memory_used_bytes(self, index: int, instance: SimulatedInstance) -> int:
         """A MIG instance's used memory: its own, and that of the scenario's processes on
-        it (at most its total)."""
+        it (at most its total); with a traced process there, only what its processes hold."""
+        t = self._reading_time.get(index, self._clock())
+        total = instance.memory_total_bytes
         placed = sum(
-            p.memory_bytes or 0
-            for p in self._current().processes or ()
+            self._process_memory(p, t, total) or 0
+            for p in self._listed(t)
             if p.gpu == index and p.gpu_instance == instance.gpu_instance
         )
-        return min(instance.memory_total_bytes, instance.memory_used_bytes + placed)
+        own = 0 if self._traced(index, instance.gpu_instance) else instance.memory_used_bytes
+        return min(total, own + placed)
 
     def energy_joules(self, index: int, t: float) -> float:
         """Joules since 'driver load' (DRIVER_LOADED_AT) or the GPU's last reset: the integral
@@ -529,22 +563,29 @@ class SimulatedBackend:
         faults = self._check(index)
         if PROCESS_LIST in faults.unsupported:
             return None
-        scenario = self._current().processes
-        if scenario is None:
+        if self._current().processes is None:
             return self._tenants(index)
+        t = self._reading_time.get(index, self._clock())
         return [  # "compute+graphics": in both lists, with all its memory in each
             GpuProcess(
                 pid=p.pid,
                 context=context,
-                used_memory_bytes=p.memory_bytes,
+                used_memory_bytes=self._process_memory(p, t, self._total(index, p.gpu_instance)),
                 gpu_instance=p.gpu_instance,
                 compute_instance=0 if p.gpu_instance is not None else None,
             )
-            for p in scenario
+            for p in self._listed(t)
             if p.gpu == index
             for context in PROCESS_CONTEXTS
             if context in p.context.split("+")
         ]
+
+    def _total(self, index: int, gpu_instance: int | None) -> int:
+        """The memory total of a GPU, or of its MIG instance."""
+        for i in mig_instances(index) if gpu_instance is not None else ():
+            if i.gpu_instance == gpu_instance:
+                return i.memory_total_bytes
+        return MEMORY_TOTAL_BYTES
 
     def _tenants(self, index: int) -> list[GpuProcess]:
         """The built-in processes; on the MIG GPU, on its busy instance."""
@@ -597,7 +638,7 @@ class SimulatedBackend:
                 memory_controller_ratio=p.memory_controller_ratio or 0.0,
             )
             for ts, _mid in periods
-            for p in scenario
+            for p in self._listed(self._clock())
             if p.gpu == index and p.sm_ratio is not None
         ]
 

@@ -20,7 +20,9 @@ import yaml
 from tests.support.exporter import REPO
 from tests.support.memory_traces import Traced, play, scraped
 
-RULES = [REPO / "deploy" / "prometheus" / "rules" / f for f in ("gpu-recording.yml", "gpu-alerts.yml")]
+RULES = [
+    REPO / "deploy" / "prometheus" / "rules" / f for f in ("gpu-recording.yml", "gpu-alerts.yml")
+]
 SERIES = (
     "gpu_up",
     "gpu_processes",

@@ -105,13 +105,13 @@ def test_promtool_test_rules_passes(tests: Path) -> None:
 
 
 def test_promtool_test_rules_fails_when_an_alert_changes(tmp_path: Path) -> None:
-    """The unit tests are sharp: a changed threshold makes them fail."""
-    # GPUMemoryNearFull's one threshold, for GPUs and MIG instances alike
+    """The unit tests are sharp: a changed condition makes them fail."""
+    # GPUMemoryNearFull paging for a reservation held flat too
     result = changed_rules_tested(
         tmp_path,
         "gpu-alerts.yml",
-        "            ) > 0.95\n          )\n",
-        "            ) > 0\n          )\n",
+        'gpu_memory_pattern{pattern=~"pressure|sharing"}',
+        'gpu_memory_pattern{pattern=~"pressure|sharing|reserved"}',
         ALERT_TESTS,
     )
     assert result.returncode != 0
@@ -234,6 +234,8 @@ REQUIRED_ALERTS = {
     "GPUFabricNotRegistered",
     # the fabric's own daemons (issue 51, item 4)
     "GPUFabricDaemonDown",
+    # a likely out-of-memory death, named (issue 50)
+    "GPUJobEndedWhileMemoryFull",
 }
 
 
@@ -311,16 +313,16 @@ def test_mig_instances_share_the_gpu_thresholds() -> None:
         "  instance_gpu_instance:gpu_mig_idle_while_allocated:ratio_rate30m\n)\n"
     )
     assert thresholds(idle) == []
-    # memory: one comparison for GPUs and instances, and GPUMemoryFillingUp leaves
-    # to GPUMemoryNearFull exactly what that one fires on
-    near_full = alerts()["GPUMemoryNearFull"]["expr"]
-    assert thresholds(near_full) == [0.95]
-    assert "gpu_mig_memory_used_bytes / gpu_mig_memory_total_bytes" in near_full
+    # memory: the exporter's patterns for GPUs and instances alike, and GPUMemoryFillingUp
+    # leaves to GPUMemoryNearFull what is near full, for both
+    near_full = " ".join(alerts()["GPUMemoryNearFull"]["expr"].split())
+    assert thresholds(near_full) == [1.0, 1.0]  # the pattern series, no ratio of its own
+    for pattern in ("gpu_memory_pattern", "gpu_mig_memory_pattern"):
+        assert f'{pattern}{{pattern=~"pressure|sharing"}} == 1' in near_full
     filling = alerts()["GPUMemoryFillingUp"]["expr"]
-    unless = filling.split("unless", 1)[1]
-    assert thresholds(unless) == [0.95]
-    comparison = unless.split(")", 1)[1]  # after `on (...)`
-    assert " ".join(comparison.split()) in " ".join(near_full.split())
+    unless = filling.split("unless", 2)[2]
+    assert thresholds(unless) == [0.95, 300.0, 300.0]
+    assert "gpu_mig_memory_used_bytes / gpu_mig_memory_total_bytes" in unless
 
 
 TOP_HOLDER = re.compile(
@@ -632,7 +634,7 @@ def test_prometheusrule_holds_exactly_the_rule_files_rules() -> None:
 
 def test_prometheusrule_comparison_notices_a_changed_threshold() -> None:
     manifest = load(PROMETHEUS_RULE)
-    rule = manifest["spec"]["groups"][-1]["rules"][0]
+    rule = next(r for r in manifest["spec"]["groups"][-1]["rules"] if "0.95" in r["expr"])
     rule["expr"] = rule["expr"].replace("0.95", "0.90")
     assert manifest["spec"]["groups"] != groups()
 

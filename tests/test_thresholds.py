@@ -45,7 +45,20 @@ def numbers_after(text: str, operator: str) -> list[float]:
 
 
 def test_near_oom_is_the_memory_near_full_ratio() -> None:
-    assert numbers_after(expr("GPUMemoryNearFull"), ") >") == [thresholds.NEAR_OOM_MEMORY_RATIO]
+    """GPUMemoryNearFull reads the exporter's patterns, judged at NEAR_OOM_MEMORY_RATIO; the
+    rule that compares a ratio itself, GPUMemoryFillingUp's `unless`, uses the same line."""
+    near_full = expr("GPUMemoryNearFull")
+    assert 'pattern=~"pressure|sharing"' in near_full
+    assert numbers_after(near_full, ") >") == []
+    unless = expr("GPUMemoryFillingUp").split("unless", 2)[2]
+    assert numbers_after(unless, ") >") == [thresholds.NEAR_OOM_MEMORY_RATIO]
+
+
+def test_a_reservation_held_flat_is_the_flat_seconds_of_filling_up() -> None:
+    """GPUMemoryFillingUp ignores a step held flat for 5 minutes: shorter than its `for:`."""
+    flat = numbers_after(expr("GPUMemoryFillingUp"), "flat_seconds >")
+    assert flat == [300.0, 300.0]
+    assert flat[0] < 600.0  # for: 10m
 
 
 def test_idle_allocated_is_the_idle_while_allocated_ratio() -> None:

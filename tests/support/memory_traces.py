@@ -150,4 +150,3 @@ def _with_target(name_labels: str) -> str:
         return f"{name_labels}{{{target}}}"
     head, rest = name_labels.split("{", 1)
     return f"{head}{{{target},{rest}"
-

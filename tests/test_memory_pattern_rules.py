@@ -29,10 +29,12 @@ SERIES = (
     "gpu_memory_used_bytes",
     "gpu_memory_total_bytes",
     "gpu_memory_pattern",
+    "gpu_memory_flat_seconds",
     "gpu_memory_likely_oom_exit_info",
     "gpu_mig_memory_used_bytes",
     "gpu_mig_memory_total_bytes",
     "gpu_mig_memory_pattern",
+    "gpu_mig_memory_flat_seconds",
     "gpu_process_memory_used_bytes",
 )
 HOUR = 3600.0

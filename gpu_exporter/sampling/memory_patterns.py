@@ -296,6 +296,7 @@ def _judge(
         grew=grew,
         arrived=arrived,
         used_ratio=used / total,
+        total_bytes=total,
         holders=holders,
     )
 

@@ -23,7 +23,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gpu_exporter.model import Attribution, DeviceHolder, DeviceSample, ProcessSample
+from gpu_exporter.model import (
+    Attribution,
+    DeviceHolder,
+    DeviceSample,
+    MemoryHolder,
+    MemoryPattern,
+    ProcessSample,
+)
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History, gpu_key
 
@@ -36,6 +43,8 @@ VerdictName = Literal[
     "input-bound",
     "memory-leaked",
     "near-oom",
+    "ended-on-full-memory",
+    "memory-reserved",
     "idle-allocated",
     "busy-but-sms-idle",
 ]
@@ -63,12 +72,25 @@ ADVICE: dict[VerdictName, str] = {
     "them all. Only if neither the exporter's complete scan nor fuser finds a holder of its "
     "/dev/nvidiaN, reset it (`nvidia-smi -r -i <gpu>`).",
     "near-oom": "The next allocation may fail with CUDA out of memory: lower the batch "
-    "size, or use mixed precision or gradient checkpointing.",
+    "size, or use mixed precision or gradient checkpointing; for fragmentation (much "
+    "reserved, little allocated in `torch.cuda.memory_summary()`) set "
+    "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; when shared, give each job its own "
+    "GPU or cap each one's memory.",
+    "ended-on-full-memory": "Read the job's log (`kubectl logs --previous`, the Slurm "
+    "output): `CUDA out of memory` confirms it; then a smaller batch, mixed precision or "
+    "gradient checkpointing, or a larger GPU.",
+    "memory-reserved": "Nothing to do: the framework manages the pool it reserved. Whether "
+    "the job is short of memory inside it, only the framework's own statistics say "
+    "(`torch.cuda.memory_stats()`, `tf.config.experimental.get_memory_info`, JAX "
+    "`memory_stats()`, vLLM's KV-cache usage).",
     "idle-allocated": "Release the GPU, or find out why the job does not use it.",
     "busy-but-sms-idle": "Kernels too small to fill the GPU: raise the batch size, or use "
     "CUDA graphs or torch.compile to cut launch overhead.",
 }
 """One line of plain advice per verdict."""
+
+LEVEL: dict[VerdictName, str] = {"memory-reserved": "info"}
+"""A verdict's level where it is not "warning": an info verdict is shown, not a problem."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,11 @@ class GpuVerdict:
     summary: str
     advice: str
 
+    @property
+    def level(self) -> str:
+        """ "info" (shown, nothing wrong) or "warning"."""
+        return LEVEL.get(self.name, "warning")
+
 
 def judge(device: DeviceSample, history: History) -> tuple[GpuVerdict, ...]:
     """The verdicts on one GPU, in a stable order (most urgent first)."""
@@ -87,7 +114,8 @@ def judge(device: DeviceSample, history: History) -> tuple[GpuVerdict, ...]:
     found = [
         *_throttled(device, history),
         _near_slowdown(device),
-        _near_oom(device),
+        *_memory(device.memory_pattern, ""),
+        *_memory_instances(device),
         _memory_leaked(device),
         *_busy_verdicts(device, history),
     ]
@@ -103,37 +131,92 @@ def _verdict(name: VerdictName, summary: str) -> GpuVerdict:
     return GpuVerdict(name, summary, ADVICE[name])
 
 
-def _near_oom(device: DeviceSample) -> GpuVerdict | None:
-    """The GPU's memory above the ratio, or else every MIG instance whose memory is."""
-    memory = device.reading.memory if device.reading else None
-    if memory is not None:
-        found = _memory_near_oom(memory.used_bytes, memory.total_bytes)
-        if found is not None:
-            return found
-    mig = device.reading.mig if device.reading else None
-    full = [
-        f"{gi} ({instance.memory_used_bytes / instance.memory_total_bytes:.0%}, "
-        f"{gib(instance.memory_used_bytes)} of {gib(instance.memory_total_bytes)})"
-        for gi, instance in sorted((mig.instances if mig else {}).items())
-        if instance.memory_used_bytes is not None
-        and instance.memory_total_bytes
-        and _memory_near_oom(instance.memory_used_bytes, instance.memory_total_bytes)
+def _memory_instances(device: DeviceSample) -> list[GpuVerdict]:
+    """A MIG GPU's near-oom: every instance at risk, in one verdict (each instance's own
+    verdicts are `judge_instances`')."""
+    risky = [
+        f"{gi} ({p.used_ratio:.0%}, {p.pattern})"
+        for gi, p in sorted(device.mig_memory_patterns.items())
+        if p.pattern in AT_RISK and p.used_ratio is not None
     ]
-    if not full:
-        return None
-    limit = thresholds.NEAR_OOM_MEMORY_RATIO
-    instances = "MIG instance " if len(full) == 1 else "MIG instances "
-    return _verdict("near-oom", f"{instances}{', '.join(full)}: memory above {limit:.0%} full.")
+    if not risky:
+        return []
+    instances = "MIG instance " if len(risky) == 1 else "MIG instances "
+    return [_verdict("near-oom", f"{instances}{', '.join(risky)}: near full and at risk.")]
 
 
-def _memory_near_oom(used: int | None, total: int | None) -> GpuVerdict | None:
-    limit = thresholds.NEAR_OOM_MEMORY_RATIO
-    if used is None or not total or used / total <= limit:
-        return None
-    return _verdict(
-        "near-oom",
-        f"Memory {used / total:.0%} full ({gib(used)} of {gib(total)}), above {limit:.0%}.",
-    )
+AT_RISK = ("pressure", "sharing")
+"""The patterns GPUMemoryNearFull pages for."""
+
+
+def _memory(pattern: MemoryPattern | None, where: str) -> list[GpuVerdict]:
+    """GPUMemoryNearFull's patterns (near-oom), a likely OOM death (GPUJobEndedWhileMemoryFull)
+    and a reservation held flat (memory-reserved, info): from the exporter's per-interval
+    judgement (`memory_patterns`); `where` is "" for a GPU, "this instance" for one."""
+    if pattern is None:
+        return []
+    out: list[GpuVerdict] = []
+    ratio = f"{pattern.used_ratio:.0%}" if pattern.used_ratio is not None else "near full"
+    if pattern.pattern == "pressure":
+        how = (
+            f"it dropped and climbed back near full {pattern.recent_drops} times in the last "
+            f"{thresholds.MEMORY_PATTERN_WINDOW_SECONDS / 60:.0f} minutes (an allocator "
+            "freeing its cache and retrying)"
+            if pattern.recent_drops >= thresholds.MEMORY_PRESSURE_DROPS
+            else "it grew into the ceiling"
+        )
+        out.append(_verdict("near-oom", f"Memory {ratio} full and under pressure: {how}."))
+    elif pattern.pattern == "sharing":
+        shared = [h for h in pattern.holders if h.memory_bytes and pattern.used_ratio is not None]
+        named = " and ".join(_who(h) for h in shared[:3]) or "several processes"
+        arrived = " (one arrived while it was near full)" if pattern.arrived else ""
+        out.append(_verdict("near-oom", f"Memory {ratio} full, shared by {named}{arrived}."))
+    elif pattern.pattern == "reserved" and pattern.holders:
+        top = pattern.holders[0]
+        total = pattern.total_bytes
+        share = f" ({top.memory_bytes / total:.0%})" if total else ""
+        name = f"pid {top.pid}" + (f" ({top.process})" if top.process else "")
+        held = (
+            "reserved {gib} at start and holds it flat"
+            if top.at_start
+            else "holds {gib} flat for " + _minutes(top.flat_seconds)
+        ).format(gib=f"{top.memory_bytes / 1024**3:.0f} GiB{share}")
+        out.append(
+            _verdict(
+                "memory-reserved",
+                f"{name} {held}: the framework manages it; an out-of-memory inside its pool "
+                "is invisible to the driver.",
+            )
+        )
+    for ended in pattern.recent_exits:
+        out.append(
+            _verdict(
+                "ended-on-full-memory",
+                f"A job ended while {where or 'the GPU'} was {ended.used_ratio:.0%} full: "
+                f"{_who(ended.holder, owner=True)}, holding {gib(ended.holder.memory_bytes)}: "
+                "most likely CUDA out of memory; its log says which.",
+            )
+        )
+    return out
+
+
+def _who(h: MemoryHolder, *, owner: bool = False) -> str:
+    """ "pid 4242 (python, 55 GiB)", or with its owner "pid 4242 (python), user alice,
+    pod ml/train-0"."""
+    name = f"pid {h.pid}"
+    if not owner:
+        return f"{name} ({h.process + ', ' if h.process else ''}{gib(h.memory_bytes)})"
+    name += f" ({h.process})" if h.process else ""
+    name += f", user {h.user}" if h.user else ""
+    if h.pod:
+        name += f", pod {h.namespace}/{h.pod}"
+    elif h.container_id:
+        name += f", container {h.container_id[:12]}"
+    return name
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} minutes" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def _throttled(device: DeviceSample, history: History) -> list[GpuVerdict | None]:
@@ -390,10 +473,10 @@ def _cores_needed(process: ProcessSample) -> float:
 
 
 def judge_instances(device: DeviceSample, history: History) -> dict[int, tuple[GpuVerdict, ...]]:
-    """The verdicts on each MIG GPU instance of a GPU, by GPU-instance id: near-oom on its
-    own memory, and idle-allocated and input-bound on its graphics-engine activity over
-    the latest GPM interval (the page keeps no history per instance) with the processes
-    on it. Empty for a GPU without MIG."""
+    """The verdicts on each MIG GPU instance of a GPU, by GPU-instance id: its own memory
+    pattern's (near-oom, memory-reserved, ended-on-full-memory), and idle-allocated and
+    input-bound on its graphics-engine activity over the latest GPM interval (the page
+    keeps no history per instance) with the processes on it. Empty for a GPU without MIG."""
     reading = device.reading
     mig = reading.mig if reading and device.up else None
     if mig is None:
@@ -404,7 +487,7 @@ def judge_instances(device: DeviceSample, history: History) -> dict[int, tuple[G
         instance = mig.instances.get(gi)
         found: list[GpuVerdict | None] = []
         if instance is not None:
-            found.append(_memory_near_oom(instance.memory_used_bytes, instance.memory_total_bytes))
+            found += _memory(device.mig_memory_patterns.get(gi), "this instance")
             gpm = instance.gpm
             active = gpm.graphics_engine_ratio if gpm else None
             mine = [p for p in processes or () if p.gpu_instance == str(gi)]

@@ -252,7 +252,10 @@ def _activity(mig: Any, gpu_instance: int) -> float | None:
 
 
 def _verdicts(verdicts: tuple[GpuVerdict, ...]) -> list[Document]:
-    return [{"name": v.name, "summary": visible(v.summary), "advice": v.advice} for v in verdicts]
+    return [
+        {"name": v.name, "level": v.level, "summary": visible(v.summary), "advice": v.advice}
+        for v in verdicts
+    ]
 
 
 def _process(key: GpuKey, p: ProcessSample, history: History) -> Document:

@@ -39,13 +39,14 @@ COLLECTORS = frozenset({"memory", "mig", "process"})
 
 @dataclass(frozen=True)
 class Traced:
-    """A process playing a trace: listed from `start` to `end` seconds; from `dies` on it
-    is a dead owner (NVML lists it, its memory stays, it is no live process)."""
+    """A process playing a trace: listed from `start` to `end` seconds (it starts after
+    the exporter, as a job does); from `dies` on it is a dead owner (NVML lists it, its
+    memory stays, it is no live process)."""
 
     pid: int
     trace: str
     level: float
-    start: float = 0.0
+    start: float = 10.0
     end: float | None = None
     dies: float | None = None
     process: str = "python"

@@ -343,7 +343,7 @@ def test_overview_has_host_gpus_mig_verdicts_processes_and_history(simulated: Ex
         times = gpu["history"]["times"]
         assert times == sorted(times) and times[-1] <= doc["timestamp_seconds"]
         assert all(len(gpu["history"][name]) == len(times) for name in GPU_SERIES - {"times"})
-        assert all(set(v) == {"name", "summary", "advice"} for v in gpu["verdicts"])
+        assert all(set(v) == {"name", "level", "summary", "advice"} for v in gpu["verdicts"])
     # the busy ratio is the counters' truth, the utilization the gauge's flicker
     # (its mean: one point's delta jitters with the sampler's timing on a loaded machine)
     busy = [v for v in gpus[0]["history"]["busy_ratio"] if v is not None]

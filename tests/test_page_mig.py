@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
-from gpu_exporter.model import ProcessSample
+from gpu_exporter.model import MemoryPattern, ProcessSample, Snapshot
 from gpu_exporter.sampling.history import WINDOWS, History
 from gpu_exporter.serving import overview, page
 from tests.support.snapshots import mig_snapshot
@@ -26,11 +27,22 @@ def mig_page() -> tuple[dict[str, object], str]:
     snap = mig_snapshot(
         {1: ("3g.40gb", 39 * GIB, 40 * GIB, 0.9), 5: ("1g.10gb", GIB, 10 * GIB, 0.0)}, processes
     )
+    snap = with_patterns(snap, {1: pressure(39 / 40)})
     history = History()
     history.add(snap)
     doc = json.loads(json.dumps(overview.build(snap, history, WINDOWS["5m"])))
     html = page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
     return doc, html.decode()
+
+
+def pressure(ratio: float, drops: int = 3, pattern: str = "pressure") -> MemoryPattern:
+    return MemoryPattern(pattern, drops, 0.0, 0, recent_drops=drops, used_ratio=ratio)
+
+
+def with_patterns(snap: Snapshot, patterns: dict[int, MemoryPattern]) -> Snapshot:
+    """The sample with its MIG instances' memory patterns (memory_patterns.py judges them;
+    here they are given)."""
+    return replace(snap, devices=(replace(snap.devices[0], mig_memory_patterns=patterns),))
 
 
 def test_each_instance_is_a_row_with_its_memory_activity_and_processes() -> None:
@@ -60,27 +72,32 @@ def test_each_instance_shows_its_own_verdicts_under_its_row() -> None:
     table = html[html.index('<table class="mig">') : html.index("</table>")]
     order = re.findall(r'data-gpu-instance="(\d+)"|data-verdict="([\w-]+)"', table)
     assert order == [("1", ""), ("", "near-oom"), ("5", ""), ("", "idle-allocated")]
-    assert "Memory 98% full (39.0 GiB of 40.0 GiB)" in table
+    assert "Memory 98% full and under pressure: it dropped and climbed back" in table
     assert "1 process(es) hold this instance, but it is 0% active." in table
 
 
-def test_the_gpu_s_near_oom_verdict_names_every_instance_that_is_near_oom() -> None:
+def test_the_gpu_s_near_oom_verdict_names_every_instance_at_risk() -> None:
     snap = mig_snapshot(
         {
             1: ("3g.40gb", 39 * GIB, 40 * GIB, 0.9),
             2: ("2g.20gb", int(19.5 * GIB), 20 * GIB, 0.9),
-            5: ("1g.10gb", GIB, 10 * GIB, 0.9),
+            5: ("1g.10gb", int(9.9 * GIB), 10 * GIB, 0.9),
         },
         (),
+    )
+    snap = with_patterns(
+        snap,
+        {
+            1: pressure(39 / 40),
+            2: pressure(19.5 / 20, 0, "sharing"),
+            5: pressure(0.99, 0, "reserved"),  # a reservation held flat: no risk
+        },
     )
     history = History()
     history.add(snap)
     doc = json.loads(json.dumps(overview.build(snap, history, WINDOWS["5m"])))
     [gpu] = doc["gpus"]
     [near_oom] = [v["summary"] for v in gpu["verdicts"] if v["name"] == "near-oom"]
-    assert near_oom == (
-        "MIG instances 1 (98%, 39.0 GiB of 40.0 GiB), 2 (98%, 19.5 GiB of 20.0 GiB): "
-        "memory above 95% full."
-    )
+    assert near_oom == ("MIG instances 1 (98%, pressure), 2 (98%, sharing): near full and at risk.")
     html = page.render(doc, telemetry_path="/metrics", ready="ok", live="ok", simulated=True)
     assert near_oom in html.decode()

@@ -17,8 +17,8 @@ from gpu_exporter.model import (
     DeadOwner,
     DeviceHolder,
     DeviceReading,
+    MemoryPattern,
     MemoryReading,
-    MigInstanceReading,
     MigReading,
     PowerReading,
     ProcessSample,
@@ -94,11 +94,25 @@ def test_input_bound_needs_low_busy_and_every_worker_busy() -> None:
     assert "input-bound" in run(20, busy=busy, processes=(trainer(0.95, 0),))
 
 
-def test_near_oom_above_the_ratio_of_the_gpu_or_a_mig_instance() -> None:
-    assert "near-oom" in run(3, busy=0.9, used=int(80 * GIB * 0.96))
-    assert "near-oom" not in run(3, busy=0.9, used=int(80 * GIB * 0.94))
-    full = MigReading(instances={2: MigInstanceReading(10 * GIB, 10 * GIB - 1)})
-    assert "near-oom" in run(3, busy=0.9, mig=full)
+def at(pattern: str, ratio: float = 0.97) -> MemoryPattern:
+    return MemoryPattern(pattern, 0, 0.0, 0, used_ratio=ratio, total_bytes=80 * GIB)
+
+
+def test_near_oom_only_for_the_patterns_that_page_of_the_gpu_or_a_mig_instance() -> None:
+    """GPUMemoryNearFull's patterns (pressure, sharing), not the ratio alone: a reservation
+    held flat at 99% is shown (memory-reserved, info), not near-oom."""
+    device = snapshot(0.0, [static(0)]).devices[0]
+
+    def names(**patterns: object) -> list[str]:
+        return [v.name for v in judge(replace(device, **patterns), History())]  # type: ignore[arg-type]
+
+    assert names(memory_pattern=at("pressure")) == ["near-oom"]
+    assert names(memory_pattern=at("sharing")) == ["near-oom"]
+    for quiet in ("reserved", "not_full", "unowned"):
+        assert "near-oom" not in names(memory_pattern=at(quiet, 0.99))
+    assert names(memory_pattern=None) == []
+    on_mig = names(mig_memory_patterns={2: at("pressure"), 3: at("reserved")})
+    assert on_mig == ["near-oom"]
 
 
 def test_memory_leaked_only_when_attribution_says_no_process() -> None:
@@ -332,7 +346,7 @@ def test_each_mig_instance_has_its_own_verdicts() -> None:
     )
     history = History()
     history.add(snap)
-    device = snap.devices[0]
+    device = replace(snap.devices[0], mig_memory_patterns={1: at("pressure", 1.0)})
     verdicts = {
         gi: [v.name for v in found] for gi, found in judge_instances(device, history).items()
     }

@@ -65,6 +65,9 @@ def scenarios() -> dict[str, dict[str, Any]]:
                     {"gpu": 0, "pid": me, "memory_bytes": 40 * GIB, "sm_ratio": 0.45},
                     {"gpu": 1, "pid": me, "memory_bytes": 30 * GIB, "sm_ratio": 0.0},
                     {"gpu": 2, "pid": me, "memory_bytes": 78 * GIB, "sm_ratio": 0.7},
+                    # a second live process on the near-full GPU 2: shared, at risk
+                    # (GPUMemoryNearFull pages for sharing, not for one flat holder)
+                    {"gpu": 2, "pid": os.getppid(), "memory_bytes": 2 * GIB, "sm_ratio": 0.0},
                     {"gpu": 3, "pid": me, "memory_bytes": 1 * GIB, "gpu_instance": 2},
                     {"gpu": 3, "pid": me, "memory_bytes": 4 * GIB, "gpu_instance": 3},
                 ]

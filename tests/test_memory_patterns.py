@@ -7,8 +7,10 @@ fraction of a second); the live page's verdicts read the result.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,10 @@ from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History
 from gpu_exporter.sampling.memory_patterns import MAX_POINTS, MemoryPatterns
 from gpu_exporter.sampling.verdicts import judge, judge_instances
+from gpu_exporter.sources.scenario import ScenarioError, parse_scenario
+from gpu_exporter.sources.simulated import SimulatedBackend
 from gpu_exporter.sources.simulated_memory import pressure_cycle, share
+from tests.support.clock import FakeClock
 from tests.support.memory_traces import INSTANCE, Traced, device_at, pattern, play
 
 HOUR = 3600.0
@@ -206,3 +211,40 @@ def test_state_is_bounded_and_dropped_when_the_gpu_or_instance_goes() -> None:
     assert len(patterns) == 1
     patterns.observe([replace(gpu, up=False, reading=None)], now=2 * HOUR + 1, wall=0.0)
     assert len(patterns) == 0
+
+
+@pytest.mark.parametrize(
+    ("process", "error"),
+    [
+        ({"memory_trace": "keras", "memory_ratio": 0.9}, "memory_trace must be one of"),
+        ({"memory_trace": "jax"}, "a memory_trace needs its memory_ratio"),
+        ({"memory_trace": "jax", "memory_ratio": 1.5}, "memory_ratio must be between 0 and 1"),
+        ({"memory_trace": "jax", "memory_ratio": 0.9, "memory_bytes": 1}, "not both"),
+        ({"start_seconds": 10**400}, "start_seconds must be between 0 and"),
+        ({"start_seconds": float("nan")}, "start_seconds must be between 0 and"),
+        ({"start_seconds": 20, "end_seconds": 10}, "end_seconds must be after start_seconds"),
+    ],
+)
+def test_a_scenario_s_memory_trace_is_checked(process: dict[str, object], error: str) -> None:
+    with pytest.raises(ScenarioError, match=error):
+        parse_scenario({"processes": [{"gpu": 0, "pid": 1, **process}]})
+
+
+def test_the_simulated_host_plays_a_trace_and_ends_the_process(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = tmp_path / "scenario.json"
+    process = {"gpu": 0, "pid": 7, "memory_trace": "tensorflow", "memory_ratio": 0.99}
+    path.write_text(json.dumps({"processes": [process | {"start_seconds": 5, "end_seconds": 60}]}))
+    backend = SimulatedBackend(1, clock=clock.wall, scenario_path=str(path))
+    backend.init()
+    ratio = []
+    for _ in range(15):
+        reading = backend.device_reading(0, frozenset({"memory"}))
+        memory = reading.memory
+        assert memory is not None and memory.used_bytes is not None and memory.total_bytes
+        listed = [p.pid for p in backend.processes(0) or ()]
+        ratio.append((round(memory.used_bytes / memory.total_bytes, 2), listed))
+        clock.now += 5
+    assert ratio[0] == (0.0, [])  # not started
+    assert ratio[2] == (0.99, [7])  # 99% within 5 s of its start
+    assert ratio[12] == (0.0, [])  # ended at 60 s: gone, its memory freed

@@ -10,7 +10,7 @@ instance's) total, `seconds` after it started, for a `level` (the share it settl
 - `vllm`: loads the weights (a third of `level`, over 20 s), then reserves its KV cache
   up to `gpu_memory_utilization` (`level`) at 25 s, then flat; the CUDA context and the
   CUDA graphs' memory (CUDA_CONTEXT) come on top;
-- `pytorch-pressure`: a caching allocator at the edge: it climbs to the top in 30 s, then
+- `pytorch-pressure`: a caching allocator at the edge: it climbs to the top in 10 s, then
   every 20 to 40 s an allocation fails, the cache is freed (a drop of 5 to 10% of the
   total, for 30% of the cycle) and it climbs back to a top of 96 to 99%; `level` unused;
 - `pytorch-growing`: a cache that grows without bound: from 55% at start to `level` over
@@ -62,7 +62,7 @@ def pressure_cycle(k: int) -> tuple[float, float, float]:
     )
 
 
-RAMP_SECONDS = 30.0
+RAMP_SECONDS = 10.0
 MAX_CYCLES = 100_000  # a week of cycles: the walk below is bounded
 
 

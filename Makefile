@@ -13,7 +13,7 @@ DEMO_GPUS ?= 4
 DEMO_ADDRESS ?= 127.0.0.1:9872
 DEMO_HARDWARE ?= hgx-h100
 
-.PHONY: demo demo-alerts self-check-demo dist test test-deploy lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-http bench-parsers bench-kubelet bench-xid-storm bench-holders bench-fleet soak docs screenshot clean
+.PHONY: demo demo-alerts self-check-demo dist test test-deploy lint typecheck pytest promtool-check system-deps bench bench-rss bench-history bench-memory-patterns bench-http bench-parsers bench-kubelet bench-xid-storm bench-holders bench-fleet soak docs screenshot clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +103,10 @@ bench-rss: $(STAMP)
 
 bench-history: $(STAMP)
 	$(BIN)/python benchmarks/history_memory.py --write benchmarks/README.md
+
+# what judging the memory patterns costs per GPU and interval (issue 50): a few seconds
+bench-memory-patterns: $(STAMP)
+	$(BIN)/python benchmarks/memory_patterns.py --write benchmarks/README.md
 
 # every parser of outside input on a 100,000-character hostile input (issue 35: < 10 ms)
 bench-parsers: $(STAMP)

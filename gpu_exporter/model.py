@@ -864,7 +864,7 @@ class MemoryPattern:
     arrived: bool = False  # a process arrived on it while near full, within the window
     used_ratio: float | None = None  # used over total this interval, 0..1
     total_bytes: int | None = None  # the GPU's (instance's) memory total
-    holders: tuple[MemoryHolder, ...] = ()  # the live processes, largest first
+    holders: tuple[MemoryHolder, ...] = ()  # the live processes, largest first (near the top)
 
 
 @dataclass(frozen=True)

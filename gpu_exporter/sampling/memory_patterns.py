@@ -82,6 +82,7 @@ class _Track:
     drops: int = 0
     recent_drops: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_RECENT_DROPS))
     grew_at: float | None = None
+    near_at: float | None = None  # when it was last near full: the peak window's peak is
     arrived_at: float | None = None
     anchor: int = 0
     flat_since: float = 0.0
@@ -264,19 +265,18 @@ def _judge(
     track.observations += 1
     track.prev_used, track.prev_near = used, near
 
-    holders = tuple(
-        _holder(p, now)
-        for p in sorted((track.processes or {}).values(), key=lambda p: (-p.memory, p.sample.pid))[
-            :MAX_HOLDERS
-        ]
-    )
     grew = track.grew_at is not None and now - track.grew_at <= window
     arrived = track.arrived_at is not None and now - track.arrived_at <= window
-    peak = max(
-        (u for t, u in track.points if now - t <= th.MEMORY_PEAK_WINDOW_SECONDS), default=used
-    )
-    sharers = sum(1 for h in holders if h.memory_bytes >= th.MEMORY_SHARE_RATIO * total)
-    if peak <= th.NEAR_OOM_MEMORY_RATIO * total:
+    if near:
+        track.near_at = now
+    near_top = track.near_at is not None and now - track.near_at <= th.MEMORY_PEAK_WINDOW_SECONDS
+    held = (track.processes or {}).values()
+    sharers = sum(1 for p in held if p.memory >= th.MEMORY_SHARE_RATIO * total)
+    holders: tuple[MemoryHolder, ...] = ()  # named only near the top, where verdicts read them
+    if near_top:
+        largest = sorted(held, key=lambda p: (-p.memory, p.sample.pid))[:MAX_HOLDERS]
+        holders = tuple(_holder(p, now) for p in largest)
+    if not near_top:
         pattern = "not_full"
     elif live is not None and not live:  # no live process: a dead owner's, or freed
         pattern = "unowned" if near else "not_full"

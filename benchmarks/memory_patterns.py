@@ -135,6 +135,7 @@ def run() -> tuple[float, int]:
         t0 = time.process_time()
         patterns.observe(devices, now=k * INTERVAL, wall=k * INTERVAL)
         times.append(time.process_time() - t0)
+    del samples, devices  # the inputs (and what reading them materialised) go: the state stays
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()

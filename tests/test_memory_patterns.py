@@ -8,21 +8,26 @@ fraction of a second); the live page's verdicts read the result.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.model import DeviceSample, MemoryPattern
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History
 from gpu_exporter.sampling.memory_patterns import MAX_POINTS, MemoryPatterns
+from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sampling.verdicts import judge, judge_instances
+from gpu_exporter.sources.nvml import PynvmlBackend
 from gpu_exporter.sources.scenario import ScenarioError, parse_scenario
 from gpu_exporter.sources.simulated import SimulatedBackend
 from gpu_exporter.sources.simulated_memory import pressure_cycle, share
 from tests.support.clock import FakeClock
+from tests.support.fake_nvml import FakeNvmlLib, Install, h100
 from tests.support.memory_traces import INSTANCE, Traced, device_at, pattern, play
 
 HOUR = 3600.0
@@ -248,3 +253,57 @@ def test_the_simulated_host_plays_a_trace_and_ends_the_process(tmp_path: Path) -
     assert ratio[0] == (0.0, [])  # not started
     assert ratio[2] == (0.99, [7])  # 99% within 5 s of its start
     assert ratio[12] == (0.0, [])  # ended at 60 s: gone, its memory freed
+
+
+def test_the_stand_in_driver_s_traces_through_the_real_sampler(install: Install) -> None:
+    """The test stand-in (the real pynvml wrappers on a fake libnvidia-ml) plays the traces
+    as the driver reports them (bytes used, the process lists), through the real sampler and
+    process attribution at the 5 s interval on a fast clock: TensorFlow reserved, PyTorch
+    under pressure, a job at 98% that ends a likely OOM death."""
+    traces = {0: ("tensorflow", 0.99, None), 1: ("pytorch-pressure", 0.0, None)}
+    traces[2] = ("flat", 0.98, 300.0)
+    gpus = [h100(i) for i in range(3)]
+    jobs = [subprocess.Popen(["sleep", "300"]) for _ in gpus]  # live PIDs for /proc
+    try:
+        install(FakeNvmlLib(gpus))
+        clock = FakeClock()
+        backend = PynvmlBackend(monotonic=clock.monotonic)
+        sampler = Sampler(
+            backend,
+            interval_seconds=5.0,
+            timeout_seconds=5.0,
+            collectors=frozenset({"memory", "process"}),
+            attribute_processes=ProcessAttributor(),
+            clock=clock.wall,
+            monotonic=clock.monotonic,
+        )
+        seen: dict[int, set[str]] = {i: set() for i in traces}
+        for step in range(121):  # 10 minutes
+            t = step * 5.0 - 10.0  # the jobs start 10 s after the exporter
+            for index, (trace, level, end) in traces.items():
+                gpu = gpus[index]
+                total, reserved, _used, _free = gpu.memory_bytes or (0, 0, 0, 0)
+                listed = t >= 0 and (end is None or t < end)
+                used = int(share(trace, t, level) * total) if listed else 0
+                gpu.memory_bytes = (total, reserved, used, total - reserved - used)
+                gpu.compute_processes = [(jobs[index].pid, used)] if listed else []
+            snapshot = sampler.sample_once()
+            for index in traces:
+                found = snapshot.devices[index].memory_pattern
+                assert found is not None
+                seen[index].add(found.pattern)
+            clock.now += 5.0
+        sampler.stop(0)
+        last = {d.index: d.memory_pattern for d in snapshot.devices}
+        assert seen[0] == {"not_full", "reserved"}
+        assert seen[1] >= {"pressure"} and "sharing" not in seen[1]
+        assert last[1] is not None and last[1].pattern == "pressure"
+        assert last[1].near_full_drops >= 10
+        assert seen[2] == {"not_full", "reserved"} and last[2] is not None
+        assert last[2].likely_oom_exits == 1
+        [ended] = last[2].recent_exits
+        assert ended.holder.pid == str(jobs[2].pid) and ended.holder.process == "sleep"
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait()

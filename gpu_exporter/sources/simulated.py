@@ -8,7 +8,8 @@ and follow four profiles, repeated over the GPUs:
    shows the true ~47% while the instantaneous gauge jumps.
 1. `idle-allocated`: memory held, no kernels (money burned), and no process: a crashed
    job's memory is still pinned (`gpu_memory_unattributed_bytes`).
-2. `near-oom`: memory 97% used; a launch-bound fine-tuning job keeps a kernel running
+2. `near-oom`: memory 97% used, shared by a fine-tuning job and a ParaView session (the
+   memory pattern `sharing`: GPUMemoryNearFull pages); the launch-bound job keeps a kernel running
    (82-92% busy) while most SMs idle (GPM SM activity ~13%), and all-reduces over NVLink.
 3. `busy-hot`: MIG-partitioned into a 3g.40gb, a 2g.20gb and a 1g.10gb instance, the
    first serving inference flat out; hot, at its power limit, thermally throttled at

@@ -214,8 +214,26 @@ def test_state_is_bounded_and_dropped_when_the_gpu_or_instance_goes() -> None:
     assert len(track.points) <= min(MAX_POINTS, thresholds.MEMORY_PATTERN_WINDOW_SECONDS + 1)
     patterns.observe([gpu], now=2 * HOUR, wall=2 * HOUR)
     assert len(patterns) == 1
-    patterns.observe([replace(gpu, up=False, reading=None)], now=2 * HOUR + 1, wall=0.0)
-    assert len(patterns) == 0
+    patterns.observe([], now=2 * HOUR + 1, wall=0.0)  # NVML down: nothing known gone
+    assert len(patterns) == 1
+
+
+def test_a_gpu_down_for_a_while_keeps_its_counters_a_gpu_gone_drops_them() -> None:
+    patterns = MemoryPatterns()
+    torch = [Traced(1, "pytorch-pressure", 0.0)]
+    for t in range(0, 300, 5):
+        (judged,) = patterns.observe([device_at(t, torch)], now=float(t), wall=float(t))
+    drops = mine(judged).near_full_drops
+    assert drops > 0
+    gpu = device_at(300, torch)
+    patterns.observe([replace(gpu, up=False, reading=None)], now=300.0, wall=0.0)
+    patterns.observe([], now=305.0, wall=0.0)
+    (back,) = patterns.observe([gpu], now=310.0, wall=0.0)
+    assert mine(back).near_full_drops == drops
+    assert gpu.static is not None
+    other = replace(gpu, static=replace(gpu.static, uuid="GPU-another-board"))
+    (swapped,) = patterns.observe([other], now=315.0, wall=0.0)
+    assert len(patterns) == 1 and mine(swapped).near_full_drops == 0
 
 
 @pytest.mark.parametrize(

@@ -114,6 +114,8 @@ class MemoryPatterns:
         for device in devices:
             reading = device.reading
             if not device.up or reading is None or device.static is None:
+                # a GPU down for a while keeps its state: its counters go on where they were
+                seen.update(k for k in self._tracks if k[:2] == (device.index, device.uuid))
                 out.append(device)
                 continue
             processes = device.attribution.processes if device.attribution else None
@@ -148,6 +150,8 @@ class MemoryPatterns:
                     seen.add(key)
                     patterns[gi] = found
             out.append(_with(device, mig_memory_patterns=patterns))
+        if not devices:  # NVML down (or no GPU): nothing is known to have gone
+            return ()
         for gone in set(self._tracks) - seen:
             del self._tracks[gone]
         return tuple(out)

@@ -206,8 +206,11 @@ def test_the_rules_load_and_evaluate_without_errors(fleet: Fleet) -> None:
 # Recorded only where this fleet's simulated H100 boards cannot show it: where the driver
 # says where a GPU sits in its rack (GB200 and later), and for a link that retrained in
 # an hour of the last (hours of trouble). tests/test_rack_e2e.py checks both against a
-# simulated GB200 tray; the promtool cases (gpu-nvlink-trend.test.yml) the hours.
+# simulated GB200 tray; the promtool cases (gpu-nvlink-trend.test.yml) the hours. And the
+# GPU-seconds whose use nothing measures: a MIG instance of a GPU without GPM (A100, A30),
+# where this fleet's H100s have GPM (gpu-chargeback.test.yml's GPU-a checks it).
 NOT_IN_THIS_FLEET = {
+    "instance_gpu_owner:gpu_unmeasured_seconds:sum1m",
     "instance_gpu:gpu_platform_info:last_seen_timestamp1d",
     "instance_gpu_link:gpu_nvlink_degrading:increase1h",
 }

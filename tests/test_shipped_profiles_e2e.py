@@ -1,4 +1,4 @@
-"""The holder, dead-owner and process scenarios under the privileges we ship.
+"""The holder, dead-owner, process and busy scenarios under the privileges we ship.
 
 The DaemonSet runs the exporter as uid 0 with every capability dropped (SYSLOG aside,
 which reads no process), the systemd unit as a user of its own (DynamicUser=) with an
@@ -242,6 +242,11 @@ def test_what_each_shipped_profile_sees_and_says(profile: str, node: Node, tmp_p
     assert values(s, "gpu_process_workers", **labels) == [2]
     assert values(s, "gpu_processes", gpu="2") == [1]
     assert "memory-leaked" not in verdicts["2"] and "2" not in alerts
+
+    # the busy scenario: the driver's utilization buffers need no privilege, so every
+    # profile counts the live job's GPU busy, and admits what it could not read
+    assert values(s, "gpu_busy_seconds_total", gpu="2")[0] > 0
+    assert len(values(s, "gpu_busy_uncovered_seconds_total", gpu="2")) == 1
 
     # the dead owners: gone from /proc for every profile
     assert values(s, "gpu_processes", gpu="0") == [0] == values(s, "gpu_processes", gpu="1")

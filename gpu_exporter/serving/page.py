@@ -338,7 +338,7 @@ def _verdicts(verdicts: list[Document]) -> str:
         return '<p class="verdicts none">No verdicts: nothing looks wrong.</p>'
     items = "".join(
         f'<li data-verdict="{escape(v["name"])}" data-level="{escape(v["level"])}">'
-        f'<strong>{escape(v["name"])}</strong> '
+        f"<strong>{escape(v['name'])}</strong> "
         f"{_clip(v['summary'], SUMMARY_MAX_CHARS)} <em>{_code_spans(v['advice'])}</em></li>"
         for v in verdicts
     )

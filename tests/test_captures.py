@@ -24,6 +24,7 @@ import pytest
 
 from gpu_exporter import cli
 from gpu_exporter.attribution import processes
+from gpu_exporter.sampling.thresholds import NEAR_OOM_MEMORY_RATIO
 from gpu_exporter.sources.fabric_daemons import nvswitches_present
 from tests.support.capture_hosts import (
     CLOCK_EVENT_COLUMNS,
@@ -56,6 +57,12 @@ UNCOMPARED = {"gpu_up"}
 # Derived from several values a capture shows (docs/actions.md), not printed by nvidia-smi:
 # the test checks it apart (every captured board is healthy: it needs nothing done).
 RECOMMENDED = "gpu_recommended_action"
+# Judged every interval from the memory a capture shows, checked apart.
+MEMORY_PATTERN_SERIES = [
+    f"gpu_{mig}memory_{name}"
+    for mig in ("", "mig_")
+    for name in ("pattern", "near_full_drops_total", "flat_seconds", "likely_oom_exits_total")
+]
 # A node's series judged from its boards (sources/fabric_daemons.py), checked apart.
 FABRIC_REQUIRED = "gpu_fabric_daemon_required"
 # Counters the exporter integrates from a value nvidia-smi shows: never printed without it.
@@ -304,6 +311,11 @@ def matching(samples: Samples, metric: str, labels: dict[str, str]) -> list[floa
     return [v for (name, ls), v in samples.items() if name == metric and want <= set(ls)]
 
 
+def _mib(field: str) -> float:
+    """nvidia-smi's "211 MiB" as 211.0."""
+    return float(field.removesuffix(" MiB"))
+
+
 def run_once(lib: FakeNvmlLib, install: Install, capsysbinary: pytest.CaptureFixture[bytes]) -> str:
     """`gpu-exporter --once` (the real program, in this process) against `lib`."""
     install(lib)
@@ -369,6 +381,23 @@ def test_exporter_prints_what_nvidia_smi_printed_for_the_same_board(
     has_fabric = any(row.get("fabric.state") == "Completed" for row in captured.rows)
     assert required == {"nv-fabricmanager": float(has_fabric and switches_here), "nvidia-imex": 0}
     compared.add(FABRIC_REQUIRED)
+    # what the memory does, judged from the boards' used memory (sampling/memory_patterns):
+    # after one sample no drop, no ended job and no flat time yet, and a board below the
+    # near-full line (every capture: nvidia-smi's memory.used against memory.total) is
+    # not_full; a MIG instance likewise
+    for index, row in enumerate(captured.rows):
+        gpu = {"gpu": str(index)}
+        used = _mib(row["memory.used [MiB]"]) / _mib(row["memory.total [MiB]"])
+        assert used < NEAR_OOM_MEMORY_RATIO
+        patterns = [dict(ls)["pattern"] for (n, ls) in samples if n == "gpu_memory_pattern"]
+        if patterns:  # none while MIG is on: the instances are judged
+            assert patterns == ["not_full"]
+        for counter in ("gpu_memory_near_full_drops_total", "gpu_memory_likely_oom_exits_total"):
+            assert matching(samples, counter, gpu) in ([], [0])
+    for name in MEMORY_PATTERN_SERIES:
+        if name.endswith("_pattern"):
+            assert {dict(ls)["pattern"] for (n, ls) in samples if n == name} <= {"not_full"}
+        compared.add(name)
     # every device series the exporter printed is one nvidia-smi had a value for
     unexplained = _device_series(samples) - compared - {"gpu_info"}
     assert not unexplained, (

@@ -48,9 +48,11 @@ def test_a_periodic_scraper_is_expected_only_just_before_its_next_scrape(
     clock.now += 15.0
     scrapes.scraped("10.0.0.1")  # period 15 s: next at +15, +30, ...
     seen = []
-    for _ in range(60):  # a sample every second for a minute
+    for second in range(1, 61):  # a sample every second for a minute
         clock.now += 1.0
         seen.append(scrapes.expected(within_seconds=1.0))
+        if second % 15 == 0:
+            scrapes.scraped("10.0.0.1")
     # the samples published 1 s before each scrape (and the one at it, within the slack)
     assert [i + 1 for i, due in enumerate(seen) if due] == [14, 15, 29, 30, 44, 45, 59, 60]
 
@@ -82,12 +84,41 @@ def test_two_scrapers_at_different_offsets_are_both_expected(clock: FakeClock) -
 
 def test_a_continuous_scraper_makes_every_sample_rendered(clock: FakeClock) -> None:
     scrapes = ScrapeClock(clock.monotonic)
-    for _ in range(100):
-        scrapes.scraped("127.0.0.1")
-        clock.now += 0.001
     for _ in range(10):
-        clock.now += 1.0
+        for _ in range(100):  # a scrape every 10 ms, as long as it goes on
+            scrapes.scraped("127.0.0.1")
+            clock.now += 0.01
         assert scrapes.expected(within_seconds=1.0)
+
+
+def test_a_readiness_poll_that_stopped_is_not_expected(clock: FakeClock) -> None:
+    """A client that polled /metrics every 100 ms until the first sample answered, then
+    went quiet: no sample renders an exposition for it (it was expected for two minutes,
+    every sample rendered, 3 ms each on 8 GPUs)."""
+    scrapes = ScrapeClock(clock.monotonic)
+    for _ in range(20):
+        scrapes.scraped("127.0.0.1")
+        clock.now += 0.1
+    assert scrapes.expected(within_seconds=0.1)  # as long as it polls, it is expected
+    clock.now += 1.0
+    seen = []
+    for _ in range(130):  # a sample every second
+        seen.append(bool(scrapes.expected(within_seconds=1.0)))
+        clock.now += 1.0
+    assert not any(seen)
+    scrapes.scraped("127.0.0.1")  # it comes back: its period is measured afresh
+    clock.now += 0.5
+    scrapes.scraped("127.0.0.1")
+    assert scrapes.expected(within_seconds=1.0)
+
+
+def test_a_periodic_scraper_that_misses_one_scrape_is_still_expected(clock: FakeClock) -> None:
+    scrapes = ScrapeClock(clock.monotonic)
+    for _ in range(3):
+        scrapes.scraped("10.0.0.1")
+        clock.now += 15.0
+    clock.now += 15.0 - 1.0  # its scrape at +15 failed: the sample before +30 still renders
+    assert scrapes.expected(within_seconds=1.0)
 
 
 def test_each_expected_scraper_is_expected_to_ask_for_what_it_asked_for_last(

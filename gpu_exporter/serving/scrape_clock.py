@@ -14,8 +14,13 @@ A scraper seen once has no period yet: every exposition is rendered ahead for
 FIRST_SCRAPE_WINDOW_SECONDS after it (a fast scraper's second scrape), then only those
 due just before one of USUAL_PERIODS_SECONDS after it (Prometheus's usual scrape
 intervals), so that one stray request (a person with curl) costs a handful of renders,
-not one per sample for minutes. A prediction that misses costs that one scrape the
-render (a few milliseconds), nothing else.
+not one per sample for minutes. A scraper with a period that has missed
+FORGET_AFTER_PERIODS scrapes in a row has stopped (a readiness check that polled
+/metrics every 100 ms until the first sample, a `watch curl` ended): it is expected no
+more until it scrapes again, which measures its period afresh. (It used to be
+expected until forgotten, 2 minutes later: after a 100 ms readiness poll, every sample
+rendered an exposition nobody asked for, 3 ms a sample on 8 GPUs.) A prediction that
+misses costs that one scrape the render (a few milliseconds), nothing else.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ FIRST_SCRAPE_WINDOW_SECONDS = 5.0  # render ahead this long after a new scraper'
 USUAL_PERIODS_SECONDS = (10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 FORGET_GRACE_SECONDS = 120.0  # a scraper is forgotten this long after it is overdue
 SLACK_SECONDS = 0.25  # a scrape this much early or late still finds its text rendered
-FORGET_AFTER_PERIODS = 3  # a scraper silent for this many periods (+ the window) is dropped
+FORGET_AFTER_PERIODS = 3  # silent this many periods: not expected; (+ the grace) dropped
 MAX_SCRAPERS = 64  # addresses remembered; the stalest is dropped beyond
 
 
@@ -85,6 +90,8 @@ class ScrapeClock:
                 if since > FORGET_AFTER_PERIODS * scraper.period + FORGET_GRACE_SECONDS:
                     del self._scrapers[client]
                     continue
+                if since > FORGET_AFTER_PERIODS * scraper.period + SLACK_SECONDS:
+                    continue  # it stopped: expected again once it scrapes again
                 if _next_scrape(scraper.last, scraper.period, start - SLACK_SECONDS) <= end:
                     out.add(scraper.wants)
         return out

@@ -153,7 +153,7 @@ class _WrappingLog:
             raise item
         return item
 
-    def wait(self, seconds: float) -> None:
+    def wait(self, seconds: float | None, wake_fd: int | None = None) -> None:
         time.sleep(0.01)
 
     def close(self) -> None:
@@ -519,3 +519,51 @@ def test_nvml_events_in_a_storm_are_each_counted_not_each_logged(
         listener.record(DeviceEvent(uuid="GPU-a", kind="xid", xid=13, event_type=8))
     assert listener.state()["GPU-a"].counts == {13: 500}
     assert [r.getMessage() for r in caplog.records].count("Xid error") == PER_WINDOW
+
+
+class _CountedKmsg:
+    """/dev/kmsg's reading (`DeviceLog`) over a pipe the test writes records into, its
+    waits counted."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self.log = kernel_log_files.DeviceLog(self.read_fd)
+        self.waits = 0
+
+    def read_record(self, *, at_end: bool = False) -> bytes | None:
+        return self.log.read_record(at_end=at_end)
+
+    def wait(self, seconds: float | None, wake_fd: int | None = None) -> None:
+        self.waits += 1
+        self.log.wait(seconds, wake_fd)
+
+    def close(self) -> None:
+        self.log.close()
+        os.close(self.write_fd)
+
+
+def test_an_idle_reader_never_wakes_and_stops_at_once() -> None:
+    """Following /dev/kmsg, the reader blocks until a record comes: no wake-up while none
+    does (each cost 0.15-0.25 ms of CPU on a virtual machine, twice a second), yet it
+    still stops at once, and a record that comes is counted at once."""
+    kmsg = _CountedKmsg()
+    reader = KernelLogReader("/dev/kmsg", opener=lambda path: kmsg, clock=lambda: 5000.0)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not reader.state().backlog_read:  # an empty ring: read to its end
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(1.6)
+        assert kmsg.waits == 1  # one wait, still blocked: it used to wake every 0.5 s
+        os.write(kmsg.write_fd, b"4,10,200,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, off the bus")
+        while (counted := reader.state().xids.get(GPU0)) is None or 79 not in counted.counts:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        started = time.monotonic()
+        assert reader.stop(timeout_seconds=2.0)
+        assert time.monotonic() - started < 0.5
+    finally:
+        reader.stop()
+        kmsg.close()

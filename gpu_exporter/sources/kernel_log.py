@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -72,7 +73,11 @@ from gpu_exporter.sources.xid import xid_meaning
 
 log = logging.getLogger(__name__)
 
-WAIT_SECONDS = 0.5  # the longest a following read waits before it looks at its stop signal
+# While a summary line is owed (a storm's lines withheld), a following read waits at most
+# this long, so the line comes on time; else it blocks until a record comes or it is told
+# to stop (a pipe closed): an idle reader never wakes (two wake-ups a second cost 0.3-0.5
+# ms/s of CPU on a virtual machine, benchmarks/README.md).
+WAIT_SECONDS = 0.5
 MAX_REFUSED_IN_A_ROW = 16  # EPIPE or EINVAL with no record between: give the log up
 PASS_BYTES = 1 << 20  # one pass reads at most this much, then looks around (stop, log lines)
 MAX_BACKLOG_BYTES = 256 << 20  # the backlog is read at its end, or after this much
@@ -136,6 +141,7 @@ class KernelLogReader:
         self._reset_lines = LogLimit(log, "kernel log SEQ restarts not logged one by one")
         self._state: KernelLogState | None = None  # the last state() answer, until a change
         self._run_stop: threading.Event | None = None
+        self._run_wake: int | None = None  # the write end of the run's wake pipe
         self._thread: threading.Thread | None = None
 
     @property
@@ -171,7 +177,7 @@ class KernelLogReader:
             return
         previous = self._thread
         if previous is not None and previous.is_alive():
-            previous.join(2 * WAIT_SECONDS)  # told to stop: it ends within a wait
+            previous.join(2 * WAIT_SECONDS)  # told to stop and woken: it ends at once
             if previous.is_alive():
                 log.warning("kernel log reader still stopping; not started again")
                 return
@@ -179,8 +185,9 @@ class KernelLogReader:
         if file is None:
             return
         stop = self._run_stop = threading.Event()
+        wake_fd, self._run_wake = os.pipe()  # closing the write end wakes the run
         self._thread = threading.Thread(
-            target=self._run, args=(file, stop), name="kernel-log", daemon=True
+            target=self._run, args=(file, stop, wake_fd), name="kernel-log", daemon=True
         )
         self._thread.start()
 
@@ -188,8 +195,11 @@ class KernelLogReader:
         """Stop following (the file stays open: started again, the reader goes on from
         where it stopped); True when the thread has ended within `timeout_seconds`."""
         stop, self._run_stop = self._run_stop, None
+        wake, self._run_wake = self._run_wake, None
         if stop is not None:
             stop.set()
+        if wake is not None:
+            os.close(wake)  # its read end turns readable: the wait returns
         thread = self._thread
         if thread is None:
             return True
@@ -242,7 +252,7 @@ class KernelLogReader:
         with self._lock:
             self._reason, self._state = reason, None
 
-    def _run(self, file: RecordFile, stop: threading.Event) -> None:
+    def _run(self, file: RecordFile, stop: threading.Event, wake_fd: int) -> None:
         try:
             while not stop.is_set():
                 ended = self._read_pass(file, stop)
@@ -250,7 +260,8 @@ class KernelLogReader:
                 self._xid_lines.flush(now)
                 self._reset_lines.flush(now)
                 if ended and not stop.is_set():
-                    file.wait(WAIT_SECONDS)
+                    owed = self._xid_lines.withheld or self._reset_lines.withheld
+                    file.wait(WAIT_SECONDS if owed else None, wake_fd)
         except OSError as error:
             self._give_up(describe(error, self.path))
             self._close()
@@ -261,6 +272,8 @@ class KernelLogReader:
             log.exception("kernel log reader failed")
             self._give_up("the reader failed (a bug; see the log)")
             self._close()
+        finally:
+            os.close(wake_fd)
 
     def _read_pass(self, file: RecordFile, stop: threading.Event, *, at_end: bool = False) -> bool:
         """Take the records waiting now, up to PASS_BYTES; True when none is left."""

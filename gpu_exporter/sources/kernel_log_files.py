@@ -62,8 +62,9 @@ class RecordFile(Protocol):
         newline is a record. Raises OSError: EPIPE when records were overwritten before
         they were read (reading goes on after them)."""
 
-    def wait(self, seconds: float) -> None:
-        """Return when a record may be waiting, or after at most `seconds`."""
+    def wait(self, seconds: float | None, wake_fd: int | None = None) -> None:
+        """Return when a record may be waiting, when `wake_fd` is readable, or after at
+        most `seconds` (None: no limit where the file can be waited on, else a poll)."""
 
     def close(self) -> None: ...
 
@@ -145,11 +146,11 @@ class DeviceLog:
         self._ended = not record
         return record or None
 
-    def wait(self, seconds: float) -> None:
+    def wait(self, seconds: float | None, wake_fd: int | None = None) -> None:
         if self._ended:
-            time.sleep(min(seconds, FILE_POLL_SECONDS))
-        else:
-            select.select([self._fd], [], [], seconds)
+            time.sleep(_poll_seconds(seconds))
+        else:  # blocks in the kernel: no wake-up while no record comes
+            select.select([self._fd] if wake_fd is None else [self._fd, wake_fd], [], [], seconds)
 
     def close(self) -> None:
         os.close(self._fd)
@@ -298,11 +299,16 @@ class LineLog:
             if line and not skipped and not line.startswith(b" "):
                 return line
 
-    def wait(self, seconds: float) -> None:
-        time.sleep(min(seconds, FILE_POLL_SECONDS))
+    def wait(self, seconds: float | None, wake_fd: int | None = None) -> None:
+        time.sleep(_poll_seconds(seconds))
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def _poll_seconds(seconds: float | None) -> float:
+    """How long a file that cannot be waited on sleeps before it is looked at again."""
+    return FILE_POLL_SECONDS if seconds is None else min(seconds, FILE_POLL_SECONDS)
 
 
 def _identity(status: os.stat_result) -> tuple[int, int]:

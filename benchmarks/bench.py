@@ -542,10 +542,16 @@ class Point:
 
 
 def measure_point(
-    gpus: int, per_gpu: int, repetitions: int, tmp: Path, costs: Path | None
+    gpus: int,
+    per_gpu: int,
+    repetitions: int,
+    tmp: Path,
+    costs: Path | None,
+    unlisted_busy: bool = True,
 ) -> Point:
     """Both programs on one stand-in host of `gpus` GPUs with `per_gpu` process trees each,
-    every call charging what `costs` says (None: free): `repetitions` pairs, ours then
+    every call charging what `costs` says (None: free), a GPU with no process listed busy
+    half of each second with `unlisted_busy`: `repetitions` pairs, ours then
     nvitop-exporter in each, so the pairs alternate between the two. CPU while scraped is
     measured at 8 x 8 in the first pair only (it takes 50 s per program)."""
     jobs = spawn_jobs(gpus * per_gpu)
@@ -553,7 +559,14 @@ def measure_point(
     point = Point(gpus, per_gpu, [], [])
     try:
         pids = [job.pid for job in jobs]
-        env = standin.environment(pids, tmp / "calls.bin", tmp / "names.json", gpus, costs=costs)
+        env = standin.environment(
+            pids,
+            tmp / "calls.bin",
+            tmp / "names.json",
+            gpus,
+            costs=costs,
+            unlisted_busy=unlisted_busy,
+        )
         for r in range(repetitions):
             scraped = (gpus, per_gpu) == (GPUS, PROCESSES_PER_GPU) and r == 0
             point.ours.append(ours(env, scraped=scraped))
@@ -571,11 +584,18 @@ def measure_point(
     return point
 
 
-def matrix(points: Sequence[tuple[int, int]], repetitions: int, costs: Path | None) -> list[Point]:
+def matrix(
+    points: Sequence[tuple[int, int]],
+    repetitions: int,
+    costs: Path | None,
+    unlisted_busy: bool = True,
+) -> list[Point]:
     ensure_nvitop()
     standin.build()
     with tempfile.TemporaryDirectory() as tmp:
-        return [measure_point(g, p, repetitions, Path(tmp), costs) for g, p in points]
+        return [
+            measure_point(g, p, repetitions, Path(tmp), costs, unlisted_busy) for g, p in points
+        ]
 
 
 def cpu_alone(env: dict[str, str], interval: str, seconds: float) -> tuple[float, float]:
@@ -948,11 +968,19 @@ def costs_note(costs: Path | None) -> str:
     )
 
 
-def matrix_report(points: Sequence[Point], repetitions: int, costs: Path | None) -> list[str]:
+def matrix_report(
+    points: Sequence[Point], repetitions: int, costs: Path | None, unlisted_busy: bool = True
+) -> list[str]:
+    unlisted = (
+        "busy in the first half of each second where none is listed (95% / 0% every 500 ms: "
+        "work NVML does not list, as the outside judge's host)"
+        if unlisted_busy
+        else "idle where none is listed"
+    )
     lines = [
         f"**Side by side**, a scale matrix on {costs_note(costs)}. One stand-in NVML host "
         f"(H100s with GPM and {NVLINK_LINKS} NVLink links on an R580 driver, busy where a "
-        "process runs; a compiled stand-in libnvidia-ml loaded by both "
+        f"process runs, {unlisted}; a compiled stand-in libnvidia-ml loaded by both "
         "programs' pynvml through LD_LIBRARY_PATH, its in-call CPU (charges included) timed "
         "on the calling thread's CPU clock: the whole process's CPU is the headline, the "
         "program's own leaves the stand-in's part out), GPU processes each a "
@@ -1091,6 +1119,12 @@ def main() -> int:
         help="side by side on the free stand-in (every call free: our own Python profiled)",
     )
     parser.add_argument(
+        "--unlisted-idle",
+        action="store_true",
+        help="side by side, a GPU with no process listed reads idle (default: busy half of "
+        "each second, 95%% / 0%% every 500 ms, as the outside judge's host)",
+    )
+    parser.add_argument(
         "--no-default-interval",
         action="store_true",
         help=f"leave out ours at the default interval ({DEFAULT_INTERVAL}), free and charging",
@@ -1101,10 +1135,13 @@ def main() -> int:
     entries = standin.check_costs(costs)  # a refused file ends the run here, saying why
     print(f"{costs}: {entries} costs ({cost_file.origin(costs)})", file=sys.stderr)
     started = time.monotonic()
-    points = matrix(parse_points(args.points), args.repetitions, None if args.free else costs)
+    unlisted_busy = not args.unlisted_idle
+    points = matrix(
+        parse_points(args.points), args.repetitions, None if args.free else costs, unlisted_busy
+    )
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     lines = [f"Measured {time.strftime('%Y-%m-%d')} on {machine}.", ""]
-    lines += matrix_report(points, args.repetitions, None if args.free else costs)
+    lines += matrix_report(points, args.repetitions, None if args.free else costs, unlisted_busy)
     if not args.no_default_interval:
         lines += ["", *default_interval_report(default_interval(costs), costs)]
     if not args.no_mig:

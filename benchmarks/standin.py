@@ -77,10 +77,12 @@ def environment(
     mig: int | None = None,
     mig_idle: bool = False,
     costs: Path | None = None,
+    unlisted_busy: bool = False,
 ) -> dict[str, str]:
     """The environment that loads the stand-in in a program: `gpus` GPUs, `pids` dealt
     over them, with `mig` MIG devices on each (1, 3 or 7; None: MIG off), each call
-    charging what `costs` says (None: every call free)."""
+    charging what `costs` says (None: every call free); with `unlisted_busy`, a GPU with
+    no process listed is busy in the first half of each second (FAKE_NVML_UNLISTED_BUSY)."""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (str(build()), os.environ.get("LD_LIBRARY_PATH", "")) if p
@@ -92,8 +94,16 @@ def environment(
         FAKE_NVML_CALLS=str(calls_file),
         BENCH_THREAD_NAMES=str(names_file),
     )
-    for name in ("FAKE_NVML_MIG", "FAKE_NVML_MIG_IDLE", "FAKE_NVML_REPO", "FAKE_NVML_COSTS"):
+    for name in (
+        "FAKE_NVML_MIG",
+        "FAKE_NVML_MIG_IDLE",
+        "FAKE_NVML_REPO",
+        "FAKE_NVML_COSTS",
+        "FAKE_NVML_UNLISTED_BUSY",
+    ):
         env.pop(name, None)
+    if unlisted_busy:
+        env["FAKE_NVML_UNLISTED_BUSY"] = "1"
     if costs is not None:
         env["FAKE_NVML_COSTS"] = str(costs)
     if mig is not None:

@@ -178,3 +178,33 @@ def test_real_gpu_py_measures_the_costs_the_stand_in_charges(tmp_path: Path) -> 
     assert re.search(r"# NVLink5 counters \(\d+ links, \d+ entries", header), header
     assert "# nvmlDeviceGetPlatformInfo: " in header
     assert standin.check_costs(tmp_path / "nvml-costs.txt") == len(measured)
+
+
+UNLISTED_PROBE = """
+import time, pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(1)  # no process listed on it
+seen = {}
+for half in (0.2, 0.7):
+    time.sleep((half - time.time() % 1) % 1)
+    seen[half] = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+_, entries = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+first_half = [e.timeStamp % 10**6 < 5 * 10**5 for e in entries]
+wrong = [e for e, f in zip(entries, first_half) if e.sampleValue.uiVal != (95 if f else 0)]
+print(seen[0.2], seen[0.7], len(entries), len(wrong))
+"""
+
+
+def test_the_stand_in_makes_an_unlisted_gpu_busy_half_of_each_second(tmp_path: Path) -> None:
+    """With `unlisted_busy` (FAKE_NVML_UNLISTED_BUSY, the bench's default since issue 52) a
+    GPU with no process listed is busy in the first half of each second, as the outside
+    judge's GPUs, in its rates and in its sample buffer: the bench takes the exporter's
+    path for work NVML does not list. Without it the GPU is idle."""
+    for busy, expected in ((True, "95 0"), (False, "0 0")):
+        env = standin.environment(
+            [os.getpid()], tmp_path / "calls.bin", tmp_path / "n.json", 2, unlisted_busy=busy
+        )
+        rates_busy, rates_idle, entries, wrong = python(["-c", UNLISTED_PROBE], env).stdout.split()
+        assert f"{rates_busy} {rates_idle}" == expected
+        if busy:
+            assert int(entries) > 50 and wrong == "0"

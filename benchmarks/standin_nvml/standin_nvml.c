@@ -16,6 +16,12 @@
  *   FAKE_NVML_MIG_IDLE set: no process on the MIG devices (unset: one on each)
  *   FAKE_NVML_CALLS    a file the library maps and keeps its counts in (unset: none)
  *   FAKE_NVML_COSTS    a cost file: what each call charges (unset: every call is free)
+ *   FAKE_NVML_UNLISTED_BUSY  set: a GPU with no process listed is busy all the same in the
+ *                      first half of each second (95% GPU utilization, 0 in the second
+ *                      half), in its utilization rates and its GPU sample buffer, its
+ *                      memory at the idle baseline: work NVML does not list (another
+ *                      container's, a vGPU guest's), as the outside judge's host
+ *                      (../shared/perf-judge: util_gpu=square:1000:0:95)
  *
  * A GPU with no process on it is idle, as a real one is: 0% in its utilization rates,
  * its sample buffers and its GPM activity, and no memory used but the driver's
@@ -422,6 +428,7 @@ struct gpu {
 
 static struct gpu gpus[MAX_GPUS];
 static int gpu_count = 8;
+static int unlisted_busy; /* FAKE_NVML_UNLISTED_BUSY */
 static struct timespec started_at;
 static const char *const DRIVER_VERSION = "580.159.04"; /* the H200's of the cost file */
 #define CUDA_DRIVER_VERSION 13000
@@ -556,6 +563,7 @@ __attribute__((constructor)) static void set_up(void) {
     const char *layout = getenv("FAKE_NVML_MIG");
     int mig = layout != NULL ? atoi(layout) : 0;
     int busy = getenv("FAKE_NVML_MIG_IDLE") == NULL;
+    unlisted_busy = getenv("FAKE_NVML_UNLISTED_BUSY") != NULL;
     for (int i = 0; i < gpu_count; i++) {
         struct gpu *g = &gpus[i];
         g->handle = (struct nvmlDevice_st){i, -1};
@@ -618,6 +626,13 @@ static uint64_t loaded_us(void) {
 
 /* a GPU at work: a process on it (a MIG device: on that device) */
 static int gpu_busy(const struct gpu *g) { return g->processes > 0; }
+
+/* its GPU utilization at `t_us` (wall microseconds): 87% with a process listed; with
+ * none, 95% in the first half of each second under FAKE_NVML_UNLISTED_BUSY, else 0 */
+static unsigned gpu_utilization(const struct gpu *g, uint64_t t_us) {
+    if (gpu_busy(g)) return 87;
+    return unlisted_busy && t_us % 1000000u < 500000u ? 95 : 0;
+}
 
 static nvmlReturn_t put_string(char *buf, unsigned size, const char *value) {
     if (buf == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -879,7 +894,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                   nvmlUtilization_t *utilization) {
     DEVICE(nvmlDeviceGetUtilizationRates);
     NOT_UNDER_MIG();
-    utilization->gpu = gpu_busy(g) ? 87 : 0;
+    utilization->gpu = gpu_utilization(g, now_us());
     utilization->memory = gpu_busy(g) ? 41 : 0;
     RETURN(NVML_SUCCESS);
 }
@@ -1048,7 +1063,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t
     }
     for (unsigned k = 0; k < newer; k++) {
         samples[k].timeStamp = newest - (newer - 1 - k) * SAMPLE_PERIOD_US;
-        samples[k].sampleValue.uiVal = value;
+        samples[k].sampleValue.uiVal =
+            type == NVML_GPU_UTILIZATION_SAMPLES ? gpu_utilization(g, samples[k].timeStamp) : value;
     }
     *count = newer;
     RETURN(NVML_SUCCESS);

@@ -694,6 +694,8 @@ class Sampler:
             return device
         starts = {int(p.pid): p.start_time_seconds for p in extra.processes if p.pid}
         seconds = counters.process_seconds.add(raw.process_utilization, starts)
+        if not extra.processes:  # nothing to give seconds to (an idle GPU): no copies
+            return device
         processes = tuple(
             replace(p, sm_seconds=seconds[int(p.pid)]) if p.pid else p for p in extra.processes
         )

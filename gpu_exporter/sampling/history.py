@@ -169,6 +169,11 @@ class Tier:
         self._counts = [0] * columns
 
     def add(self, t: float, values: Sequence[float]) -> None:
+        self.add_present(t, [(k, v) for k, v in enumerate(values) if not math.isnan(v)])
+
+    def add_present(self, t: float, present: Sequence[tuple[int, float]]) -> None:
+        """`add` with only the values present, as (column, value): each sample adds to
+        three tiers of a dozen columns, so the gaps are found once, not once a tier."""
         bucket = math.floor(t / self.spec.step_seconds) * self.spec.step_seconds
         if self._bucket is not None and bucket != self._bucket:
             self.ring.append(*self._open())
@@ -178,10 +183,10 @@ class Tier:
         self._bucket = bucket
         self._t_sum += t
         self._n += 1
-        for k, value in enumerate(values):
-            if not math.isnan(value):
-                self._sums[k] += value
-                self._counts[k] += 1
+        sums, counts = self._sums, self._counts
+        for k, value in present:
+            sums[k] += value
+            counts[k] += 1
 
     def _open(self) -> tuple[float, list[float]]:
         means = [s / c if c else math.nan for s, c in zip(self._sums, self._counts, strict=True)]
@@ -211,9 +216,13 @@ class SeriesHistory:
         self.last_seen = 0.0
 
     def add(self, t: float, values: Mapping[str, float | None]) -> None:
-        row = [_nan(values.get(name)) for name in self.names]
+        present = [
+            (k, float(value))
+            for k, name in enumerate(self.names)
+            if (value := values.get(name)) is not None and not math.isnan(value)
+        ]
         for tier in self.tiers.values():
-            tier.add(t, row)
+            tier.add_present(t, present)
         self.last_seen = t
 
     def points(self, window: Window, now: float) -> Points:
@@ -472,7 +481,3 @@ def _rate(before: _Previous | None, now: _Previous, counter: str) -> float | Non
 
 def _clamp(ratio: float) -> float:
     return min(1.0, max(0.0, ratio))
-
-
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else float(value)

@@ -19,7 +19,7 @@ exporter skipped because the GPU held no context (`hold_idle`) is idle time, not
 
 from __future__ import annotations
 
-import itertools
+import operator
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -34,6 +34,8 @@ JITTER_SLACK = 1.5
 
 UNKNOWN_PERIOD_US = 1_000_000
 """The period assumed before two entries were read together: nvml.h's longest, 1 s."""
+
+_timestamp = operator.attrgetter("timestamp_us")
 
 
 def median_period(spacings: Iterable[int]) -> float:
@@ -119,31 +121,44 @@ class BusyCounter:
         previous = self._last_timestamp_us
         held_idle, self._held_idle = self._held_idle, False
         self._measure_span(samples, previous)
+        # a read of a busy GPU's buffer holds about 100 entries: the loops below run on
+        # locals, not builtins and attributes per entry (issue 52)
         new: list[UtilizationSample] = []
-        for sample in sorted(samples, key=lambda s: s.timestamp_us):
-            newest = new[-1].timestamp_us if new else previous
+        newest = previous
+        for sample in sorted(samples, key=_timestamp):
             if newest is None or sample.timestamp_us > newest:
                 new.append(sample)
+                newest = sample.timestamp_us
         if not new:
             if not held_idle:
                 self._count_dry_spell(now_monotonic)
             return
-        self._spacings.extend(b.timestamp_us - a.timestamp_us for a, b in itertools.pairwise(new))
+        stamps = [sample.timestamp_us for sample in new]
+        self._spacings.extend(map(operator.sub, stamps[1:], stamps[:-1]))
         self._entries_monotonic = now_monotonic
-        self._last_timestamp_us = new[-1].timestamp_us
+        self._last_timestamp_us = stamps[-1]
         if previous is None:
             return
         longest_us = JITTER_SLACK * self.period_us
+        seconds, uncovered, credited = self.seconds, self.uncovered_seconds, self._dry_credited
         for sample in new:
-            spacing_us = sample.timestamp_us - previous
-            covered_us = min(spacing_us, longest_us)
-            self.seconds += min(1.0, max(0.0, sample.ratio)) * covered_us / 1e6
-            gap = (spacing_us - covered_us) / 1e6
+            stamp = sample.timestamp_us
+            spacing_us = stamp - previous
+            covered_us = spacing_us if spacing_us < longest_us else longest_us
+            ratio = sample.ratio
+            if not ratio >= 0.0:  # NaN too
+                ratio = 0.0
+            elif ratio > 1.0:
+                ratio = 1.0
+            seconds += ratio * covered_us / 1e6
             if not held_idle:  # the stretch before the first new entry held no process
-                self.uncovered_seconds += max(0.0, gap - self._dry_credited)
+                gap = (spacing_us - covered_us) / 1e6
+                if gap > credited:
+                    uncovered += gap - credited
             held_idle = False
-            self._dry_credited = 0.0
-            previous = sample.timestamp_us
+            credited = 0.0
+            previous = stamp
+        self.seconds, self.uncovered_seconds, self._dry_credited = seconds, uncovered, 0.0
 
     def _measure_span(self, samples: Sequence[UtilizationSample], cursor_us: int | None) -> None:
         """Widen `span_us` to what a read that reached the buffer's oldest entry shows:
@@ -151,8 +166,8 @@ class BusyCounter:
         a period past the cursor (the buffer wrapped, or the driver paused)."""
         if len(samples) < 2:
             return
-        oldest = min(s.timestamp_us for s in samples)
-        newest = max(s.timestamp_us for s in samples)
+        stamps = [s.timestamp_us for s in samples]
+        oldest, newest = min(stamps), max(stamps)
         if cursor_us is None or oldest - cursor_us > JITTER_SLACK * self.period_us:
             self.span_us = max(self.span_us or 0, newest - oldest)
 

@@ -342,7 +342,7 @@ class PynvmlBackend:
             int(max_gen) if max_gen is not None else None,
             int(max_width) if max_width is not None else None,
         )
-        answers = fields.read_fields(self.calls, d, fields.STATIC_REQUESTS)
+        answers = fields.read_fields(self.calls, d, fields.STATIC_REQUESTS) or {}
         links = answers.get("nvlink_links")
         state.nvlink_links = int(links) if links else 0
         tlimit = {
@@ -776,7 +776,8 @@ class _NvmlReader:
     ) -> dict[str, float]:
         """The interval's one nvmlDeviceGetFieldValues call: `requests`, and `counters`
         when their cadence says so (`counter_fields.py`); between their reads, the
-        counters' values last read. The call is timed for the cadence."""
+        counters' values last read (none after a call that failed as a whole). The call
+        is timed for the cadence."""
         state, now = self._state, self._backend.now()
         cadence = state.counters
         step = now - state.reading_at if state.reading_at is not None else 0.0
@@ -786,6 +787,11 @@ class _NvmlReader:
         wanted = tuple(request for request in counters if request.key in keys)
         started = time.perf_counter()
         answers = fields.read_fields(self._backend.calls, self._d, requests + wanted)
+        if answers is None:
+            # the call populated nothing: no counter is served from an earlier read
+            # either, and they are all asked again at the next interval
+            cadence.forget()
+            return {}
         if group or not wanted:  # a failing counter's retry alone is no measure of cost
             cadence.note(time.perf_counter() - started, with_counters=bool(wanted))
         if group or wanted:

@@ -122,8 +122,8 @@ class CounterCadence:
         alone, after `step_seconds` (the interval), then twice as long at each failure in
         a row, at most RETRY_MAX_SECONDS; the others keep their cadence. `group`: the
         call asked for the counters whose cadence was due (else only retries). A call
-        that failed as a whole fails each counter it asked for (a device that failed so
-        is down, and `forget` starts afresh when it is back)."""
+        that failed as a whole is not read here: the backend `forget`s every counter,
+        served by none until the next interval asks for all of them again."""
         # a counter no longer wanted (a collector turned off) is not served
         self.values = {k: v for k, v in self.values.items() if k in self._keys or k in answers}
         for key in keys:

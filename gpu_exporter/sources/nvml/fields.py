@@ -457,8 +457,11 @@ def _batch(d: Device, requests: tuple[FieldRequest, ...]) -> FieldBatch:
     return batch
 
 
-def read_fields(calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]) -> dict[str, float]:
-    """One nvmlDeviceGetFieldValues call for every wanted, supported field: key -> value."""
+def read_fields(
+    calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]
+) -> dict[str, float] | None:
+    """One nvmlDeviceGetFieldValues call for every wanted, supported field: key -> value;
+    None where the call failed as a whole (nvml.h: it populated none of them)."""
     unsupported = d.unsupported_fields
     wanted = tuple(r for r in requests if r.key not in unsupported)
     if not wanted:
@@ -468,7 +471,7 @@ def read_fields(calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]) -
         "nvmlDeviceGetFieldValues", batch.fetch, d.handle, device=d, key="field_values"
     )
     if not fetched:
-        return {}
+        return None
     values, failures = batch.read()
     for request, code in failures:
         if classify(code) is Outcome.UNSUPPORTED:

@@ -62,6 +62,7 @@ from gpu_exporter.model import (
     MemoryReading,
     MigInstanceReading,
     ModesReading,
+    NvLinkReading,
     PcieReading,
     PcieThroughputReading,
     PowerReading,
@@ -328,21 +329,21 @@ def _mig_memory(pick: Callable[[MigInstanceReading], int | None]) -> DeviceExtra
 
 
 def _nvlink_up(_snapshot: Snapshot, d: DeviceSample) -> Rows:
-    nvlink = d.reading.nvlink if d.reading is not None else None
+    nvlink = _nvlink(d)
     if nvlink is None:
         return ()
     return [((str(link),), state.up) for link, state in sorted(nvlink.links.items())]
 
 
 def _nvlink_error_totals(_snapshot: Snapshot, d: DeviceSample) -> Rows:
-    nvlink = d.reading.nvlink if d.reading is not None else None
+    nvlink = _nvlink(d)
     if nvlink is None:
         return ()
     return [((error,), total) for error, total in nvlink.error_totals.items()]
 
 
 def _nvlink_errors_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
-    nvlink = d.reading.nvlink if d.reading is not None else None
+    nvlink = _nvlink(d)
     if nvlink is None:
         return ()
     return [
@@ -354,14 +355,14 @@ def _nvlink_errors_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
 
 
 def _nvlink_recovery_totals(_snapshot: Snapshot, d: DeviceSample) -> Rows:
-    nvlink = d.reading.nvlink if d.reading is not None else None
+    nvlink = _nvlink(d)
     if nvlink is None:
         return ()
     return [((result,), total) for result, total in nvlink.recovery_totals.items()]
 
 
 def _nvlink_recovery_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
-    nvlink = d.reading.nvlink if d.reading is not None else None
+    nvlink = _nvlink(d)
     if nvlink is None:
         return ()
     return [
@@ -374,7 +375,7 @@ def _nvlink_recovery_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
 
 def _nvlink_worst_ber(_snapshot: Snapshot, d: DeviceSample) -> Rows:
     """Per BER type, the highest over the links that answered it."""
-    nvlink = d.reading.nvlink if d.reading is not None else None
+    nvlink = _nvlink(d)
     if nvlink is None:
         return ()
     return [
@@ -385,7 +386,7 @@ def _nvlink_worst_ber(_snapshot: Snapshot, d: DeviceSample) -> Rows:
 
 
 def _nvlink_ber_per_link(_snapshot: Snapshot, d: DeviceSample) -> Rows:
-    nvlink = d.reading.nvlink if d.reading is not None else None
+    nvlink = _nvlink(d)
     if nvlink is None:
         return ()
     return [
@@ -427,6 +428,10 @@ def _fabric_daemons_up(snapshot: Snapshot) -> Rows:
         for daemon in FABRIC_DAEMONS
         if (running := state.running.get(daemon)) is not None
     ]
+
+
+def _nvlink(d: DeviceSample) -> NvLinkReading | None:
+    return d.reading.nvlink if d.reading is not None else None
 
 
 def _fabric(d: DeviceSample) -> FabricReading | None:

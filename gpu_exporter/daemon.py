@@ -306,13 +306,15 @@ class Exporter:
         before the next sample, in the format that scraper asks for (else the first
         scrape renders it, or nobody does)."""
         self._warn_shared_uuids(snapshot)
-        if self.state.history is not None:
-            self.state.history.add(snapshot)
         exposition = render(snapshot, self.settings)
         exposition.render(
             self.state.scrapes.expected(within_seconds=self.settings.interval_seconds)
         )
         self.state.exposition = exposition
+        # after the snapshot is served: the live page never shows a history point newer
+        # than the snapshot it is drawn beside
+        if self.state.history is not None:
+            self.state.history.add(snapshot)
         if not self._ready:
             self._ready = True
             up = sum(1 for d in snapshot.devices if d.up)

@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from tests.support.exporter import (
     fake_library_env,
     free_port,
     series,
+    serving,
     values,
 )
 
@@ -168,19 +168,7 @@ def start(profile: str, node: Node, tmp_path: Path) -> Exporter:
             cwd=REPO,
             env=env,
         )
-    exporter = Exporter(process, port, log_path, args)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"exporter exited {process.returncode}:\n{exporter.log()}")
-        try:
-            if exporter.get("/metrics").status == 200:
-                return exporter
-        except OSError:
-            pass
-        time.sleep(0.1)
-    exporter.stop()
-    raise AssertionError(f"exporter did not start:\n{exporter.log()}")
+    return serving(Exporter(process, port, log_path, args), timeout=60.0, interval=0.1)
 
 
 def scanned(s: Samples) -> bool:

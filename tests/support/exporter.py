@@ -195,20 +195,25 @@ def start_exporter(
             env=environment,
         )
     exporter = Exporter(process, port, log_path, full)
-    if ready:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise AssertionError(f"exporter exited {process.returncode}:\n{exporter.log()}")
-            try:
-                if exporter.get("/metrics").status == 200:
-                    return exporter
-            except OSError:
-                pass
-            time.sleep(0.05)
-        exporter.stop()
-        raise AssertionError(f"exporter did not start:\n{exporter.log()}")
-    return exporter
+    return serving(exporter, timeout=30.0, interval=0.05) if ready else exporter
+
+
+def serving(exporter: Exporter, *, timeout: float, interval: float) -> Exporter:
+    """`exporter` once its /metrics answers 200; an AssertionError with its log if it
+    exits first or does not answer within `timeout` seconds (then it is stopped)."""
+    process = exporter.process
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"exporter exited {process.returncode}:\n{exporter.log()}")
+        try:
+            if exporter.get("/metrics").status == 200:
+                return exporter
+        except OSError:
+            pass
+        time.sleep(interval)
+    exporter.stop()
+    raise AssertionError(f"exporter did not start:\n{exporter.log()}")
 
 
 def run_exporter(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,16 +102,31 @@ def scenario(pod_uids: dict[str, str]) -> dict[str, object]:
     }
 
 
-@pytest.fixture(scope="module", params=["file_sd", "operator"])
-def node(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Node]:
+SCRAPES = ("file_sd", "operator")
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Node]]:
+    """Both nodes, started together so that their first minutes of rows overlap."""
+    with ExitStack() as stack:
+        yield {
+            scrape: stack.enter_context(started(scrape, tmp_path_factory.mktemp(scrape)))
+            for scrape in SCRAPES
+        }
+
+
+@pytest.fixture(params=SCRAPES)
+def node(request: pytest.FixtureRequest, nodes: dict[str, Node]) -> Node:
+    return nodes[request.param]
+
+
+@contextmanager
+def started(scrape: str, workdir: Path) -> Iterator[Node]:
     """The node scraped by deploy/prometheus/prometheus.yml's job (file_sd), or by the
     scrape config the Prometheus Operator renders for deploy/kubernetes's ServiceMonitor
     (its relabelling and honor_labels; the target static, as the DaemonSet's pod
     EXPORTER_POD on NODE_NAME)."""
-    workdir = tmp_path_factory.mktemp(f"chargeback-{request.param}")
-    socket_path = Path(f"/tmp/chargeback-kubelet-{os.getpid()}.sock")
+    socket_path = Path(f"/tmp/chargeback-kubelet-{scrape}-{os.getpid()}.sock")
     kubelet = FakeKubelet(socket_path, []).start()
     exporter: Exporter | None = None
     prometheus: Prometheus | None = None
@@ -127,7 +143,7 @@ def node(
         args += ["--kubernetes.log-directory", str(logs)]
         # scraped as the operator scrapes it, run as the DaemonSet runs it: uid 0 with no
         # capabilities
-        shipped = SHIPPED_PRIVILEGES if request.param == "operator" else ()
+        shipped = SHIPPED_PRIVILEGES if scrape == "operator" else ()
         exporter = start_exporter(args, workdir, wrapper=shipped)
         samples = parse_samples(http_get(exporter.url + "/metrics").body.decode())
         uuids = {dict(ls)["gpu"]: dict(ls)["uuid"] for name, ls in samples if name == "gpu_info"}
@@ -144,7 +160,7 @@ def node(
         address = f"127.0.0.1:{exporter.port}"
         write_yaml(workdir / "targets" / "gpu-exporter-node.yml", [{"targets": [address]}])
         settings = cluster_config(workdir / "targets")
-        if request.param == "operator":
+        if scrape == "operator":
             settings["scrape_configs"] = [
                 operator_scrape_config(address, EXPORTER_POD, NODE_NAME, TEST_INTERVAL)
             ]

@@ -76,7 +76,7 @@ typecheck: $(STAMP)
 # pyproject.toml's addopts print the ten slowest tests at the end of every run.
 PYTEST_WORKERS ?= 4
 pytest: $(STAMP) system-deps
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck pytest
 

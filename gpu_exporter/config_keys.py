@@ -8,7 +8,6 @@ whose message is one line; the config module adds the file's name.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -37,5 +36,7 @@ def unknown_key(key: str, known: Collection[str]) -> str:
     hyphenated = key.replace("_", "-")
     if hyphenated != key and hyphenated in known:
         return f"{message}: keys use hyphens, as the flags do ({hyphenated!r})"
+    import difflib  # here, not at the top: only a misspelled key needs it (0.2 MB kept)
+
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
     return f"{message}; did you mean {close[0]!r}?" if close else message

@@ -11,8 +11,8 @@ is rendered the first time a client asks for it.
 
 from __future__ import annotations
 
-import gzip
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
@@ -27,6 +27,15 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 # Level 1: a quarter of level 6's CPU for about 14% more bytes (measured on 145 KiB of
 # text from 8 simulated GPUs: 0.33 ms and 11.7 KiB against 1.42 ms and 10.3 KiB).
 GZIP_LEVEL = 1
+GZIP_FRAMING = 31
+"""zlib's wbits for a gzip stream (RFC 1952; its header's time 0, as Go's compress/gzip
+writes it): the gzip module itself is not loaded for it."""
+
+
+def _gzip(plain: bytes) -> bytes:
+    """`plain` as one gzip member, at GZIP_LEVEL."""
+    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, GZIP_FRAMING)
+    return packer.compress(plain) + packer.flush()
 
 
 class BodyFormat(NamedTuple):
@@ -96,7 +105,7 @@ class Exposition:
                     plain = write(fixed).encode("utf-8", "replace")
                     if not compressed:  # else only the gzip body is kept (a seventh of it)
                         self._bodies[BodyFormat(openmetrics)] = plain
-                body = gzip.compress(plain, compresslevel=GZIP_LEVEL) if compressed else plain
+                body = _gzip(plain) if compressed else plain
                 self._bodies[key] = body
         return body
 

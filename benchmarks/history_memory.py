@@ -2,8 +2,9 @@
 
 Fills a `History` (`gpu_exporter.sampling.history`) with synthetic snapshots of 8 GPUs,
 4 processes each, and the host: 11 hours at one sample a minute, then the last hour at
-one sample a second, so that every tier is full (1-second points for an hour, 10-second
-and 1-minute means for 12 hours). Measures what the History holds with tracemalloc (the
+one sample every 10 seconds and its last 6 minutes at one a second, so that every tier is
+full (1-second points for 6 minutes, 10-second means for an hour, 1-minute means for 12
+hours). Measures what the History holds with tracemalloc (the
 Python heap it allocated and still holds after the fill) and exits 1 above the 8 MiB
 bound of issue 13. `make bench-history` runs it and writes the figure to
 benchmarks/README.md; `tests/test_history.py` runs it too.
@@ -114,11 +115,14 @@ def snapshot(t: float, statics: list[DeviceStatic]) -> Snapshot:
 
 
 def fill(history: History, gpus: int = GPUS, hours: int = HOURS) -> int:
-    """Feed `hours` of samples (a minute apart, then a second apart for the last hour);
-    returns how many were added."""
+    """Feed `hours` of samples, a minute apart, then 10 seconds apart for the last hour
+    (the 10-second tier's span) and a second apart for its last 6 minutes (the 1-second
+    tier's): every tier full with the fewest samples; returns how many were added."""
     statics = [static(i) for i in range(gpus)]
+    last_hour, fine = (hours - 1) * 3600.0, hours * 3600.0 - 360
     times = [60.0 * k for k in range((hours - 1) * 60)]
-    times += [(hours - 1) * 3600.0 + k for k in range(3600)]
+    times += [last_hour + 10.0 * k for k in range(324)]
+    times += [fine + k for k in range(360)]
     for t in times:
         history.add(snapshot(t, statics))
     return len(times)
@@ -157,7 +161,8 @@ def main() -> int:
         print(json.dumps(figures))
     result = (
         f"History ({date.today().isoformat()}): {GPUS} GPUs with {HOURS} hours kept "
-        f"({figures['samples']:.0f} samples: 1-minute for 11 hours, then 1-second), "
+        f"({figures['samples']:.0f} samples: 1-minute for 11 hours, then 10-second, then"
+        " 1-second for 6 minutes), "
         f"{PROCESSES_PER_GPU} processes per GPU: {figures['mib']:.2f} MiB held "
         f"(tracemalloc), limit {LIMIT_MIB:.0f} MiB. {'PASS' if ok else 'FAIL'}."
     )

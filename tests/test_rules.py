@@ -177,7 +177,7 @@ def test_every_recording_rule_is_tested() -> None:
     promtool compares floats exactly, and their products carry the last bit)."""
     tested = {
         case["expr"].removeprefix("round(").split("{")[0].split(",")[0].strip()
-        for path in (RECORDING_TESTS, CHARGEBACK_TESTS, NVLINK_TREND_TESTS)
+        for path in (RECORDING_TESTS, CHARGEBACK_TESTS, NVLINK_TREND_TESTS, NVLINK_DAY_TESTS)
         for test in load(path)["tests"]
         for case in test.get("promql_expr_test", [])
     }

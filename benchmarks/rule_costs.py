@@ -1,0 +1,61 @@
+"""Each shipped rule's own evaluation time on a synthetic fleet: where the rules' CPU goes.
+
+`benchmarks/fleet.py` reports rule groups; this reports rules. It serves `--nodes`
+synthetic nodes (fleet.py's: the exporter's own simulated exposition, values varied per
+node and GPU; `--hardware gb200-nvl72` for 4-GPU GB200 trays with rack labels), lets
+Debian's Prometheus scrape them with deploy/prometheus/rules/*.yml for `--seconds`, then
+prints each group's and the slowest rules' last `evaluationTime` (Prometheus's
+/api/v1/rules). Loopback only. Quick (about 4 minutes at 250 nodes); compare figures
+from one machine and one sitting.
+
+    .venv/bin/python benchmarks/rule_costs.py --nodes 250 --seconds 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fleet
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=250, help="synthetic nodes")
+    parser.add_argument("--seconds", type=float, default=200.0, help="scraping before reading")
+    parser.add_argument("--hardware", default="hgx-h100", choices=("hgx-h100", "gb200-nvl72"))
+    parser.add_argument("--top", type=int, default=25, help="rules listed")
+    args = parser.parse_args()
+    samples = fleet.template(args.hardware)
+    origin = time.time() - 3600
+    with tempfile.TemporaryDirectory(prefix="rule-costs-") as tmp:
+        series = [fleet.node_series(i, samples, origin) for i in range(args.nodes)]
+        server = fleet.NodeServer([fleet.Node(s, origin) for s in series])
+        prometheus = fleet.Prometheus(Path(tmp), args.nodes, server.port, Path(tmp) / "data")
+        try:
+            time.sleep(args.seconds)
+            with urllib.request.urlopen(prometheus.url + "/api/v1/rules", timeout=30) as answer:
+                groups = json.load(answer)["data"]["groups"]
+        finally:
+            prometheus.stop()
+            server.stop()
+    gpus = args.nodes * fleet.gpus_of(samples)
+    print(f"{gpus:,} GPUs ({args.nodes} nodes, {args.hardware}), {args.seconds:g} s of scraping")
+    print("\ngroup: seconds per evaluation (interval)")
+    for group in sorted(groups, key=lambda g: -g["evaluationTime"]):
+        print(f"  {group['evaluationTime']:7.3f}  {group['name']} ({group['interval']:g} s)")
+    rules = [(r["evaluationTime"], g["name"], r["name"]) for g in groups for r in g["rules"]]
+    print(f"\nthe {args.top} slowest rules: seconds per evaluation")
+    for seconds, group, name in sorted(rules, reverse=True)[: args.top]:
+        print(f"  {seconds:7.3f}  {name} ({group})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

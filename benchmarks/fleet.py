@@ -50,6 +50,7 @@ import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -128,14 +129,15 @@ def activity(node: int, gpu: int) -> float:
     return 0.3 + 0.65 * _fraction("busy", node, gpu)
 
 
-TRAYS_PER_RACK = 18  # a GB200 NVL72 rack: 18 compute trays of 4 GPUs
+TRAYS_PER_RACK = 18  # a GB200 NVL72 rack: 18 compute trays
+GPUS_PER_TRAY = 4
 RACK_LABELS = re.compile(r'\b(chassis_serial|cluster_uuid|slot|tray)="[^"]*"')
 
 
 def template(hardware: str = "hgx-h100") -> list[tuple[str, str, float]]:
     """(name, labels, value) of every sample of the exporter's simulated host: 8 H100s
     on an HGX board, or one GB200 NVL72 compute tray (4 GPUs)."""
-    gpus = 4 if hardware == "gb200-nvl72" else GPUS_PER_NODE
+    gpus = GPUS_PER_TRAY if hardware == "gb200-nvl72" else GPUS_PER_NODE
     text = subprocess.run(
         [sys.executable, "-m", "gpu_exporter", "--simulate", str(gpus), "--once"]
         + ["--simulate.hardware", hardware],
@@ -637,8 +639,13 @@ def panels_at_once(
     }
 
 
-def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path) -> Live:
-    nodes = gpus // GPUS_PER_NODE
+@contextmanager
+def scraping(
+    nodes: int, samples: list[tuple[str, str, float]], minutes: float, workdir: Path, label: str
+) -> Iterator[tuple[Prometheus, int]]:
+    """`nodes` synthetic nodes of `samples` scraped by a Prometheus with the shipped rules
+    for `minutes` (progress on stderr, each line starting with `label`); yields it still
+    running, with its peak RSS in bytes so far, and stops both after."""
     origin = time.time() - 3600
     server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
     prometheus = Prometheus(workdir, nodes, server.port, workdir / "data")
@@ -649,10 +656,19 @@ def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workd
             time.sleep(10)
             rss_peak = max(rss_peak, prometheus.rss_bytes())
             print(
-                f"  {gpus} GPUs: {prometheus.value('prometheus_tsdb_head_series'):.0f} head series,"
+                f"  {label}: {prometheus.value('prometheus_tsdb_head_series'):.0f} head series,"
                 f" RSS {prometheus.rss_bytes() / 2**30:.2f} GiB",
                 file=sys.stderr,
             )
+        yield prometheus, rss_peak
+    finally:
+        prometheus.stop()
+        server.stop()
+
+
+def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workdir: Path) -> Live:
+    nodes = gpus // GPUS_PER_NODE
+    with scraping(nodes, samples, minutes, workdir, f"{gpus} GPUs") as (prometheus, rss_peak):
         window = f"{int(min(minutes, 3) * 60)}s"
         groups = prometheus.rule_groups(window)
         missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
@@ -661,9 +677,6 @@ def live(gpus: int, minutes: float, samples: list[tuple[str, str, float]], workd
         charged_timed, _charged_total, charged_parallel = refresh(prometheus, charged)
         head = prometheus.value("prometheus_tsdb_head_series")
         rss_peak = max(rss_peak, prometheus.rss_bytes())
-    finally:
-        prometheus.stop()
-        server.stop()
     return Live(
         gpus,
         head,
@@ -698,26 +711,12 @@ def racks(count: int, minutes: float, workdir: Path) -> Racks:
     with the shipped rules for `minutes`; then every fleet-dashboard query timed."""
     samples = template("gb200-nvl72")
     nodes = count * TRAYS_PER_RACK
-    origin = time.time() - 3600
-    server = NodeServer([Node(node_series(i, samples, origin), origin) for i in range(nodes)])
-    prometheus = Prometheus(workdir, nodes, server.port, workdir / "data")
-    try:
-        deadline = time.monotonic() + minutes * 60
-        while time.monotonic() < deadline:
-            time.sleep(10)
-            print(
-                f"  {count} racks: {prometheus.value('prometheus_tsdb_head_series'):.0f}"
-                f" head series, RSS {prometheus.rss_bytes() / 2**30:.2f} GiB",
-                file=sys.stderr,
-            )
+    with scraping(nodes, samples, minutes, workdir, f"{count} racks") as (prometheus, _rss):
         groups = prometheus.rule_groups(f"{int(min(minutes, 3) * 60)}s")
         missed = prometheus.value("sum(prometheus_rule_group_iterations_missed_total)")
         timed, total, parallel = refresh(prometheus, panels())
         together = panels_at_once(prometheus, timed)
         head = prometheus.value("prometheus_tsdb_head_series")
-    finally:
-        prometheus.stop()
-        server.stop()
     gpus = nodes * gpus_of(samples)
     return Racks(count, gpus, head, groups, missed, timed, together, total, parallel)
 

@@ -17,12 +17,19 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fleet
+
+
+def prometheus_rules(url: str) -> list[dict[str, Any]]:
+    """The rule groups as Prometheus's /api/v1/rules reports them."""
+    with urllib.request.urlopen(url + "/api/v1/rules", timeout=30) as answer:
+        groups: list[dict[str, Any]] = json.load(answer)["data"]["groups"]
+    return groups
 
 
 def main() -> int:
@@ -33,18 +40,10 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=25, help="rules listed")
     args = parser.parse_args()
     samples = fleet.template(args.hardware)
-    origin = time.time() - 3600
     with tempfile.TemporaryDirectory(prefix="rule-costs-") as tmp:
-        series = [fleet.node_series(i, samples, origin) for i in range(args.nodes)]
-        server = fleet.NodeServer([fleet.Node(s, origin) for s in series])
-        prometheus = fleet.Prometheus(Path(tmp), args.nodes, server.port, Path(tmp) / "data")
-        try:
-            time.sleep(args.seconds)
-            with urllib.request.urlopen(prometheus.url + "/api/v1/rules", timeout=30) as answer:
-                groups = json.load(answer)["data"]["groups"]
-        finally:
-            prometheus.stop()
-            server.stop()
+        workdir, minutes = Path(tmp), args.seconds / 60
+        with fleet.scraping(args.nodes, samples, minutes, workdir, "rules") as (prometheus, _):
+            groups = prometheus_rules(prometheus.url)
     gpus = args.nodes * fleet.gpus_of(samples)
     print(f"{gpus:,} GPUs ({args.nodes} nodes, {args.hardware}), {args.seconds:g} s of scraping")
     print("\ngroup: seconds per evaluation (interval)")

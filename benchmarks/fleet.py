@@ -170,13 +170,14 @@ def fault_gpu(node: int, gpus: int = GPUS_PER_NODE) -> int | None:
     return node % gpus if node % FAULT_EVERY == 3 else None
 
 
-def with_faults(node: int, samples: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+def with_faults(
+    node: int, samples: list[tuple[str, str, float]], gpu: int | None
+) -> list[tuple[str, str, float]]:
     """`samples` with the node's faults, so that the health series, alerts and panels
-    have something to show: the faulty GPU (fault_gpu) logged Xid 79 at FAULT_TIME (its
-    count and time), so its recommended action is reboot_node, reason xid_79; on every
-    other faulty node its NVLink fabric is also unhealthy. (Its uncorrected ECC counter
-    grows: node_series.)"""
-    gpu = fault_gpu(node, gpus_of(samples))
+    have something to show: the faulty GPU `gpu` (fault_gpu; None: none) logged Xid 79
+    at FAULT_TIME (its count and time), so its recommended action is reboot_node, reason
+    xid_79; on every other faulty node its NVLink fabric is also unhealthy. (Its
+    uncorrected ECC counter grows: node_series.)"""
     if gpu is None:
         return samples
     out, uuid = [], ""
@@ -202,7 +203,7 @@ def node_series(
     """The node's series; values at `origin` (seconds), where the clock that
     gpu_exporter_last_sample_timestamp_seconds reads (a second behind) starts."""
     out, faulty = [], fault_gpu(node, gpus_of(samples))
-    for name, labels, value in with_faults(node, samples):
+    for name, labels, value in with_faults(node, samples, faulty):
         labels = in_rack(node, labels)
         gpu = _gpu(labels)
         slope = 0.0

@@ -2,8 +2,8 @@
 
 The examples in deploy/prometheus/ are what operators copy; the fleet test runs them
 with only what a test must change: second-long intervals, absolute paths, the file_sd
-directory, the alert rules' `for:` at 0s, and the test's own Alertmanager on 127.0.0.1
-(nothing may leave 127.0.0.1).
+directory, the alert rules' `for:` in seconds (in their order), and the test's own
+Alertmanager on 127.0.0.1 (nothing may leave 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -35,13 +35,23 @@ def _fast_globals(config: dict[str, Any]) -> None:
         job.pop("scrape_timeout", None)
 
 
+FOR_LINE = re.compile(r"^(\s+for: )(\d+)([smh])$", re.M)
+FOR_STEP_SECONDS = 2  # between two alerts whose `for:` differ: Alertmanager sees the first first
+
+
 def immediate_alert_rules(dest: Path) -> Path:
-    """A copy of rules/gpu-alerts.yml at `dest` whose alerts fire without waiting: every
-    `for:` is 0s, every group at the test's evaluation interval; the expressions, labels
-    and annotations are the file's."""
+    """A copy of rules/gpu-alerts.yml at `dest` whose alerts fire within seconds, in the
+    order their `for:` gives (the shortest at once, each longer one FOR_STEP_SECONDS
+    after the one before), every group at the test's evaluation interval; the
+    expressions, labels and annotations are the file's. The order is kept because
+    Alertmanager's inhibitor takes a new alert in apart from the routes: a symptom that
+    reached it with its cause (GPULost with GPUNeedsReboot) was sometimes sent anyway."""
     every_evaluation_rules(EXAMPLES / "rules" / "gpu-alerts.yml", dest)
     text = dest.read_text()
-    dest.write_text(re.sub(r"^(\s+for: )\S+$", r"\g<1>0s", text, flags=re.M))
+    unit = {"s": 1, "m": 60, "h": 3600}
+    durations = sorted({int(n) * unit[u] for _i, n, u in FOR_LINE.findall(text)})
+    step = {seconds: FOR_STEP_SECONDS * rank for rank, seconds in enumerate(durations)}
+    dest.write_text(FOR_LINE.sub(lambda m: f"{m[1]}{step[int(m[2]) * unit[m[3]]]}s", text))
     return dest
 
 

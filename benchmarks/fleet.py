@@ -177,9 +177,13 @@ def with_faults(
     have something to show: the faulty GPU `gpu` (fault_gpu; None: none) logged Xid 79
     at FAULT_TIME (its count and time), so its recommended action is reboot_node, reason
     xid_79; on every other faulty node its NVLink fabric is also unhealthy. (Its
-    uncorrected ECC counter grows: node_series.)"""
+    uncorrected ECC counter grows: node_series.) The template's GPUs whose owner died
+    and left its memory held (the simulated host shows two) keep it only on the faulty
+    nodes: elsewhere they are idle and empty, so that one GPU in a hundred, not one in
+    four, holds memory no process owns (each is a GPUMemoryLeaked alert whose text
+    queries Prometheus at every evaluation)."""
     if gpu is None:
-        return samples
+        return without_leaks(samples)
     out, uuid = [], ""
     for name, labels, value in samples:
         if _gpu(labels) == gpu:
@@ -194,6 +198,31 @@ def with_faults(
     xid = f'{{gpu="{gpu}",uuid="{uuid}",xid="79"}}'
     out.append(("gpu_xid_errors_total", xid, 1.0))
     out.append(("gpu_xid_error_timestamp_seconds", xid, FAULT_TIME))
+    return out
+
+
+def without_leaks(samples: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+    """`samples` with every GPU that holds memory no process owns (a dead owner's)
+    idle and empty instead: its used and unattributed memory 0, its free memory the
+    total less the driver's reserve, no dead owner."""
+    leaked = {_gpu(labels) for name, labels, _v in samples if name == "gpu_memory_dead_owner_info"}
+    held = {
+        (name, _gpu(labels)): value
+        for name, labels, value in samples
+        if name in ("gpu_memory_total_bytes", "gpu_memory_reserved_bytes")
+    }
+    out = []
+    for name, labels, value in samples:
+        gpu = _gpu(labels)
+        if gpu in leaked:
+            if name == "gpu_memory_dead_owner_info":
+                continue
+            if name in ("gpu_memory_used_bytes", "gpu_memory_unattributed_bytes"):
+                value = 0.0
+            elif name == "gpu_memory_free_bytes":
+                total = held[("gpu_memory_total_bytes", gpu)]
+                value = total - held.get(("gpu_memory_reserved_bytes", gpu), 0.0)
+        out.append((name, labels, value))
     return out
 
 

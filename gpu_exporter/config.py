@@ -13,6 +13,7 @@ import argparse
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
@@ -522,9 +523,39 @@ class _BooleanFlag(argparse.Action):
         return " | ".join(self.option_strings)
 
 
+def _terminal_columns() -> int:
+    """The terminal's width in columns as `shutil.get_terminal_size` reads it (COLUMNS,
+    else the terminal on standard output, else 80), without importing `shutil`: argparse
+    does at every `add_argument`, and with it `bz2` and `lzma`, 1.2 MiB resident in a
+    daemon that never prints its help (benchmarks/README.md, "the judge's resident
+    memory")."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    if sys.__stdout__ is None:
+        return 80
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Writes a boolean flag as `--NAME[=true|false], --no-NAME`: the negative form
-    takes no value."""
+    takes no value. Its width is the terminal's (`_terminal_columns`)."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        width = _terminal_columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if isinstance(action, _BooleanFlag):

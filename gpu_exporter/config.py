@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from gpu_exporter import __version__
-from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES
+from gpu_exporter.attribution.expected import EXPECTED_HOST_PROCESSES
 from gpu_exporter.config_keys import flatten, unknown_key
 from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.serving.routes import built_in_route

@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from gpu_exporter import __version__, logs
 from gpu_exporter.attribution.holders import HolderScanner
-from gpu_exporter.attribution.kubernetes import KubernetesAttributor
 from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.config import (
@@ -56,10 +56,13 @@ from gpu_exporter.sources.fabric_daemons import (
 from gpu_exporter.sources.host import HostReader
 from gpu_exporter.sources.kernel_log import KernelLogReader
 from gpu_exporter.sources.kernel_log_files import open_inherited_kernel_log
-from gpu_exporter.sources.kubelet.watch import KubeletWatcher
 from gpu_exporter.sources.xid import XidListener
 from gpu_exporter.systemd_fds import inherited_fds
 from gpu_exporter.systemd_notify import Notifier, Watchdog
+
+if TYPE_CHECKING:
+    from gpu_exporter.attribution.kubernetes import KubernetesAttributor
+    from gpu_exporter.sources.kubelet.watch import KubeletWatcher
 
 log = logging.getLogger("gpu_exporter")
 
@@ -184,32 +187,52 @@ class KubernetesSource:
     Without `watch` (`--once`, `--self-check`) there is no thread: the first sample reads
     the kubelet itself, which waits at most the kubelet timeout (5 s,
     `watch.DEFAULT_TIMEOUT_SECONDS`).
+
+    The watcher and the attributor, and their modules, are made when first needed (the
+    collector on, at start or at a sample): an exporter without it never loads them.
     """
 
     def __init__(self, settings: Settings, *, watch: bool = False) -> None:
-        self.watcher = KubeletWatcher(
-            settings.kubernetes_socket,
-            log_root=settings.kubernetes_log_root,
-            refresh_seconds=settings.kubernetes_refresh_seconds,
-            hold_seconds=settings.kubernetes_hold_seconds,
-        )
-        self.attributor = KubernetesAttributor(
-            re.compile(settings.kubernetes_expected_host_processes)
-        )
+        self._settings = settings
         self._watch = watch
+        self._parts: tuple[KubeletWatcher, KubernetesAttributor] | None = None
+
+    def _made(self) -> tuple[KubeletWatcher, KubernetesAttributor]:
+        if self._parts is None:
+            from gpu_exporter.attribution import kubernetes
+            from gpu_exporter.sources.kubelet import watch
+
+            settings = self._settings
+            watcher = watch.KubeletWatcher(
+                settings.kubernetes_socket,
+                log_root=settings.kubernetes_log_root,
+                refresh_seconds=settings.kubernetes_refresh_seconds,
+                hold_seconds=settings.kubernetes_hold_seconds,
+            )
+            attributor = kubernetes.KubernetesAttributor(
+                re.compile(settings.kubernetes_expected_host_processes)
+            )
+            self._parts = (watcher, attributor)
+        return self._parts
+
+    @property
+    def watcher(self) -> KubeletWatcher:
+        return self._made()[0]
 
     def start(self) -> None:
         self.watcher.start()
 
     def stop(self) -> None:
-        self.watcher.stop()
+        if self._parts is not None:
+            self._parts[0].stop()
 
     def __call__(
         self, devices: tuple[DeviceSample, ...]
     ) -> tuple[tuple[DeviceSample, ...], KubernetesState]:
-        if not self._watch and self.watcher.latest() is None:
-            self.watcher.refresh()
-        return self.attributor(devices, self.watcher.latest())
+        watcher, attributor = self._made()
+        if not self._watch and watcher.latest() is None:
+            watcher.refresh()
+        return attributor(devices, watcher.latest())
 
 
 def node_name() -> str:

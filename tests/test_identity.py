@@ -75,7 +75,8 @@ def test_a_process_that_calls_itself_xorg_is_known_by_its_executable() -> None:
     gives, and the expected-host-processes pattern must match both."""
     import re
 
-    from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES, is_expected
+    from gpu_exporter.attribution.expected import EXPECTED_HOST_PROCESSES
+    from gpu_exporter.attribution.kubernetes import is_expected
 
     rename = "open('/proc/self/comm', 'w').write('Xorg'); import time; time.sleep(30)"
     impostor = subprocess.Popen([sys.executable, "-c", rename])

@@ -568,7 +568,7 @@ def test_processes_outside_every_pod_are_stowaways_with_no_pod_labels(
 
 
 def test_a_display_server_is_expected_and_a_pid_the_host_cannot_see_is_no_stowaway() -> None:
-    from gpu_exporter.attribution.kubernetes import EXPECTED_HOST_PROCESSES
+    from gpu_exporter.attribution.expected import EXPECTED_HOST_PROCESSES
     from gpu_exporter.model import CgroupLabels, HostProcess
     from tests.test_processes import STATIC, gpu, raw
 

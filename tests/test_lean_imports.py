@@ -37,6 +37,27 @@ def test_the_nvml_backend_and_the_flags_load_none_of_the_heavy_modules() -> None
     assert loaded == "[]"
 
 
+KUBERNETES = (
+    "gpu_exporter.attribution.kubernetes",
+    "gpu_exporter.attribution.dra",
+    "gpu_exporter.sources.kubelet.watch",
+)
+
+
+def test_the_kubernetes_attribution_loads_only_when_its_collector_needs_it() -> None:
+    loaded = python(
+        "import sys\n"
+        "from gpu_exporter.config import Settings\n"
+        "from gpu_exporter.daemon import KubernetesSource\n"
+        "source = KubernetesSource(Settings(), watch=True)\n"
+        "source.stop()  # a SIGHUP that turns the collector off before it was ever on\n"
+        f"print(sorted(set(sys.modules) & set({KUBERNETES!r})))\n"
+        "source.watcher\n"
+        f"print(sorted(set(sys.modules) & set({KUBERNETES!r})))\n"
+    )
+    assert loaded.splitlines() == ["[]", str(sorted(KUBERNETES))]
+
+
 def test_pynvml_find_library_still_finds_a_library_through_the_real_ctypes_util() -> None:
     answer = python(
         "import sys\n"

@@ -19,7 +19,7 @@ the kubelet (`sources.kubelet.watch`, refreshed on its own thread). It does thre
 - finds the stowaways: a container with processes on a GPU (or MIG GPU instance) that the
   kubelet did not allocate to it, and processes outside every pod (the host's own, or a
   container no pod holds), counted with empty pod labels, whatever the kubelet did with
-  that GPU; host processes whose name is expected (`EXPECTED_HOST_PROCESSES`, a display
+  that GPU; host processes whose name is expected (`expected.EXPECTED_HOST_PROCESSES`, a display
   server) are not stowaways.
 
 Its `KubernetesState.reason` names what keeps it from working, or what it found wrong
@@ -55,10 +55,6 @@ REPLICA_SEPARATORS = ("::", "/vgpu")  # time-slicing and MPS replicas: "GPU-<uui
 SHOWN_IDS = 3  # device IDs quoted in a reason
 MAX_DEVICE_ID = 255  # characters of a device ID looked at: a longer one names no device
 MAX_MATCHED = 255  # characters of a name the expected-host-processes pattern is given
-# Host processes expected on a GPU node, by process name and executable file name (all of
-# each, `is_expected`): display servers and compositors hold a graphics context on a
-# workstation's GPU. --kubernetes.expected-host-processes
-EXPECTED_HOST_PROCESSES = "Xorg|Xwayland|gnome-shell|kwin_x11|kwin_wayland|sway|weston"
 
 Devices = tuple[DeviceSample, ...]
 Target = dra.Target  # (index, GPU UUID, MIG GPU instance or "")

@@ -52,8 +52,8 @@ def cases() -> list[Case]:
     """The parsers, imported when asked (the kubelet's needs grpcio)."""
     from gpu_exporter import systemd_fds
     from gpu_exporter.attribution import cgroups, dra
+    from gpu_exporter.attribution.expected import EXPECTED_HOST_PROCESSES
     from gpu_exporter.attribution.kubernetes import (
-        EXPECTED_HOST_PROCESSES,
         is_expected,
         split_replica,
     )

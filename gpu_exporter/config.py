@@ -539,7 +539,7 @@ def _terminal_columns() -> int:
         return 80
     try:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
-    except (AttributeError, ValueError, OSError):
+    except (ValueError, OSError):  # not a terminal, or closed
         return 80
 
 

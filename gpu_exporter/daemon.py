@@ -190,29 +190,35 @@ class KubernetesSource:
 
     The watcher and the attributor, and their modules, are made when first needed (the
     collector on, at start or at a sample): an exporter without it never loads them.
+    Made once under a lock: a SIGHUP that turns the collector on starts the watcher from
+    the main thread while the sampler may already ask it.
     """
 
     def __init__(self, settings: Settings, *, watch: bool = False) -> None:
         self._settings = settings
         self._watch = watch
         self._parts: tuple[KubeletWatcher, KubernetesAttributor] | None = None
+        self._making = threading.Lock()
 
     def _made(self) -> tuple[KubeletWatcher, KubernetesAttributor]:
-        if self._parts is None:
-            from gpu_exporter.attribution import kubernetes
-            from gpu_exporter.sources.kubelet import watch
+        with self._making:
+            return self._parts or self._make()
 
-            settings = self._settings
-            watcher = watch.KubeletWatcher(
-                settings.kubernetes_socket,
-                log_root=settings.kubernetes_log_root,
-                refresh_seconds=settings.kubernetes_refresh_seconds,
-                hold_seconds=settings.kubernetes_hold_seconds,
-            )
-            attributor = kubernetes.KubernetesAttributor(
-                re.compile(settings.kubernetes_expected_host_processes)
-            )
-            self._parts = (watcher, attributor)
+    def _make(self) -> tuple[KubeletWatcher, KubernetesAttributor]:
+        from gpu_exporter.attribution import kubernetes
+        from gpu_exporter.sources.kubelet import watch
+
+        settings = self._settings
+        watcher = watch.KubeletWatcher(
+            settings.kubernetes_socket,
+            log_root=settings.kubernetes_log_root,
+            refresh_seconds=settings.kubernetes_refresh_seconds,
+            hold_seconds=settings.kubernetes_hold_seconds,
+        )
+        attributor = kubernetes.KubernetesAttributor(
+            re.compile(settings.kubernetes_expected_host_processes)
+        )
+        self._parts = (watcher, attributor)
         return self._parts
 
     @property

@@ -86,3 +86,23 @@ def test_help_wraps_at_the_terminal_width_from_columns() -> None:
     assert help_lines and max(len(line) for line in help_lines) <= 60 - 2
     assert len(narrow.stdout.splitlines()) > len(wide.stdout.splitlines())
     assert max(len(line) for line in wide.stdout.splitlines()) > 60
+
+
+def test_the_kubernetes_parts_are_made_once_when_asked_from_two_threads_at_once() -> None:
+    """A SIGHUP that turns the collector on starts the watcher from the main thread
+    while the sampler may ask for it: both must get the one watcher that runs."""
+    made = python(
+        "import threading\n"
+        "from gpu_exporter.config import Settings\n"
+        "from gpu_exporter.daemon import KubernetesSource\n"
+        "source = KubernetesSource(Settings(), watch=True)\n"
+        "seen, go = [], threading.Barrier(8)\n"
+        "def ask():\n"
+        "    go.wait()\n"
+        "    seen.append(source.watcher)\n"
+        "threads = [threading.Thread(target=ask) for _ in range(8)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(len(seen), len({id(w) for w in seen}))\n"
+    )
+    assert made == "8 1"

@@ -18,7 +18,10 @@ import types
 
 
 def _find_library(name: str) -> str | None:
-    """`ctypes.util.find_library`, imported when first asked (never, on Linux)."""
+    """`ctypes.util.find_library`, imported when first asked (never, on Linux); asked
+    while pynvml is still being imported, the stand-in steps aside first."""
+    if getattr(sys.modules.get("ctypes.util"), "find_library", None) is _find_library:
+        del sys.modules["ctypes.util"]
     real: types.ModuleType = importlib.import_module("ctypes.util")
     found: str | None = real.find_library(name)
     return found

@@ -1257,9 +1257,16 @@ def chargeback_recorded(
     for family, found in rows.items():
         out[family] = [(_series(family, labels), value, 0.0) for labels, value in found]
     for rollup, source in ROLLED_UP.items():  # the 5-minute roll-ups: five minutes' worth,
-        per_owner: dict[str, float] = {}  # per node and owner
+        per_owner: dict[str, float] = {}  # per node and owner (or per node)
+        shape = ROLLUP_SHAPES[rollup]
         for labels, value in rows.get(source, []):
-            kept = {k: v for k, v in labels.items() if k not in ROLLED_UP_DROPS}
+            if not shape.takes(labels):
+                continue
+            if shape.labels is None:
+                kept = {k: v for k, v in labels.items() if k not in ROLLED_UP_DROPS}
+            else:  # and the rule's own labels
+                kept = {k: v for k, v in labels.items() if k in shape.labels}
+                kept.update(ROLLUP_LABELS.get(rollup, {}))
             text = _series(rollup, kept)
             per_owner[text] = per_owner.get(text, 0.0) + value * resolution(rollup) / RULE_SECONDS
         if per_owner:
@@ -1277,12 +1284,59 @@ def _series(family: str, labels: dict[str, str]) -> str:
 
 
 ROLLED_UP_DROPS = ("gpu", "uuid", "gpu_instance")  # the GPU's labels the roll-ups leave out
-ROLLED_UP = {  # 5-minute roll-up per node and owner -> the 1-minute rows it adds up
-    name: found[1]
+_ROLLUP = re.compile(
+    r"sum (without|by) \(([^)]*)\) \(\s*sum_over_time\((\S+?:sum1m)(\{[^}]*\})?\[5m\] offset 30s\)"
+)
+_ROLLUPS = {
+    name: found
     for group, name, expr, _i in rules()
-    if group == "gpu-exporter.recording.chargeback-rollup"
-    and (found := re.search(r"sum_over_time\((\S+:sum1m)\[5m\] offset 30s\)", expr))
+    if group == "gpu-exporter.recording.chargeback-rollup" and (found := _ROLLUP.search(expr))
 }
+ROLLED_UP = {name: found[3] for name, found in _ROLLUPS.items()}
+"""5-minute roll-up (per node and owner, or per node) -> the 1-minute rows it adds up."""
+_MATCHER = re.compile(r'(\w+)(!?=)"([^"]*)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class RollupShape:
+    """What a roll-up keeps of the 1-minute rows it adds up."""
+
+    labels: frozenset[str] | None  # its labels; None: every label of its rows but the GPU's
+    matchers: tuple[tuple[str, str, str], ...]  # (label, "=" or "!=", value) its rows meet
+    selector: str  # those matchers as written, "" for none
+
+    def takes(self, labels: dict[str, str]) -> bool:
+        """Whether a row with `labels` is one the roll-up adds up."""
+        return all(
+            (labels.get(name, "") == value) == (op == "=") for name, op, value in self.matchers
+        )
+
+
+ROLLUP_SHAPES = {
+    name: RollupShape(
+        frozenset(label.strip() for label in found[2].split(",")) if found[1] == "by" else None,
+        tuple(_MATCHER.findall(found[4] or "")),
+        (found[4] or "{}")[1:-1],
+    )
+    for name, found in _ROLLUPS.items()
+}
+
+
+ROLLUP_LABELS: dict[str, dict[str, str]] = {
+    rule["record"]: rule.get("labels", {})
+    for path in RULE_FILES
+    for group in yaml.safe_load(path.read_text())["groups"]
+    if group["name"] == "gpu-exporter.recording.chargeback-rollup"
+    for rule in group["rules"]
+}
+"""The labels each roll-up's rule sets (the per-node totals' `gpu="all"`)."""
+
+
+def _minute_selector(rollup: str) -> str:
+    """The 1-minute rows' selector that `rollup` adds up, its matchers included, ready
+    for the rest of a `{...}` selector to follow."""
+    matchers = ROLLUP_SHAPES[rollup].selector
+    return ROLLED_UP[rollup] + "{" + (f"{matchers}, " if matchers else "")
 
 
 def minute_rows(queries: list[Panel]) -> list[Panel]:
@@ -1291,8 +1345,8 @@ def minute_rows(queries: list[Panel]) -> list[Panel]:
     out = []
     for query in queries:
         expr = query.expr
-        for rollup, source in ROLLED_UP.items():
-            expr = expr.replace(rollup, source)
+        for rollup in ROLLED_UP:
+            expr = expr.replace(rollup + "{", _minute_selector(rollup))
         out.append(dataclasses.replace(query, expr=expr))
     return out
 

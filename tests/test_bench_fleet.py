@@ -24,9 +24,25 @@ ROWS = (
 
 
 def test_every_chargeback_row_family_has_its_roll_up() -> None:
-    assert {
+    per_owner = {
         f"instance_owner:gpu_{row}:sum5m": f"instance_gpu_owner:gpu_{row}:sum1m" for row in ROWS
-    } == fleet.ROLLED_UP
+    }
+    per_node = {  # the dashboard's totals: no unmeasured total
+        f"instance:gpu_{row}:sum5m": f"instance_gpu_owner:gpu_{row}:sum1m"
+        for row in ROWS
+        if row != "unmeasured_seconds"
+    }
+    assert {**per_owner, **per_node} == fleet.ROLLED_UP
+    # per node: only the node's labels; the remainder's rows are
+    # left out of the GPU-seconds, kept in the energy (the rows add up to the GPU's)
+    used, energy = (fleet.ROLLUP_SHAPES[f"instance:gpu_{r}:sum5m"] for r in ROWS[1::3])
+    assert used.labels == energy.labels == frozenset({"instance", "job"})
+    assert not used.takes({"allocation": "none"}) and used.takes({"allocation": "kubernetes"})
+    assert energy.takes({"allocation": "none", "method": "allocation"})
+    assert not energy.takes({"allocation": "none", "method": "usage"})
+    assert fleet.ROLLUP_SHAPES["instance_owner:gpu_used_seconds:sum5m"].labels is None
+    assert fleet.ROLLUP_SHAPES["instance_owner:gpu_used_seconds:sum5m"].takes({})
+    assert fleet.ROLLUP_LABELS["instance:gpu_used_seconds:sum5m"] == {"gpu": "all"}
     dashboard = fleet.panels(fleet.CHARGEBACK_DASHBOARD, fleet.DAY_SECONDS)
     read, _ = fleet.dashboard_reads(dashboard)
     assert set(read) == set(fleet.ROLLED_UP)  # the dashboard reads only the roll-ups

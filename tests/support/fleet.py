@@ -62,7 +62,7 @@ ROLLUP_GROUPS = (
     "  - name: gpu-exporter.recording.rollup\n",
     "  - name: gpu-exporter.recording.chargeback-rollup\n",
 )
-ROLLUP_RULES = 10  # in both groups together
+ROLLUP_RULES = 14  # windows in both groups together
 ROLLUP_WINDOW = "[5m] offset 30s)"
 ROLLUP_POINT_SECONDS = ") * 60"
 

@@ -85,12 +85,13 @@ GRAFANA = {
     "__interval": "20s",
     "__interval_ms": "20000",
     "__rate_interval": "1m",
-    "job": ".+",
-    "instance": ".+",
-    "gpu": ".+",
-    "namespace": ".+",
-    "pod": ".+",
     "method": "usage",  # the Chargeback dashboard's energy split (its default)
+    # every filter at All, as Grafana sends it: the variable's allValue
+    **{
+        variable["name"]: variable["allValue"]
+        for variable in json.loads(DASHBOARD.read_text())["templating"]["list"]
+        if variable.get("includeAll")
+    },
 }
 RANGE_SECONDS = 6 * 3600
 STEP_SECONDS = 20

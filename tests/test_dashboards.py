@@ -14,6 +14,7 @@ import yaml
 from gpu_exporter.metrics.catalogue import METRICS_BY_NAME
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS
 from tests.support.dashboards import (
+    ALL_VALUES,
     DASHBOARD_FILES,
     EXTRA_VARIABLES,
     PARSE_VALUES,
@@ -157,7 +158,7 @@ def test_variables_are_datasource_job_instance_gpu_namespace_pod_in_that_order(n
     for variable in variables[1 : len(TEMPLATE_VARIABLES)]:
         assert variable["type"] == "query"
         if variable.get("includeAll"):
-            assert variable.get("allValue") == ".+", variable["name"]
+            assert variable.get("allValue") == ALL_VALUES[variable["name"]], variable["name"]
 
 
 def test_variables_are_used_only_as_regex_matchers() -> None:

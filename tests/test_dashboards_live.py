@@ -46,6 +46,7 @@ import yaml
 
 from gpu_exporter.sources.simulated_tenants import PROFILE_PROCESSES, labels
 from tests.support.dashboards import (
+    ALL_VALUES,
     DASHBOARD_FILES,
     Query,
     all_queries,
@@ -70,15 +71,12 @@ except RuntimeError:
 GIB = 1024**3
 LIVE_VALUES = {
     "method": "usage",
-    "namespace": ".+",
-    "pod": ".+",
+    **ALL_VALUES,
     "__rate_interval": "10s",  # what Grafana derives from a 1s scrape interval, or near it
     "__interval": "1s",
     "__interval_ms": "1000",
     "__range": "1h",
     "__range_s": "3600",
-    "job": ".+",
-    "gpu": ".+",
 }
 STEADY_RANGE = {"__range": "4s"}
 RECORDING_RULES = Path(__file__).resolve().parents[1] / "deploy/prometheus/rules/gpu-recording.yml"
@@ -135,7 +133,7 @@ class Fleet:
         return [f"127.0.0.1:{e.port}" for e in self.exporters]
 
     def values(self, dashboard: str) -> dict[str, str]:
-        instance = self.instances[0] if dashboard == "gpu-node.json" else ".+"
+        instance = self.instances[0] if dashboard == "gpu-node.json" else ALL_VALUES["instance"]
         return {**LIVE_VALUES, "instance": instance}
 
     def run(self, query: Query, **overrides: str) -> list[dict[str, Any]]:
@@ -274,7 +272,7 @@ def test_template_variables_list_the_fleet(fleet: Fleet, dashboard: str) -> None
     found: dict[str, list[str]] = {}
     for variable, query in variable_queries(dashboard).items():
         selector, label = label_values_parts(query)
-        match = substitute(selector or "", {"job": ".+", "instance": ".+", "namespace": ".+"})
+        match = substitute(selector or "", ALL_VALUES)
         found[variable] = sorted(
             fleet.prometheus.api(f"label/{label}/values", **{"match[]": match})
         )

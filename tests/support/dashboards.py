@@ -23,6 +23,20 @@ DASHBOARD_FILES = ("gpu-fleet.json", "gpu-node.json", "gpu-chargeback.json")
 TEMPLATE_VARIABLES = ("datasource", "job", "instance", "gpu", "namespace", "pod")
 EXTRA_VARIABLES = {"gpu-chargeback.json": ("method",)}  # after the common ones
 
+# What Grafana sends for each filter at All (the variables' allValue). Job and instance:
+# `.*`, which Prometheus drops from the query (it matches every series, a series without
+# the label too, and every series the dashboards read has both), where `.+` made each query
+# merge the postings of every instance of the fleet in every block it read. GPU, namespace
+# and pod: `.+`, which leaves out the series without the label (the per-node side of a
+# fleet time series selects `uuid!~"$gpu"`; a bare-metal owner has no namespace).
+ALL_VALUES: dict[str, str] = {
+    "job": ".*",
+    "instance": ".*",
+    "gpu": ".+",
+    "namespace": ".+",
+    "pod": ".+",
+}
+
 # Grafana's built-in variables a query may use, with the values the tests substitute.
 # $__interval_ms must agree with $__interval (both one minute here).
 PARSE_VALUES: dict[str, str] = {
@@ -31,11 +45,7 @@ PARSE_VALUES: dict[str, str] = {
     "__interval_ms": "60000",
     "__range": "1h",
     "__range_s": "3600",
-    "job": ".+",
-    "instance": ".+",
-    "gpu": ".+",
-    "namespace": ".+",
-    "pod": ".+",
+    **ALL_VALUES,
     "method": "usage",  # the Chargeback dashboard's energy split
 }
 

@@ -1265,10 +1265,9 @@ def chargeback_recorded(
                 continue
             if shape.labels is None:
                 kept = {k: v for k, v in labels.items() if k not in ROLLED_UP_DROPS}
-            else:  # and the rule's own labels
+            else:
                 kept = {k: v for k, v in labels.items() if k in shape.labels}
-                kept.update(ROLLUP_LABELS.get(rollup, {}))
-            text = _series(rollup, kept)
+            text = _series(rollup, {**kept, **shape.own_labels})
             per_owner[text] = per_owner.get(text, 0.0) + value * resolution(rollup) / RULE_SECONDS
         if per_owner:
             out[rollup] = [(text, value, 0.0) for text, value in per_owner.items()]
@@ -1288,13 +1287,6 @@ ROLLED_UP_DROPS = ("gpu", "uuid", "gpu_instance")  # the GPU's labels the roll-u
 _ROLLUP = re.compile(
     r"sum (without|by) \(([^)]*)\) \(\s*sum_over_time\((\S+?:sum1m)(\{[^}]*\})?\[5m\] offset 30s\)"
 )
-_ROLLUPS = {
-    name: found
-    for group, name, expr, _i in rules()
-    if group == "gpu-exporter.recording.chargeback-rollup" and (found := _ROLLUP.search(expr))
-}
-ROLLED_UP = {name: found[3] for name, found in _ROLLUPS.items()}
-"""5-minute roll-up (per node and owner, or per node) -> the 1-minute rows it adds up."""
 _MATCHER = re.compile(r'(\w+)(!?=)"([^"]*)"')
 
 
@@ -1302,9 +1294,10 @@ _MATCHER = re.compile(r'(\w+)(!?=)"([^"]*)"')
 class RollupShape:
     """What a roll-up keeps of the 1-minute rows it adds up."""
 
+    source: str  # the 1-minute rows' family
     labels: frozenset[str] | None  # its labels; None: every label of its rows but the GPU's
     matchers: tuple[tuple[str, str, str], ...]  # (label, "=" or "!=", value) its rows meet
-    selector: str  # those matchers as written, "" for none
+    own_labels: dict[str, str]  # those its rule sets (the per-node totals' `gpu="all"`)
 
     def takes(self, labels: dict[str, str]) -> bool:
         """Whether a row with `labels` is one the roll-up adds up."""
@@ -1312,32 +1305,43 @@ class RollupShape:
             (labels.get(name, "") == value) == (op == "=") for name, op, value in self.matchers
         )
 
-
-ROLLUP_SHAPES = {
-    name: RollupShape(
-        frozenset(label.strip() for label in found[2].split(",")) if found[1] == "by" else None,
-        tuple(_MATCHER.findall(found[4] or "")),
-        (found[4] or "{}")[1:-1],
-    )
-    for name, found in _ROLLUPS.items()
-}
+    @property
+    def selector(self) -> str:
+        """Its matchers as PromQL, "" for none."""
+        return ", ".join(f'{name}{op}"{value}"' for name, op, value in self.matchers)
 
 
-ROLLUP_LABELS: dict[str, dict[str, str]] = {
-    rule["record"]: rule.get("labels", {})
-    for path in RULE_FILES
-    for group in yaml.safe_load(path.read_text())["groups"]
-    if group["name"] == "gpu-exporter.recording.chargeback-rollup"
-    for rule in group["rules"]
-}
-"""The labels each roll-up's rule sets (the per-node totals' `gpu="all"`)."""
+def _rollup_shapes() -> dict[str, RollupShape]:
+    """Each rule of the chargeback's roll-up group, by the series it records."""
+    out = {}
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            if group["name"] != "gpu-exporter.recording.chargeback-rollup":
+                continue
+            for rule in group["rules"]:
+                found = _ROLLUP.search(rule["expr"])
+                if found is None:
+                    continue
+                by = frozenset(label.strip() for label in found[2].split(","))
+                out[rule["record"]] = RollupShape(
+                    found[3],
+                    by if found[1] == "by" else None,
+                    tuple(_MATCHER.findall(found[4] or "")),
+                    rule.get("labels", {}),
+                )
+    return out
+
+
+ROLLUP_SHAPES = _rollup_shapes()
+ROLLED_UP = {name: shape.source for name, shape in ROLLUP_SHAPES.items()}
+"""5-minute roll-up (per node and owner, or per node) -> the 1-minute rows it adds up."""
 
 
 def _minute_selector(rollup: str) -> str:
     """The 1-minute rows' selector that `rollup` adds up, its matchers included, ready
     for the rest of a `{...}` selector to follow."""
-    matchers = ROLLUP_SHAPES[rollup].selector
-    return ROLLED_UP[rollup] + "{" + (f"{matchers}, " if matchers else "")
+    shape = ROLLUP_SHAPES[rollup]
+    return shape.source + "{" + (f"{shape.selector}, " if shape.matchers else "")
 
 
 def minute_rows(queries: list[Panel]) -> list[Panel]:

@@ -42,7 +42,7 @@ def test_every_chargeback_row_family_has_its_roll_up() -> None:
     assert not energy.takes({"allocation": "none", "method": "usage"})
     assert fleet.ROLLUP_SHAPES["instance_owner:gpu_used_seconds:sum5m"].labels is None
     assert fleet.ROLLUP_SHAPES["instance_owner:gpu_used_seconds:sum5m"].takes({})
-    assert fleet.ROLLUP_LABELS["instance:gpu_used_seconds:sum5m"] == {"gpu": "all"}
+    assert fleet.ROLLUP_SHAPES["instance:gpu_used_seconds:sum5m"].own_labels == {"gpu": "all"}
     dashboard = fleet.panels(fleet.CHARGEBACK_DASHBOARD, fleet.DAY_SECONDS)
     read, _ = fleet.dashboard_reads(dashboard)
     assert set(read) == set(fleet.ROLLED_UP)  # the dashboard reads only the roll-ups

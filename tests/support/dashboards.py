@@ -154,6 +154,8 @@ _TOKEN = re.compile(
     r"|(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)(?P<call>\s*\()?"
 )
 
+_OFFSET = re.compile(r"\boffset\s+-?\w+")  # its duration (1h) is no metric
+
 
 def metric_names(expr: str) -> set[str]:
     """Metric names a PromQL expression selects (functions, keywords, labels left out)."""
@@ -161,6 +163,7 @@ def metric_names(expr: str) -> set[str]:
     text = _BRACES.sub("{}", text)
     text = _BRACKETS.sub("[]", text)
     text = _GROUPING.sub(" ", text)
+    text = _OFFSET.sub(" ", text)
     names: set[str] = set()
     for match in _TOKEN.finditer(text):
         ident = match.group("ident")

@@ -957,8 +957,6 @@ def resolution(family: str) -> int:
     its group's interval for a recording rule's (a minute; five for the roll-ups)."""
     if ":" not in family:
         return SCRAPE_SECONDS
-    if family in HOURLY:
-        return HOUR_SECONDS if HOURLY[family].whole else int(_recording_intervals()[family])
     return int(_recording_intervals().get(family, RULE_SECONDS))
 
 
@@ -1273,12 +1271,6 @@ def chargeback_recorded(
             per_owner[text] = per_owner.get(text, 0.0) + value * resolution(rollup) / RULE_SECONDS
         if per_owner:
             out[rollup] = [(text, value, 0.0) for text, value in per_owner.items()]
-    for family, hourly in HOURLY.items():  # an hour's tiles, or a partial one's (any)
-        tiles = HOUR_SECONDS // resolution(hourly.tiles) * (1.0 if hourly.whole else 0.5)
-        out[family] = [
-            (text.replace(hourly.tiles + "{", family + "{", 1), value * tiles, 0.0)
-            for text, value, _slope in out.get(hourly.tiles, [])
-        ]
     print(
         f"  chargeback: {sum(map(len, out.values()))} recorded series of {len(out)} families",
         file=sys.stderr,
@@ -1322,64 +1314,27 @@ class RollupShape:
 def _rollup_shapes() -> dict[str, RollupShape]:
     """Each rule of the chargeback's roll-up group, by the series it records."""
     out = {}
-    for rule in _rollup_rules():
-        found = _ROLLUP.search(rule["expr"])
-        if found is None:
-            continue
-        by = frozenset(label.strip() for label in found[2].split(","))
-        out[rule["record"]] = RollupShape(
-            found[3],
-            by if found[1] == "by" else None,
-            tuple(_MATCHER.findall(found[4] or "")),
-            rule.get("labels", {}),
-        )
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            if group["name"] != "gpu-exporter.recording.chargeback-rollup":
+                continue
+            for rule in group["rules"]:
+                found = _ROLLUP.search(rule["expr"])
+                if found is None:
+                    continue
+                by = frozenset(label.strip() for label in found[2].split(","))
+                out[rule["record"]] = RollupShape(
+                    found[3],
+                    by if found[1] == "by" else None,
+                    tuple(_MATCHER.findall(found[4] or "")),
+                    rule.get("labels", {}),
+                )
     return out
-
-
-def _rollup_rules() -> list[dict[str, Any]]:
-    """The rules of the chargeback's roll-up group, in order."""
-    return [
-        rule
-        for path in RULE_FILES
-        for group in yaml.safe_load(path.read_text())["groups"]
-        if group["name"] == "gpu-exporter.recording.chargeback-rollup"
-        for rule in group["rules"]
-    ]
 
 
 ROLLUP_SHAPES = _rollup_shapes()
 ROLLED_UP = {name: shape.source for name, shape in ROLLUP_SHAPES.items()}
 """5-minute roll-up (per node and owner, or per node) -> the 1-minute rows it adds up."""
-
-
-HOUR_SECONDS = 3600
-_HOURLY_TILES = re.compile(r"(instance_owner:\w+:sum5m)\b")
-
-
-@dataclasses.dataclass(frozen=True)
-class Hourly:
-    """A chargeback family recorded off the 5-minute tiles by the hour."""
-
-    tiles: str  # the 5-minute tiles' family
-    whole: bool  # an hour's point (once an hour), or the partial since (every 5 minutes)
-
-
-def _hourly() -> dict[str, Hourly]:
-    """Each hourly family of the chargeback's roll-up group (`:sum1h`, `:sum1h_partial`)."""
-    out = {}
-    for rule in _rollup_rules():
-        name = rule["record"]
-        if name.endswith((":sum1h", ":sum1h_partial")):
-            (tiles,) = set(_HOURLY_TILES.findall(rule["expr"]))
-            out[name] = Hourly(tiles, name.endswith(":sum1h"))
-    return out
-
-
-HOURLY = _hourly()
-_TABLE_COLUMN = re.compile(
-    r"^\(sum by \(([^)]*)\) \(label_replace\(sum_over_time\((instance_owner:\w+:sum1h)"
-    r"\{([^}]*)\}\[(\w+)\]\).* / (\S+)$"
-)
 
 
 def _minute_selector(rollup: str) -> str:
@@ -1390,20 +1345,11 @@ def _minute_selector(rollup: str) -> str:
 
 
 def minute_rows(queries: list[Panel]) -> list[Panel]:
-    """`queries` on the chargeback's 1-minute rows in place of their roll-ups (what the
-    Chargeback dashboard read before it read the roll-ups): a table's column, its
-    tiles' sum over the range."""
+    """`queries` on the chargeback's 1-minute rows in place of their 5-minute roll-ups
+    (what the Chargeback dashboard read before it read the roll-ups)."""
     out = []
     for query in queries:
         expr = query.expr
-        column = _TABLE_COLUMN.match(expr)
-        if column is not None:  # a table's column off the hourly points: its tiles' sum
-            by, family, selector, range_, divisor = column.groups()
-            tiles = HOURLY[family].tiles
-            expr = (
-                f"sum by ({by}) (sum_over_time({_minute_selector(tiles)}{selector}"
-                f"}}[{range_}])) / {divisor}"
-            )
         for rollup in ROLLED_UP:
             expr = expr.replace(rollup + "{", _minute_selector(rollup))
         out.append(dataclasses.replace(query, expr=expr))

@@ -45,12 +45,7 @@ def test_every_chargeback_row_family_has_its_roll_up() -> None:
     assert fleet.ROLLUP_SHAPES["instance:gpu_used_seconds:sum5m"].own_labels == {"gpu": "all"}
     dashboard = fleet.panels(fleet.CHARGEBACK_DASHBOARD, fleet.DAY_SECONDS)
     read, _ = fleet.dashboard_reads(dashboard)
-    # the dashboard reads only the roll-ups: the per-node sums, and the per-owner tiles
-    # by the hour
-    assert set(read) == set(per_node) | set(fleet.HOURLY)
-    assert {h.tiles for h in fleet.HOURLY.values()} == set(per_owner)
-    assert fleet.resolution("instance_owner:gpu_used_seconds:sum1h") == 3600
-    assert fleet.resolution("instance_owner:gpu_used_seconds:sum1h_partial") == 300
+    assert set(read) == set(fleet.ROLLED_UP)  # the dashboard reads only the roll-ups
     minute, _ = fleet.dashboard_reads(fleet.minute_rows(dashboard))
     assert set(minute) == set(fleet.ROLLED_UP.values())
 
@@ -60,19 +55,16 @@ def test_the_day_backfills_a_day_of_what_the_chargeback_dashboard_reads() -> Non
     end = 1_000 * 3600
     labels = '{instance="node-0000:9872",job="gpu-exporter",gpu="0",uuid="GPU-a"}'
     charged = {
-        name: [(name + labels, 60.0, 0.0)]
-        for name in {*fleet.ROLLED_UP, *fleet.ROLLED_UP.values(), *fleet.HOURLY}
+        name: [(name + labels, 60.0, 0.0)] for pair in fleet.ROLLED_UP.items() for name in pair
     }
     charged["instance_gpu:gpu_idle_power_watts:avg1m"] = [
         ("instance_gpu:gpu_idle_power_watts:avg1m" + labels, 70.0, 0.0)
     ]
     families, since, _first_of = fleet.what_is_read(1, set(), samples, end, 0.0, charged)
     day = end - 25 * 3600  # 24 hours, the lookback, rounded up to the hour
-    tiles = {h.tiles for h in fleet.HOURLY.values()}
     for name in charged:
         assert name in families
-        # the per-owner tiles: what the hourly rules read of them (the partial's 2 hours)
-        assert since[name] == (end - 3 * 3600 if name in tiles else day), name
+        assert since[name] == day, name
     # the recorded families' resolution: the group's interval
     assert fleet.resolution("instance_owner:gpu_used_seconds:sum5m") == 300
     assert fleet.resolution("instance_gpu_owner:gpu_used_seconds:sum1m") == 60

@@ -13,17 +13,14 @@ marker), and promtool evaluates the rules every minute.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.fleet import every_evaluation_rules
 from tests.test_rules import RULES, promtool
 
 HOUR = 3600
@@ -60,14 +57,12 @@ def run(
     scrape: float,
     minutes: int,
     series: dict[str, Callable[[float], Value]],
-    cases: Sequence[tuple[str, int | str, list[tuple[str, float]]]],
+    cases: list[tuple[str, int, list[tuple[str, float]]]],
     offset: float = 0,
-    rules: Path = RULES / "gpu-recording.yml",
 ) -> subprocess.CompletedProcess[str]:
-    """promtool's run of `cases` (expr, eval minute or a duration, [(labels, value)]) on
-    `series`."""
+    """promtool's run of `cases` (expr, eval minute, [(labels, value)]) on `series`."""
     test = {
-        "rule_files": [str(rules)],
+        "rule_files": [str(RULES / "gpu-recording.yml")],
         "evaluation_interval": "1m",
         "tests": [
             {
@@ -79,7 +74,7 @@ def run(
                 "promql_expr_test": [
                     {
                         "expr": expr,
-                        "eval_time": at if isinstance(at, str) else f"{at}m",
+                        "eval_time": f"{at}m",
                         "exp_samples": [{"labels": labels, "value": v} for labels, v in exp],
                     }
                     for expr, at, exp in cases
@@ -301,95 +296,3 @@ def test_a_new_exporter_pod_on_the_node_continues_the_gpu_s_rows(tmp_path: Path)
     # one row per GPU and owner throughout: the two pods' series are one GPU's
     cases.append((f'count({ROWS.format("allocated_seconds")}{{pod="train"}})', 31, [("{}", 1)]))
     assert_passes(run(tmp_path, 15, 66, series, cases))
-
-
-# --- the dashboard's tables over hours ------------------------------------------------------
-
-CHARGEBACK_DASHBOARD = RULES.parents[2] / "grafana" / "dashboards" / "gpu-chargeback.json"
-# a column: (by, its family, its selector, the unit's divisor)
-COLUMN = re.compile(
-    r"^\(sum by \(([^)]*)\) \(label_replace\(sum_over_time\((instance_owner:\w+):sum1h"
-    r"(\{[^}]*\})\[[^]]*\]\).* / (\S+)$"
-)
-
-
-def table_queries(range_: str) -> list[tuple[str, str]]:
-    """(the Chargeback dashboard's table query, the same on the 5-minute tiles) for each
-    column of both tables, at All, method "allocation" and a range of `range_`: the
-    owners that held a GPU in the range (a remainder of 0 s is no row)."""
-    out = []
-    for panel in json.loads(CHARGEBACK_DASHBOARD.read_text())["panels"]:
-        if panel.get("type") != "table":
-            continue
-        for target in panel["targets"]:
-            expr = (
-                target["expr"]
-                .replace("$__range", range_)
-                .replace("$method", "allocation")
-                .replace('"$job"', '".*"')
-                .replace('"$instance"', '".*"')
-            )
-            found = COLUMN.match(expr)
-            assert found, expr
-            by, family, selector, divisor = found.groups()
-            held = f"sum_over_time(instance_owner:gpu_allocated_seconds:sum5m{{}}[{range_}])"
-            tiles = (
-                f"(sum by ({by}) (sum_over_time({family}:sum5m{selector}[{range_}]))"
-                f" and on ({by}) (sum by ({by}) ({held}) > 0.001)) / {divisor}"
-            )
-            out.append((expr, tiles))
-    return out
-
-
-def test_the_tables_hourly_points_add_up_as_the_5_minute_tiles(tmp_path: Path) -> None:
-    """Each column of both Chargeback tables, read off the hourly points and the partials
-    at the range's ends, equals the 5-minute tiles' sum over the range, owner by owner,
-    and has the owners the tiles have. promtool evaluates every group every minute, so
-    the roll-up group is scaled as in the live tests (tests/support/fleet.py): a tile a
-    minute, an "hour" of 12 tiles. Over five such hours a GPU is held by ml/a, then ml/b,
-    then nobody, then ml/c, and a second GPU by ml/d throughout; at two times, ranges
-    within an hour, across one to four, starting and ending mid-hour. The hour's point
-    holds the hour (ml/d's 12 tiles of 60 s), and an owner gone leaves no partial behind
-    once its tiles went into an hourly point."""
-    rules = every_evaluation_rules(RULES / "gpu-recording.yml", tmp_path / "rules.yml", 60)
-    second = GPU.replace('gpu="0",uuid="GPU-0"', 'gpu="1",uuid="GPU-1"')
-    held = {"a": (0, 14), "b": (14, 40), "c": (43, 70)}  # minutes
-
-    def holds(pod: str) -> Callable[[float], Value]:
-        start, end = (m * 60 for m in held[pod])
-
-        def value(t: float) -> Value:
-            if start <= t < end:
-                return 1
-            return STALE if t == end else None
-
-        return value
-
-    series: dict[str, Callable[[float], Value]] = {
-        "gpu_exporter_kubernetes_up{" + NODE + "}": lambda t: 1,
-        weight("d").replace(GPU, second): lambda t: 1,
-    }
-    for gpu in (GPU, second):
-        series |= {
-            f"gpu_up{{{gpu},{EXPORTER}}}": lambda t: 1,
-            f"gpu_power_watts{{{gpu},{EXPORTER}}}": lambda t: 400,
-            f"gpu_energy_joules_total{{{gpu},{EXPORTER}}}": lambda t: 400 * read_at(t, 30, 7),
-            f"gpu_busy_seconds_total{{{gpu},{EXPORTER}}}": lambda t: max(0.0, read_at(t, 12, 7)),
-        }
-    for pod in held:
-        series[weight(pod)] = holds(pod)
-    cases: list[tuple[str, int | str, list[tuple[str, float]]]] = []
-    for at, ranges in (
-        ("37m20s", ("4m10s", "11m50s", "12m", "25m50s", "36m")),
-        ("50m30s", ("7m10s", "12m40s", "31m", "49m20s")),
-    ):
-        for range_ in ranges:
-            for table, tiles in table_queries(range_):
-                cases.append((f"count({table}) == bool count({tiles})", at, [("{}", 1)]))
-                cases.append((f"abs(({table}) - ({tiles})) > 1e-6", at, []))
-    allocated = "instance_owner:gpu_allocated_seconds"
-    d = f'{{__name__="{allocated}:sum1h",{NODE},{owner("d")},allocation="kubernetes"}}'
-    cases.append((f'{allocated}:sum1h{{pod="d"}}', "36m10s", [(d, 720)]))
-    for gone, at in (("a", "25m30s"), ("b", "50m30s")):
-        cases.append((f'{allocated}:sum1h_partial{{pod="{gone}"}}', at, []))
-    assert_passes(run(tmp_path, 15, 55, series, cases, rules=rules))

@@ -514,14 +514,9 @@ def test_the_chargeback_tables_say_not_measured_rather_than_0() -> None:
     assert len(tables) == 2
     for table in tables:
         exprs = {t["refId"]: t["expr"] for t in table["targets"]}
-        # each column: its family's hours, for the owners that held a GPU in the range
-        held = exprs["A"].removeprefix("(").removesuffix(") / 3600")
-        assert held.endswith(" > 0.001") and "gpu_allocated_seconds" in held
-        by = held.removeprefix("sum by (").split(")")[0]
+        assert "gpu_allocated_seconds" in exprs["A"] and "gpu_used_seconds" in exprs["B"]
         for ref, family in (("B", "used"), ("C", "unmeasured"), ("W", "wasted")):
-            hours = held.removesuffix(" > 0.001").replace("allocated", family)
-            wanted = f"({hours} and on ({by}) ({held})) / 3600"
-            assert exprs[ref] == wanted, (table["title"], ref)
+            assert exprs["A"].replace("allocated", family) == exprs[ref], (table["title"], ref)
         assert [t["id"] for t in table["transformations"]] == ["merge", "organize"]
         renamed = table["transformations"][1]["options"]["renameByName"]
         assert renamed["Value #C"] == "not measured GPU-h"

@@ -29,8 +29,6 @@ RULE_FILES = (RULES / "gpu-recording.yml", RULES / "gpu-alerts.yml")
 ALERT_TESTS = PROMETHEUS / "tests" / "gpu-alerts.test.yml"
 RECORDING_TESTS = PROMETHEUS / "tests" / "gpu-recording.test.yml"
 CHARGEBACK_TESTS = PROMETHEUS / "tests" / "gpu-chargeback.test.yml"
-CHARGEBACK_TABLES = REPO / "grafana" / "dashboards" / "gpu-chargeback.json"
-CHARGEBACK_RULE_CASES = Path(__file__).parent / "test_chargeback_rules.py"
 # NVLink over days (GPUNVLinkDegrading), evaluated once an hour
 NVLINK_TREND_TESTS = PROMETHEUS / "tests" / "gpu-nvlink-trend.test.yml"
 # a link down for a day (GPUNVLinkDown), evaluated every 4 minutes
@@ -183,14 +181,7 @@ def test_every_recording_rule_is_tested() -> None:
         for test in load(path)["tests"]
         for case in test.get("promql_expr_test", [])
     }
-    # the chargeback's hourly points: promtool evaluates every group every minute, so
-    # they are tested scaled (a tile a minute), each through the Chargeback tables'
-    # queries that read them, in tests/test_chargeback_rules.py
-    tables = CHARGEBACK_TABLES.read_text()
-    hourly = set(re.findall(r"instance_owner:\w+:sum1h(?:_partial)?", tables))
-    assert len(hourly) == 10
-    assert "test_the_tables_hourly_points_add_up" in CHARGEBACK_RULE_CASES.read_text()
-    assert set(recordings()) - tested - hourly == set()
+    assert set(recordings()) - tested == set()
 
 
 def test_promtool_test_rules_fails_when_a_chargeback_invariant_breaks(tmp_path: Path) -> None:

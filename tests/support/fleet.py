@@ -65,14 +65,6 @@ ROLLUP_GROUPS = (
 ROLLUP_RULES = 14  # windows in both groups together
 ROLLUP_WINDOW = "[5m] offset 30s)"
 ROLLUP_POINT_SECONDS = ") * 60"
-# The chargeback's hourly points (12 tiles an hour): recorded at the evaluation in the
-# hour's first tile, the partial before it read from the evaluation before.
-HOURLY_FAMILIES = 5  # each a point and a partial
-HOURLY_TOKENS = {  # shipped -> at a tile of `s` seconds, and how many times it is there
-    "(vector(time() % 3600) < 300)": ("(vector(time() % {hour}) < {s})", HOURLY_FAMILIES),
-    "(time() % 3600 >= bool 300)": ("(time() % {hour} >= bool {s})", HOURLY_FAMILIES),
-    "[2h] offset 1m)": ("[{two_hours}s] offset {half}ms)", 4 * HOURLY_FAMILIES),
-}
 
 
 def every_evaluation_rules(source: Path, dest: Path, rollup_seconds: int | None = None) -> Path:
@@ -81,8 +73,7 @@ def every_evaluation_rules(source: Path, dest: Path, rollup_seconds: int | None 
     (`interval: 1m`) would make a test wait a minute for their first value. The roll-up
     groups keep their shape at that scale: a point stands for 1 s, and the group runs every
     `rollup_seconds` (the global interval unless given) over the `rollup_seconds` that
-    end 0.5 s before it (none with the global interval), and the chargeback's hourly
-    points every 12 tiles."""
+    end 0.5 s before it (none with the global interval)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     text = re.sub(r"^    interval: \S+\n", "", source.read_text(), flags=re.M)
     if any(group in text for group in ROLLUP_GROUPS):
@@ -90,11 +81,6 @@ def every_evaluation_rules(source: Path, dest: Path, rollup_seconds: int | None 
         rolled = text.replace(ROLLUP_WINDOW, window).replace(ROLLUP_POINT_SECONDS, ") * 1")
         assert rolled.count(window) == ROLLUP_RULES, "roll-up moved"
         assert ROLLUP_POINT_SECONDS not in rolled, "roll-up moved"
-        tile = rollup_seconds or int(TEST_INTERVAL.removesuffix("s"))
-        for shipped, (scaled, count) in HOURLY_TOKENS.items():
-            assert rolled.count(shipped) == count, "hourly moved"
-            at = scaled.format(hour=12 * tile, s=tile, two_hours=24 * tile, half=500 * tile)
-            rolled = rolled.replace(shipped, at)
         if rollup_seconds:
             interval = f"    interval: {rollup_seconds}s\n"
             for group in ROLLUP_GROUPS:

@@ -85,17 +85,18 @@ def start_webhook() -> Webhook:
     return hook
 
 
-def loopback_config(webhook_url: str) -> dict[str, Any]:
-    """The example, its receivers posting to `webhook_url`/<receiver>, delays in seconds."""
+def loopback_config(webhook_url: str, group_wait: str = "1s") -> dict[str, Any]:
+    """The example, its receivers posting to `webhook_url`/<receiver>, delays in seconds:
+    each route's `group_wait` as given, its `group_interval` 1 s."""
     config: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     for receiver in config["receivers"]:
         for hook in receiver.get("webhook_configs", []):
             hook["url"] = f"{webhook_url}/{receiver['name']}"
     routes = [config["route"], *config["route"].get("routes", [])]
     for route in routes:
-        for key in ("group_wait", "group_interval"):
+        for key, delay in (("group_wait", group_wait), ("group_interval", "1s")):
             if key in route:
-                route[key] = "1s"
+                route[key] = delay
     return config
 
 

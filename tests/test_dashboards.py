@@ -266,7 +266,7 @@ def test_metric_name_extraction() -> None:
     expr = (
         'sum by (instance) (rate(gpu_busy_seconds_total{job=~".+", gpu="0"}[1m] @ end())) '
         "* on(job, uuid) group_left(name) gpu_info or vector(0) > bool 1e-3 "
-        "and time() - gpu_process_start_time_seconds"
+        "and time() - gpu_process_start_time_seconds offset 1h"
     )
     assert metric_names(expr) == {
         "gpu_busy_seconds_total",

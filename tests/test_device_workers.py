@@ -66,3 +66,25 @@ def test_reads_not_started_by_the_deadline_are_dropped_not_run_late() -> None:
     time.sleep(0.1)
     assert ran == []  # GPU 1's read of a past sample never ran after its deadline
     pool.stop()
+
+
+def test_a_batch_is_finished_only_once_each_read_says_it_is_done() -> None:
+    """The sampler wakes on the batch's `finished` and reads every job's `done`: a job
+    marked done after `finished` would be taken, for an instant, for a read that did not
+    return (its GPU down for an interval)."""
+    from gpu_exporter.sampling.device_workers import Job, _Batch
+
+    jobs = [Job(lambda: 1), Job(lambda: 2)]
+    batch: _Batch[int] = _Batch(jobs)
+    seen: list[list[bool]] = []
+    finish = batch.finished.set
+
+    def observed() -> None:
+        seen.append([job.done.is_set() for job in jobs])
+        finish()
+
+    batch.finished.set = observed  # type: ignore[method-assign]
+    while (job := batch.take()) is not None:
+        job.result = job.fn()
+        batch.ran(job)
+    assert seen == [[True, True]]

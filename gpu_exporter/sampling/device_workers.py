@@ -66,12 +66,12 @@ class _Batch(Generic[T]):
             return job
 
     def ran(self, job: Job[T]) -> None:
+        job.done.set()  # before `finished`: the sampler it wakes reads every job's `done`
         with self._lock:
             self._running.remove(job)
             self._left -= 1
             if self._left == 0:
                 self.finished.set()
-        job.done.set()
 
     def stalled(self, now: float, handoff_seconds: float) -> bool:
         """True when reads wait and every running one has run `handoff_seconds`."""

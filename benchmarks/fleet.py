@@ -49,7 +49,7 @@ import time
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
@@ -233,7 +233,9 @@ def node_series(
     """The node's series; values at `origin` (seconds), where the clock that
     gpu_exporter_last_sample_timestamp_seconds reads (a second behind) starts."""
     out, faulty = [], fault_gpu(node, gpus_of(samples))
-    for name, labels, value in with_faults(node, samples, faulty):
+    samples = with_faults(node, samples, faulty)
+    memory = _memory(node, samples)  # one factor per GPU: its memory adds up (_memory)
+    for name, labels, value in samples:
         labels = in_rack(node, labels)
         gpu = _gpu(labels)
         slope = 0.0
@@ -247,10 +249,90 @@ def node_series(
             slope = 1e8 * _fraction("bytes", node, name, labels)
         elif name.endswith("_joules_total"):
             slope = 200 + 400 * _fraction("power", node, gpu)
+        elif name in MEMORY_HELD or name in MEMORY_FIXED:
+            value = memory(name, gpu, value)
         elif VARIED_GAUGE.search(name) and value > 1 and name.startswith("gpu_"):
             value *= 0.8 + 0.4 * _fraction("gauge", node, name, labels)
         out.append(Series(name, labels, value, slope))
     return out
+
+
+# What a GPU's memory holds, all scaled by one factor per GPU (so that the parts still
+# add up): used, and what it is made of (per process, unattributed, per MIG instance).
+MEMORY_HELD = frozenset(
+    {
+        "gpu_memory_used_bytes",
+        "gpu_memory_unattributed_bytes",
+        "gpu_process_memory_used_bytes",
+        "gpu_mig_memory_used_bytes",
+    }
+)
+# What is fixed or follows from the rest: a model's memory and the driver's reserve
+# (never varied), the free memory (the rest), the host's memory and what is available.
+MEMORY_FIXED = frozenset(
+    {
+        "gpu_memory_total_bytes",
+        "gpu_memory_reserved_bytes",
+        "gpu_memory_free_bytes",
+        "gpu_mig_memory_total_bytes",
+        "gpu_host_memory_total_bytes",
+        "gpu_host_memory_available_bytes",
+    }
+)
+
+
+def _memory(
+    node: int, samples: list[tuple[str, str, float]]
+) -> Callable[[str, int | None, float], float]:
+    """The node's memory values as a driver reports them: `memory(name, gpu, value)`, the
+    value of a MEMORY_HELD or MEMORY_FIXED sample of `gpu` (None: the host's) on `node`.
+
+    What holds, per GPU: total and reserved as the template's (a model's memory is fixed);
+    used scaled by 0.8-1.2 (one factor per GPU), less where that would pass total - reserved
+    or a MIG instance's used its total; what used is made of (per process, unattributed,
+    per MIG instance) scaled by the same factor, so it never passes used; free exactly
+    total - reserved - used (NVML's v2 memory info: total = used + free + reserved), never
+    below 0. The host's memory: its total as the template's, available scaled but never
+    above it. `samples` is the node's (with_faults), so an emptied GPU (without_leaks)
+    stays empty, its free memory total - reserved."""
+    held = {
+        (name, _gpu(labels)): value
+        for name, labels, value in samples
+        if name in MEMORY_FIXED or name == "gpu_memory_used_bytes"
+    }
+    mig_total = {labels: v for name, labels, v in samples if name == "gpu_mig_memory_total_bytes"}
+
+    def room(gpu: int | None) -> float:
+        """Total less the driver's reserve: what used and free share."""
+        total = held.get(("gpu_memory_total_bytes", gpu), math.inf)
+        return total - held.get(("gpu_memory_reserved_bytes", gpu), 0.0)
+
+    factors = {  # the draw, then no more than the memory allows
+        _gpu(labels): 0.8 + 0.4 * _fraction("memory", node, _gpu(labels))
+        for name, labels, _v in samples
+        if name in MEMORY_HELD
+    }
+    for name, labels, value in samples:
+        gpu = _gpu(labels)
+        if name == "gpu_memory_used_bytes" and value > 0:
+            factors[gpu] = min(factors[gpu], room(gpu) / value)
+        elif name == "gpu_mig_memory_used_bytes" and value > 0 and labels in mig_total:
+            factors[gpu] = min(factors[gpu], mig_total[labels] / value)
+
+    def memory(name: str, gpu: int | None, value: float) -> float:
+        if name == "gpu_memory_used_bytes":
+            return max(min(value * factors.get(gpu, 1.0), room(gpu)), 0.0)
+        if name in MEMORY_HELD:
+            return value * factors.get(gpu, 1.0)
+        if name == "gpu_memory_free_bytes" and ("gpu_memory_total_bytes", gpu) in held:
+            used = held.get(("gpu_memory_used_bytes", gpu), 0.0)
+            return max(room(gpu) - memory("gpu_memory_used_bytes", gpu, used), 0.0)
+        if name == "gpu_host_memory_available_bytes":
+            total = held.get(("gpu_host_memory_total_bytes", gpu), math.inf)
+            return min(value * (0.8 + 0.4 * _fraction("gauge", node, name)), total)
+        return value  # totals and the reserve: fixed
+
+    return memory
 
 
 def in_rack(node: int, labels: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import fleet  # noqa: E402  (benchmarks/ is no package)
@@ -68,3 +70,56 @@ def test_the_day_backfills_a_day_of_what_the_chargeback_dashboard_reads() -> Non
     # the recorded families' resolution: the group's interval
     assert fleet.resolution("instance_owner:gpu_used_seconds:sum5m") == 300
     assert fleet.resolution("instance_gpu_owner:gpu_used_seconds:sum1m") == 60
+
+
+def test_each_synthetic_gpus_memory_adds_up_as_a_drivers_does() -> None:
+    """Per GPU of every synthetic node: total and reserved as the template's (a model's
+    memory is fixed), used within total - reserved, free the rest (NVML's v2 memory
+    info: total = used + free + reserved); what is derived from used (per process,
+    unattributed, per MIG instance) within it; host memory available within its total."""
+    samples = fleet.template()
+    fixed = {
+        (name, fleet._gpu(labels)): value
+        for name, labels, value in samples
+        if name in ("gpu_memory_total_bytes", "gpu_memory_reserved_bytes")
+    }
+    gpus = {gpu for _name, gpu in fixed}
+    assert len(gpus) == fleet.GPUS_PER_NODE
+    nodes = range(2 * fleet.FAULT_EVERY + 4)  # three faulty nodes: 3, 28 and 53
+    for node in nodes:
+        values: dict[tuple[str, int | None], float] = {}
+        parts: dict[tuple[str, int | None], list[float]] = {}
+        mig: dict[str, dict[str, float]] = {}  # MIG instance's labels -> used and total
+        for s in fleet.node_series(node, samples):
+            if s.name.startswith(("gpu_memory_", "gpu_host_memory_")):
+                assert (s.name, fleet._gpu(s.labels)) not in values, (node, s.name, s.labels)
+                values[(s.name, fleet._gpu(s.labels))] = s.base
+            elif s.name in ("gpu_process_memory_used_bytes", "gpu_mig_memory_used_bytes"):
+                parts.setdefault((s.name, fleet._gpu(s.labels)), []).append(s.base)
+            if s.name.startswith("gpu_mig_memory_") and s.name.endswith("_bytes"):
+                mig.setdefault(s.labels, {})[s.name] = s.base
+        for gpu in gpus:
+            where = f"node {node} GPU {gpu}"
+            total = values[("gpu_memory_total_bytes", gpu)]
+            reserved = values[("gpu_memory_reserved_bytes", gpu)]
+            used = values[("gpu_memory_used_bytes", gpu)]
+            free = values[("gpu_memory_free_bytes", gpu)]
+            assert total == fixed[("gpu_memory_total_bytes", gpu)], where
+            assert reserved == fixed[("gpu_memory_reserved_bytes", gpu)], where
+            assert 0 <= used <= total - reserved, (where, used, total - reserved)
+            assert free == pytest.approx(total - reserved - used, rel=1e-12, abs=1.0), (
+                where,
+                f"free {free} != total {total} - reserved {reserved} - used {used}",
+            )
+            assert free >= 0, where
+            slack = used * 1e-12 + 1.0  # float rounding
+            unattributed = values.get(("gpu_memory_unattributed_bytes", gpu), 0.0)
+            assert unattributed <= used + slack, (where, unattributed, used)
+            for family in ("gpu_process_memory_used_bytes", "gpu_mig_memory_used_bytes"):
+                held = sum(parts.get((family, gpu), []))
+                assert held <= used + slack, (where, family, held, used)
+        for labels, held in mig.items():
+            used, total = held["gpu_mig_memory_used_bytes"], held["gpu_mig_memory_total_bytes"]
+            assert 0 <= used <= total, (node, labels, used, total)
+        host = values[("gpu_host_memory_total_bytes", None)]
+        assert 0 <= values[("gpu_host_memory_available_bytes", None)] <= host, node

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 
 import bcrypt
 import pytest
@@ -141,6 +142,11 @@ def test_bcrypt_checks_have_their_own_small_queue_and_never_block_cached_logins(
     for thread in guesses:
         thread.start()
     assert blocking.entered.acquire(timeout=5)  # one guess is in bcrypt, two wait for it
+    # ... once they have reached the queue: a started thread may not have yet (a loaded
+    # machine), and the fourth guess would take its place and wait in bcrypt itself
+    deadline = time.monotonic() + 5
+    while auth._gate._inside._value and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         # the queue is full: a fourth guess, a new user's login, is turned away at once
         assert auth.login(header("alice", "fourth")) is Login.BUSY

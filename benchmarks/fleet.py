@@ -118,6 +118,12 @@ def _fraction(*key: object) -> float:
     return (zlib.crc32(repr(key).encode()) % 10_000) / 10_000
 
 
+def _varied(*key: object) -> float:
+    """A stable factor in [0.8, 1.2) for `key`: how a synthetic node's value departs from
+    the template's."""
+    return 0.8 + 0.4 * _fraction(*key)
+
+
 def _gpu(labels: str) -> int | None:
     found = re.search(r'\bgpu="(\d+)"', labels)
     return int(found.group(1)) if found else None
@@ -252,7 +258,7 @@ def node_series(
         elif name in MEMORY_HELD or name in MEMORY_FIXED:
             value = memory(name, gpu, value)
         elif VARIED_GAUGE.search(name) and value > 1 and name.startswith("gpu_"):
-            value *= 0.8 + 0.4 * _fraction("gauge", node, name, labels)
+            value *= _varied("gauge", node, name, labels)
         out.append(Series(name, labels, value, slope))
     return out
 
@@ -308,7 +314,7 @@ def _memory(
         return total - held.get(("gpu_memory_reserved_bytes", gpu), 0.0)
 
     factors = {  # the draw, then no more than the memory allows
-        _gpu(labels): 0.8 + 0.4 * _fraction("memory", node, _gpu(labels))
+        _gpu(labels): _varied("memory", node, _gpu(labels))
         for name, labels, _v in samples
         if name in MEMORY_HELD
     }
@@ -329,7 +335,7 @@ def _memory(
             return max(room(gpu) - memory("gpu_memory_used_bytes", gpu, used), 0.0)
         if name == "gpu_host_memory_available_bytes":
             total = held.get(("gpu_host_memory_total_bytes", gpu), math.inf)
-            return min(value * (0.8 + 0.4 * _fraction("gauge", node, name)), total)
+            return min(value * _varied("gauge", node, name), total)
         return value  # totals and the reserve: fixed
 
     return memory

@@ -39,7 +39,7 @@ from tests.support.exporter import Exporter, http_get, parse_samples, start_expo
 from tests.support.fleet import TEST_INTERVAL, cluster_config, write_yaml
 from tests.support.kubelet import Container, FakeKubelet, Pod, write_log_tree
 from tests.support.operator import operator_scrape_config
-from tests.support.prometheus import Prometheus, start_prometheus
+from tests.support.prometheus import CHARGEBACK_FIRST_ROWS_SECONDS, Prometheus, start_prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -184,7 +184,10 @@ def test_every_kind_of_gpu_is_charged_to_its_owners_and_the_sums_hold(node: Node
     prometheus.wait_for("count(rate(gpu_process_sm_seconds_total{pod=~'a|b'}[2m]) > 0) == 2")
     # a row is the increase since the evaluation a minute before: the first rows come a
     # minute after the first samples
-    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{pod="b"} > 0', timeout=180)
+    prometheus.wait_for(
+        'instance_gpu_owner:gpu_used_seconds:sum1m{pod="b"} > 0',
+        timeout=CHARGEBACK_FIRST_ROWS_SECONDS,
+    )
     prometheus.wait_for(
         "count(instance_gpu_owner:gpu_used_seconds:sum1m)"
         " == count(instance_gpu_owner:gpu_allocated_seconds:sum1m)",

@@ -41,7 +41,7 @@ from tests.support.fleet import (
 )
 from tests.support.html_ids import parse
 from tests.support.kubelet import Claim, ClaimDevice, Container, FakeKubelet, Pod, write_log_tree
-from tests.support.prometheus import Prometheus, start_prometheus
+from tests.support.prometheus import CHARGEBACK_FIRST_ROWS_SECONDS, Prometheus, start_prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -216,16 +216,11 @@ NOT_IN_THIS_FLEET = {
 }
 
 
-# The chargeback's rows cover the seconds since the GPU's rows a minute before
-# (instance_gpu:gpu_charged:timestamp offset 1m): the first appear a minute after the
-# fleet's first evaluation (58 s of the default 60 s wait, alone on a quiet machine), so
-# their wait has a minute more. It ends as soon as a rule returns data.
-FIRST_ROWS_SECONDS = 120.0
-
-
 @pytest.mark.parametrize("record", sorted(set(recording_rules()) - NOT_IN_THIS_FLEET))
 def test_every_recording_rule_returns_data(fleet: Fleet, record: str) -> None:
-    result = fleet.prometheus.wait_for(record, timeout=FIRST_ROWS_SECONDS)
+    # the first case in the order waits for the chargeback's first rows (58 s of the
+    # default 60 s wait alone on a quiet machine)
+    result = fleet.prometheus.wait_for(record, timeout=CHARGEBACK_FIRST_ROWS_SECONDS)
     for series in result:
         assert not math.isnan(float(series["value"][1])), f"{record}: NaN for {series['metric']}"
 
@@ -646,7 +641,10 @@ def test_chargeback_rows_add_up_and_a_lost_gpu_drops_out_whole(fleet: Fleet) -> 
     # node-b's GPU 2 holds carol's and dave's jobs: every kind of row has been written
     # (a row is the increase since the evaluation a minute before: the first rows come a
     # minute after the first samples)
-    prometheus.wait_for('instance_gpu_owner:gpu_used_seconds:sum1m{user="dave"}', timeout=180)
+    prometheus.wait_for(
+        'instance_gpu_owner:gpu_used_seconds:sum1m{user="dave"}',
+        timeout=CHARGEBACK_FIRST_ROWS_SECONDS,
+    )
     # node-c's GPUs, both allocated (the alerts' test above may have just given back the
     # one it lost)
     prometheus.wait_for(
@@ -665,7 +663,7 @@ def test_chargeback_rows_add_up_and_a_lost_gpu_drops_out_whole(fleet: Fleet) -> 
     prometheus.wait_for(
         "count(gpu_up == 1) == count(count by (instance, gpu) ("
         "instance_gpu_owner:gpu_allocated_seconds:sum1m))",
-        timeout=120,
+        timeout=CHARGEBACK_FIRST_ROWS_SECONDS,
     )
     at = chargeback_evaluation(prometheus)
     up = assert_chargeback_adds_up(fleet, at)

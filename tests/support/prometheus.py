@@ -12,6 +12,12 @@ from typing import Any
 from tests.support.exporter import free_port, http_get
 from tests.support.service import LocalService, start_service
 
+CHARGEBACK_FIRST_ROWS_SECONDS = 180.0
+"""How long to wait for the chargeback's first 1-minute rows: each covers the seconds since
+the GPU's rows a minute before (`instance_gpu:gpu_charged:timestamp offset 1m`), so the first
+come a minute after the first samples, with a minute to spare on a loaded machine. A wait
+ends as soon as they are there."""
+
 
 def prometheus_binary() -> str:
     binary = shutil.which("prometheus")

@@ -85,9 +85,32 @@ def test_unknown_cpu_count_is_not_made_up(tmp_path: Path) -> None:
     assert reader(fake_proc(tmp_path), cpu_count=lambda: None)() is None
 
 
-def test_real_host_reads_what_psutil_reads() -> None:
+def test_kept_files_are_read_afresh_and_reopened_after_an_error(tmp_path: Path) -> None:
+    root = fake_proc(tmp_path)
+    host = reader(root, monotonic=lambda: 0.0)
+    assert (first := host()) is not None
+    (Path(root) / "stat").write_text("cpu  20000 500 3000 90000 1200 100 200 50 4000 300\n")
+    assert (second := host()) is not None  # the same open file, its new contents
+    assert second.cpu_busy_seconds - first.cpu_busy_seconds == 100.0
+    (Path(root) / "meminfo").unlink()
+    assert host() is not None  # still open: an unlinked file is still readable
+    host._meminfo.close()  # e.g. after a read error: opened again, by name
+    assert host() is None
+    (Path(root) / "meminfo").write_text(MEMINFO)
+    assert host() is not None
+
+
+def test_a_cpu_line_cut_short_is_not_read(tmp_path: Path) -> None:
+    assert reader(fake_proc(tmp_path, stat="cpu  " + "1 " * 600))() is None
+
+
+@pytest.mark.parametrize("reads", [1, 3])
+def test_real_host_reads_what_psutil_reads(reads: int) -> None:
+    host = HostReader()
+    for _ in range(reads - 1):  # later reads come from the kept files
+        host()
     before = psutil.cpu_times()
-    sample = HostReader()()
+    sample = host()
     after = psutil.cpu_times()
     assert sample is not None
     assert sample.cpus == psutil.cpu_count()

@@ -895,6 +895,16 @@ class DeviceSample:
         return self.static.uuid if self.static is not None else ""
 
 
+def device_with(device: DeviceSample, **changes: object) -> DeviceSample:
+    """`dataclasses.replace` of a DeviceSample without its per-field work (each sample
+    copies every GPU's record to add its attribution and memory pattern; replace's field
+    loop and frozen `__init__` were most of that on an idle host): a copy with `changes`.
+    DeviceSample has no `__post_init__` and no slots, so its fields are its `__dict__`."""
+    copied = object.__new__(DeviceSample)
+    copied.__dict__.update(device.__dict__, **changes)
+    return copied
+
+
 @dataclass(frozen=True)
 class HostSample:
     """Host context next to the GPUs (collector `host`)."""

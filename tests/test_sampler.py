@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
 
-from gpu_exporter.model import UtilizationSample
+from gpu_exporter.model import DeviceSample, UtilizationSample, device_with
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.sampler import BACKOFF_MAX_SECONDS, Sampler
 from gpu_exporter.sources.scenario import Faults
@@ -156,3 +157,17 @@ def test_jittered_timestamps_are_covered_in_full() -> None:
     counter.add_samples(samples(*jittered), 10.0)
     assert counter.seconds == pytest.approx(60 * 166_667 / 1e6)
     assert counter.uncovered_seconds == 0.0
+
+
+def test_device_with_copies_as_dataclasses_replace_does() -> None:
+    """The sampler's and memory patterns' fast copy of a GPU's record is replace's copy:
+    a field added with a __post_init__, slots or a derived default would break it here."""
+    clock = FakeClock()
+    device = make_sampler(SimulatedBackend(1, clock=clock.wall), clock).sample_once().devices[0]
+    assert device.reading is not None
+    changes = {"busy_seconds": 12.5, "attribution": None, "memory_pattern": None}
+    copied = device_with(device, **changes)
+    assert copied == dataclasses.replace(device, **changes)  # type: ignore[arg-type]
+    assert copied is not device and copied.reading is device.reading
+    assert device.busy_seconds != 12.5  # the original is left as it was
+    assert not hasattr(DeviceSample, "__post_init__") and not hasattr(DeviceSample, "__slots__")

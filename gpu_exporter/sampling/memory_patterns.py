@@ -39,6 +39,7 @@ from gpu_exporter.model import (
     MemoryHolder,
     MemoryPattern,
     ProcessSample,
+    device_with,
 )
 from gpu_exporter.sampling import thresholds as th
 
@@ -130,7 +131,7 @@ class MemoryPatterns:
                     )
                     if pattern is not None:
                         seen.add(key)
-                out.append(_with(device, memory_pattern=pattern))
+                out.append(device_with(device, memory_pattern=pattern))
                 continue
             first_uuid: dict[int, str] = {}
             for m in mig.devices:
@@ -149,7 +150,7 @@ class MemoryPatterns:
                 if found is not None:
                     seen.add(key)
                     patterns[gi] = found
-            out.append(_with(device, mig_memory_patterns=patterns))
+            out.append(device_with(device, mig_memory_patterns=patterns))
         if not devices:  # NVML down (or no GPU): nothing is known to have gone
             return ()
         for gone in set(self._tracks) - seen:
@@ -171,15 +172,6 @@ class MemoryPatterns:
         if track is None:
             track = self._tracks[key] = _Track(anchor=used, flat_since=now)
         return _judge(track, now, wall, used, total, processes)
-
-
-def _with(device: DeviceSample, **changes: object) -> DeviceSample:
-    """`dataclasses.replace` without its per-field work (half of this module's cost on an
-    idle host): a copy of the frozen record with `changes`. DeviceSample has no
-    `__post_init__` and no slots, so its fields are its `__dict__`."""
-    copied = object.__new__(DeviceSample)
-    copied.__dict__.update(device.__dict__, **changes)
-    return copied
 
 
 def _live(processes: Sequence[ProcessSample]) -> dict[str, tuple[int, ProcessSample]]:

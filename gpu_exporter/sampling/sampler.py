@@ -50,6 +50,7 @@ from gpu_exporter.model import (
     StageResult,
     UtilizationSample,
     XidState,
+    device_with,
 )
 from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.buffer_reads import BufferRead, MemoryBaseline, buffer_read
@@ -704,7 +705,7 @@ class Sampler:
 
 def _with_attribution(device: DeviceSample, attribution: Mapping[int, Attribution]) -> DeviceSample:
     extra = attribution.get(device.index)
-    return device if extra is None else replace(device, attribution=extra)
+    return device if extra is None else device_with(device, attribution=extra)
 
 
 def _integrate_activity(

@@ -4,6 +4,8 @@ bound, and its memory as the benchmark measures it."""
 from __future__ import annotations
 
 import json
+import math
+import random
 import subprocess
 import sys
 from dataclasses import replace
@@ -13,21 +15,28 @@ import pytest
 from benchmarks.history_memory import START, snapshot, static
 from gpu_exporter.model import (
     ActivityTotals,
+    ClocksReading,
     DeviceReading,
     MemoryReading,
     MigReading,
     PowerReading,
     Snapshot,
+    TemperatureReading,
     UtilizationReading,
 )
 from gpu_exporter.sampling import history as history_module
 from gpu_exporter.sampling.history import (
     COARSE,
     FINE,
+    FOLD_AT,
+    GPU_SERIES,
     MEDIUM,
+    TIERS,
     WINDOWS,
     History,
     Ring,
+    SeriesHistory,
+    TierSpec,
     Window,
 )
 from gpu_exporter.sampling.thresholds import VERDICT_WINDOW_SECONDS
@@ -252,3 +261,118 @@ def test_memory_for_eight_gpus_and_twelve_hours_stays_under_8_mib() -> None:
     assert figures["kept_gpus"] == 8
     assert 0 < figures["mib"] <= 8.0, figures
     assert result.returncode == 0
+
+
+def test_each_gpu_series_is_kept_under_its_own_name() -> None:
+    """The samples' values reach the tiers as one vector in GPU_SERIES order: each series
+    holds its own value, none its neighbour's."""
+    history = History()
+    reasons = {"sw_power_cap": True, "sw_thermal_slowdown": False, "hw_thermal_slowdown": False}
+    reading = DeviceReading(
+        utilization=UtilizationReading(gpu_ratio=0.25),
+        memory=MemoryReading(total_bytes=80, used_bytes=30),
+        power=PowerReading(watts=300.0, limit_watts=700.0),
+        temperature=TemperatureReading(gpu_celsius=61.0),
+        clocks=ClocksReading(throttle_reasons=reasons),
+    )
+    for t in (0.0, 2.0):
+        activity = ActivityTotals(graphics_engine_seconds=t * 0.9, sm_seconds=t * 0.375)
+        history.add(one_gpu(t, busy_seconds=t * 0.5, reading=reading, activity=activity))
+    points = history.gpu(KEY, WINDOWS["5m"])
+    assert points is not None
+    assert {name: column[-1] for name, column in points.series.items()} == {
+        "busy_ratio": 0.5,
+        "utilization_ratio": 0.25,
+        "sm_ratio": 0.375,
+        "memory_used_bytes": 30.0,
+        "memory_total_bytes": 80.0,
+        "power_watts": 300.0,
+        "power_limit_watts": 700.0,
+        "temperature_celsius": 61.0,
+        "slowdown_celsius": 87.0,
+        "power_capped_ratio": 1.0,
+        "thermal_throttled_ratio": 0.0,
+    }
+    assert list(points.series) == list(GPU_SERIES)
+
+
+Sample = tuple[float, dict[str, float | None]]
+
+
+def _reference(samples: list[Sample], spec: TierSpec, names: tuple[str, ...]) -> list[tuple]:
+    """What a tier answers, computed the plain way: per bucket of spec.step_seconds (the
+    last `capacity` closed ones and the open one), the mean time and each name's mean over
+    the samples that have a value (NaN where none has)."""
+    buckets: dict[float, list[Sample]] = {}
+    for t, values in samples:
+        buckets.setdefault(math.floor(t / spec.step_seconds) * spec.step_seconds, []).append(
+            (t, values)
+        )
+    points = []
+    for members in buckets.values():
+        means = []
+        for name in names:
+            present = [
+                float(v) for _, values in members if (v := values.get(name)) is not None and v == v
+            ]
+            means.append(sum(present) / len(present) if present else math.nan)
+        points.append((sum(t for t, _ in members) / len(members), means))
+    return points[-(spec.capacity + 1) :]
+
+
+def _assert_same(answer: tuple[list[float], list[list[float]]], expected: list[tuple]) -> None:
+    times, columns = answer
+    assert len(times) == len(expected)
+    for i, (t, means) in enumerate(expected):
+        assert math.isclose(times[i], t, rel_tol=0.0, abs_tol=1e-6), (i, times[i], t)
+        for k, mean in enumerate(means):
+            got = columns[k][i]
+            if math.isnan(mean):
+                assert math.isnan(got), (i, k, got)
+            else:  # float32 in the rings
+                assert math.isclose(got, mean, rel_tol=1e-6, abs_tol=1e-9), (i, k, got, mean)
+
+
+def test_tiers_answer_the_plain_means_of_irregular_samples_with_gaps() -> None:
+    """The tiers hold an open bucket's samples unfolded, then fold them in batches of
+    FOLD_AT: whatever the batching, every tier answers what the plain per-bucket means of
+    the raw samples are, the open bucket included, read at any moment (a read folds too).
+    Samples come 0.01..0.4 s apart (up to ~100 in a 1-second bucket, hundreds in a minute:
+    more than FOLD_AT), with pauses that leave buckets empty and overflow the 1-second
+    ring; values go missing (absent, None, NaN) at random and whole series for a while."""
+    rng = random.Random(20261128)
+    names = ("a", "b", "c", "d")
+    series = SeriesHistory(names)
+    samples: list[Sample] = []
+    t = START
+    reads = 0
+    for k in range(6000):
+        fast = (k // 500) % 3 == 1  # spells of 0.01..0.05 s steps
+        t += rng.uniform(0.01, 0.05) if fast else rng.uniform(0.1, 0.4)
+        if rng.random() < 0.01:
+            t += rng.uniform(1.0, 90.0)  # a pause: empty buckets in every tier
+        values: dict[str, float | None] = {
+            "a": rng.uniform(0.0, 1.0),
+            "b": rng.uniform(0.0, 80e9),  # bytes: float32 keeps 7 digits of them
+            "c": rng.choice([None, math.nan, rng.uniform(-50.0, 50.0)]),
+        }
+        if rng.random() < 0.3:
+            del values["a"]
+        if (k // 700) % 2:  # "d" is there for 700 samples, then gone for 700
+            values["d"] = rng.uniform(200.0, 700.0)
+        series.add(t, values)
+        samples.append((t, values))
+        if rng.random() < 0.006:  # read mid-bucket, as the page does
+            reads += 1
+            for spec in TIERS:
+                _assert_same(series.tiers[spec].since(-math.inf), _reference(samples, spec, names))
+        assert all(len(tier._pending) < FOLD_AT for tier in series.tiers.values())
+    assert reads > 20
+    for spec in TIERS:
+        expected = _reference(samples, spec, names)
+        _assert_same(series.tiers[spec].since(-math.inf), expected)
+        # from a point on: only the newest points, and the chosen columns, in their order
+        t0 = expected[len(expected) // 2][0]
+        times, (d, a) = series.tiers[spec].since(t0, [3, 0])
+        newest = [(t, [means[3], means[0]]) for t, means in expected if t >= t0]
+        _assert_same((times, [d, a]), newest)

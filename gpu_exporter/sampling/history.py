@@ -14,8 +14,10 @@ and for the host, three tiers of fixed size:
 
 Values are float32 in `array('f')` rings, timestamps float64; a missing value is NaN
 inside and `None` outside (a gap in a chart, never 0). The rings are allocated at their
-full size when a GPU is first seen, so the memory is fixed: `benchmarks/history_memory.py`
-measures it (about 0.8 MiB for 8 GPUs, see benchmarks/README.md).
+full size when a GPU is first seen, and a tier's open bucket keeps fewer than FOLD_AT
+samples unsummed, at any sampling rate, so the memory is fixed:
+`benchmarks/history_memory.py` measures it (about 0.8 MiB for 8 GPUs, see
+benchmarks/README.md). `benchmarks/history_add.py` times `History.add`.
 
 A GPU is kept by its `GpuKey`, (NVML index, UUID), never by UUID alone: boards with the
 same UUID (a cloned VBIOS, some virtual GPUs) are still two GPUs, as in the exposition,
@@ -29,6 +31,7 @@ points over `VERDICT_WINDOW_SECONDS`, enough for its CPU cores and the input-bou
 from __future__ import annotations
 
 import math
+import struct
 import threading
 from array import array
 from collections.abc import Mapping, Sequence
@@ -119,76 +122,138 @@ process point."""
 
 
 class Ring:
-    """The last `capacity` points of `columns` float32 series at float64 timestamps."""
+    """The last `capacity` points of `columns` float32 series at float64 timestamps.
+
+    The values are one float32 array of `capacity` rows of `columns`: a point is a row,
+    written in one call, and a column is read as a strided slice."""
 
     def __init__(self, capacity: int, columns: int) -> None:
         self.capacity = capacity
+        self.columns = columns
         self._t = array("d", bytes(8 * capacity))
-        self._columns = [array("f", [math.nan]) * capacity for _ in range(columns)]
-        self._next = 0  # where the next point goes
+        self._values = array("f", [math.nan]) * (capacity * columns)
+        self._row = struct.Struct(f"{columns}f")  # native float32s, as array("f")
+        self._next = 0  # the row the next point goes to
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
     def append(self, t: float, values: Sequence[float]) -> None:
+        """One point: `values`, one a column (else struct.error), rounded to float32."""
         i = self._next
+        width = self.columns
+        try:  # struct packs as array("f") stores, without building one: a third faster
+            self._row.pack_into(self._values, 4 * width * i, *values)
+        except OverflowError:  # beyond float32 (a Python that refuses it): inf, as array
+            self._values[i * width : (i + 1) * width] = array("f", values)
         self._t[i] = t
-        for column, value in zip(self._columns, values, strict=True):
-            column[i] = value
         self._next = (i + 1) % self.capacity
-        self._size = min(self._size + 1, self.capacity)
+        if self._size < self.capacity:
+            self._size += 1
 
     def since(
         self, t0: float, columns: Sequence[int] | None = None
     ) -> tuple[list[float], list[list[float]]]:
         """Timestamps and columns (all, or those numbered in `columns`) of the newest
         points at or after `t0`, oldest first. Only those points are visited."""
-        keep: list[int] = []
+        kept = 0
         i = self._next
         for _ in range(self._size):
             i = (i - 1) % self.capacity
             if self._t[i] < t0:
                 break
-            keep.append(i)
-        keep.reverse()
-        chosen = self._columns if columns is None else [self._columns[k] for k in columns]
-        return [self._t[i] for i in keep], [[c[i] for i in keep] for c in chosen]
+            kept += 1
+        first = (self._next - kept) % self.capacity
+        rows = (  # the kept rows, [start, stop): one span, or two where the ring wraps
+            [(first, first + kept)]
+            if first + kept <= self.capacity
+            else [(first, self.capacity), (0, self._next)]
+        )
+        width = self.columns
+        chosen = range(width) if columns is None else columns
+        times = [t for start, stop in rows for t in self._t[start:stop]]
+        values = [
+            [
+                v
+                for start, stop in rows
+                for v in self._values[start * width + k : stop * width : width]
+            ]
+            for k in chosen
+        ]
+        return times, values
+
+
+FOLD_AT = 16
+"""A tier's open bucket sums its samples' values once this many have gathered (and when it
+is closed or read): it never holds more of them unsummed."""
 
 
 class Tier:
-    """A ring of means over buckets of `spec.step_seconds`; the open bucket is readable."""
+    """A ring of means over buckets of `spec.step_seconds`; the open bucket is readable.
+
+    The open bucket is held as the sum of its samples' times (seconds) and their count,
+    the samples not yet folded (`_pending`: at most FOLD_AT value vectors, shared with the
+    other tiers, never copied), and per column the sum and count of the values present in
+    those already folded. Adding a sample is O(1) (one append); the pending vectors are
+    folded into the sums in one pass per column when FOLD_AT have gathered and when the
+    bucket is closed or read, so a 1-minute bucket of samples every 0.1 s holds a fixed
+    amount, never its 600 samples. A read folds: it needs the writer's lock (History's).
+    """
 
     def __init__(self, spec: TierSpec, columns: int) -> None:
         self.spec = spec
         self.ring = Ring(spec.capacity, columns)
+        self._step = spec.step_seconds
+        self._columns = columns
         self._bucket: float | None = None  # start of the open bucket
         self._t_sum = 0.0
-        self._n = 0
-        self._sums = [0.0] * columns
+        self._n = 0  # samples in the open bucket, folded or pending
+        self._pending: list[Sequence[float]] = []
+        self._sums = [0.0] * columns  # of the folded samples' values present, per column
         self._counts = [0] * columns
 
     def add(self, t: float, values: Sequence[float]) -> None:
-        self.add_present(t, [(k, v) for k, v in enumerate(values) if not math.isnan(v)])
-
-    def add_present(self, t: float, present: Sequence[tuple[int, float]]) -> None:
-        """`add` with only the values present, as (column, value): each sample adds to
-        three tiers of a dozen columns, so the gaps are found once, not once a tier."""
-        bucket = math.floor(t / self.spec.step_seconds) * self.spec.step_seconds
-        if self._bucket is not None and bucket != self._bucket:
-            self.ring.append(*self._open())
-            self._t_sum, self._n = 0.0, 0
-            self._sums = [0.0] * len(self._sums)
-            self._counts = [0] * len(self._counts)
-        self._bucket = bucket
+        """One sample at `t`: a value per column, NaN where missing. `values` is kept as
+        it is until folded (the three tiers share one vector): it must not change."""
+        step = self._step
+        bucket = math.floor(t / step) * step
+        if bucket != self._bucket:  # close the open bucket: its mean to the ring
+            if self._n == 1 and self._pending:  # its one sample is its mean: no folding
+                self.ring.append(self._t_sum, self._pending[0])
+                self._pending.clear()
+            elif self._n:
+                self.ring.append(*self._open())
+                self._sums = [0.0] * self._columns
+                self._counts = [0] * self._columns
+            self._bucket, self._t_sum, self._n = bucket, 0.0, 0
         self._t_sum += t
         self._n += 1
+        pending = self._pending
+        pending.append(values)
+        if len(pending) >= FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Add the pending vectors' values present (v == v: not NaN) to the sums, in the
+        order they came, and forget the vectors."""
         sums, counts = self._sums, self._counts
-        for k, value in present:
-            sums[k] += value
-            counts[k] += 1
+        for k, column in enumerate(zip(*self._pending, strict=True)):
+            total = sum(column, sums[k])
+            if total == total:  # no gap among them (the common case, all in C)
+                sums[k] = total
+                counts[k] += len(column)
+                continue
+            present = [v for v in column if v == v]
+            if present:
+                sums[k] = sum(present, sums[k])
+                counts[k] += len(present)
+        self._pending.clear()
 
     def _open(self) -> tuple[float, list[float]]:
+        """The open bucket's mean time and per-column means so far (NaN: no value)."""
+        if self._pending:
+            self._fold()
         means = [s / c if c else math.nan for s, c in zip(self._sums, self._counts, strict=True)]
         return self._t_sum / self._n, means
 
@@ -213,16 +278,18 @@ class SeriesHistory:
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self.tiers = {spec: Tier(spec, len(names)) for spec in TIERS}
+        self._tiers = tuple(self.tiers.values())
         self.last_seen = 0.0
 
     def add(self, t: float, values: Mapping[str, float | None]) -> None:
-        present = [
-            (k, float(value))
-            for k, name in enumerate(self.names)
-            if (value := values.get(name)) is not None and not math.isnan(value)
-        ]
-        for tier in self.tiers.values():
-            tier.add_present(t, present)
+        """One sample at `t`, by name; a name absent or None is a gap."""
+        self.add_vector(t, [_value(values.get(name)) for name in self.names])
+
+    def add_vector(self, t: float, vector: Sequence[float]) -> None:
+        """One sample at `t`: a value per name in `names` order, NaN for a gap. The tiers
+        keep `vector` as it is for a while: it must not change afterwards."""
+        for tier in self._tiers:
+            tier.add(t, vector)
         self.last_seen = t
 
     def points(self, window: Window, now: float) -> Points:
@@ -252,7 +319,7 @@ class Points:
     series: dict[str, list[float | None]]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Previous:
     """What a rate needs of the sample before: its time and the counters' totals."""
 
@@ -295,7 +362,8 @@ class History:
         # the sample of the last read, and the busy share it gave, held until the next
         self._busy_read: dict[GpuKey, tuple[_Previous, float | None]] = {}
         self._previous_host: tuple[float, float] | None = None  # (t, cpu busy seconds)
-        self._cpu: dict[tuple[GpuKey, str], list[tuple[float, float]]] = {}  # (GPU, pid)
+        # GPU -> pid -> (t, CPU seconds) points, of the processes in the latest sample
+        self._cpu: dict[GpuKey, dict[str, list[tuple[float, float]]]] = {}
         self.latest_time: float | None = None
 
     def add(self, snapshot: Snapshot) -> None:
@@ -306,23 +374,21 @@ class History:
         t = snapshot.timestamp_seconds
         tm = snapshot.monotonic_seconds if snapshot.monotonic_seconds is not None else t
         with self._lock:
-            seen: set[tuple[GpuKey, str]] = set()
+            cpu: dict[GpuKey, dict[str, list[tuple[float, float]]]] = {}
             for device in snapshot.devices:
                 if device.static is None:
                     continue
                 key = gpu_key(device)
-                if key not in self._gpus and not self._make_room(t):
-                    continue  # more GPUs than MAX_GPUS at once: the rest are not kept
-                values = self._device_values(key, device, tm)
                 series = self._gpus.get(key)
                 if series is None:  # not setdefault: that would allocate the rings every sample
+                    if not self._make_room(t):
+                        continue  # more GPUs than MAX_GPUS at once: the rest are not kept
                     series = self._gpus[key] = SeriesHistory(GPU_SERIES)
-                series.add(t, values)
-                seen |= self._add_process_cpu(key, device, tm)
-            for gone in set(self._cpu) - seen:
-                del self._cpu[gone]
+                series.add_vector(t, self._device_values(key, device, tm))
+                self._add_process_cpu(key, device, tm, cpu)
+            self._cpu = cpu  # a process not in this sample is forgotten
             if snapshot.host is not None:
-                self._host.add(t, self._host_values(snapshot.host, tm))
+                self._host.add_vector(t, self._host_values(snapshot.host, tm))
             self.latest_time = t
 
     def _make_room(self, t: float) -> bool:
@@ -338,9 +404,8 @@ class History:
         self._busy_read.pop(oldest, None)
         return True
 
-    def _device_values(
-        self, key: GpuKey, device: DeviceSample, t: float
-    ) -> dict[str, float | None]:
+    def _device_values(self, key: GpuKey, device: DeviceSample, t: float) -> list[float]:
+        """The sample's value of each of GPU_SERIES, in its order, NaN for a gap."""
         reading = device.reading
         activity = device.activity
         now = _Previous(
@@ -352,7 +417,7 @@ class History:
         if reading is None:  # down: every series has a gap, and rates start again
             self._previous.pop(key, None)
             self._busy_read.pop(key, None)
-            return {}
+            return [math.nan] * len(GPU_SERIES)
         before = self._previous.get(key)
         self._previous[key] = now
         source = busy_source(device)
@@ -362,22 +427,23 @@ class History:
             else _rate(before, now, BUSY_COUNTERS[source])
         )
         static = device.static
+        utilization, memory = reading.utilization, reading.memory
+        power, temperature = reading.power, reading.temperature
         reasons = reading.clocks.throttle_reasons if reading.clocks else None
-        return {
-            "busy_ratio": busy,
-            "utilization_ratio": reading.utilization.gpu_ratio if reading.utilization else None,
-            "sm_ratio": _rate(before, now, "sm_seconds"),
-            "memory_used_bytes": reading.memory.used_bytes if reading.memory else None,
-            "memory_total_bytes": reading.memory.total_bytes if reading.memory else None,
-            "power_watts": reading.power.watts if reading.power else None,
-            "power_limit_watts": reading.power.limit_watts if reading.power else None,
-            "temperature_celsius": (
-                reading.temperature.gpu_celsius if reading.temperature else None
-            ),
-            "slowdown_celsius": static.slowdown_temperature_celsius if static else None,
-            "power_capped_ratio": _active(reasons, ("sw_power_cap",)),
-            "thermal_throttled_ratio": _active(reasons, THERMAL_THROTTLE_REASONS),
-        }
+        values = (  # GPU_SERIES, in order; None where missing
+            busy,  # busy_ratio
+            utilization.gpu_ratio if utilization else None,  # utilization_ratio
+            _rate(before, now, "sm_seconds"),  # sm_ratio
+            memory.used_bytes if memory else None,  # memory_used_bytes
+            memory.total_bytes if memory else None,  # memory_total_bytes
+            power.watts if power else None,  # power_watts
+            power.limit_watts if power else None,  # power_limit_watts
+            temperature.gpu_celsius if temperature else None,  # temperature_celsius
+            static.slowdown_temperature_celsius if static else None,  # slowdown_celsius
+            _active(reasons, ("sw_power_cap",)),  # power_capped_ratio
+            _active(reasons, THERMAL_THROTTLE_REASONS),  # thermal_throttled_ratio
+        )
+        return [math.nan if v is None else float(v) for v in values]
 
     def _busy(self, key: GpuKey, now: _Previous, read: bool) -> float | None:
         """The busy share since the sample that last read the buffers, when this one read
@@ -390,38 +456,49 @@ class History:
         self._busy_read[key] = (now, busy)
         return busy
 
-    def _host_values(self, host: HostSample, t: float) -> dict[str, float | None]:
+    def _host_values(self, host: HostSample, t: float) -> list[float]:
+        """The sample's value of each of HOST_SERIES, in its order, NaN for a gap."""
         before = self._previous_host
         self._previous_host = (t, host.cpu_busy_seconds)
         cpu = None
         if before is not None and t > before[0] and host.cpus > 0:
             cpu = _clamp((host.cpu_busy_seconds - before[1]) / (t - before[0]) / host.cpus)
-        return {
-            "cpu_ratio": cpu,
-            "memory_used_bytes": host.memory_total_bytes - host.memory_available_bytes,
-            "memory_total_bytes": host.memory_total_bytes,
-        }
+        return [  # HOST_SERIES, in order
+            _value(cpu),  # cpu_ratio
+            float(host.memory_total_bytes - host.memory_available_bytes),  # memory_used_bytes
+            float(host.memory_total_bytes),  # memory_total_bytes
+        ]
 
     def _add_process_cpu(
-        self, gpu: GpuKey, device: DeviceSample, t: float
-    ) -> set[tuple[GpuKey, str]]:
-        seen: set[tuple[GpuKey, str]] = set()
+        self,
+        gpu: GpuKey,
+        device: DeviceSample,
+        t: float,
+        into: dict[GpuKey, dict[str, list[tuple[float, float]]]],
+    ) -> None:
+        """The CPU points of the GPU's processes, this sample's added, into `into[gpu]`."""
         if device.attribution is None:
-            return seen
+            return
+        before = self._cpu.get(gpu, {})
+        kept = into.setdefault(gpu, {})
+        horizon = t - VERDICT_WINDOW_SECONDS
         for process in device.attribution.processes:
-            if not process.pid or process.cpu_seconds is None:
+            pid = process.pid
+            if not pid or process.cpu_seconds is None:
                 continue
-            key = (gpu, process.pid)
-            seen.add(key)
-            points = self._cpu.setdefault(key, [])
+            points = kept.get(pid)
+            if points is None:
+                points = before.get(pid)
+                if points is None:
+                    points = []
+                kept[pid] = points
             point = (t, process.cpu_seconds)
             if len(points) >= 2 and t - points[-2][0] < PROCESS_POINT_SECONDS:
                 points[-1] = point
             else:
                 points.append(point)
-            while len(points) > 2 and points[1][0] <= t - VERDICT_WINDOW_SECONDS:
+            while len(points) > 2 and points[1][0] <= horizon:
                 del points[0]
-        return seen
 
     # Reading -----------------------------------------------------------------------
 
@@ -449,7 +526,7 @@ class History:
         """CPU cores a GPU process and its descendants used over the last
         VERDICT_WINDOW_SECONDS (CPU seconds per second); None until seen twice."""
         with self._lock:
-            points = self._cpu.get((key, pid))
+            points = self._cpu.get(key, {}).get(pid)
             if not points or len(points) < 2:
                 return None
             (t0, c0), (t1, c1) = points[0], points[-1]
@@ -465,7 +542,9 @@ class History:
 def _active(reasons: Mapping[str, bool] | None, names: Sequence[str]) -> float | None:
     """1.0 while any of the clocks-event reasons `names` is active, 0.0 while none is;
     None when the driver reports none of them (their means are the share of time)."""
-    known = [reasons[name] for name in names if reasons and name in reasons]
+    if not reasons:
+        return None
+    known = [reasons[name] for name in names if name in reasons]
     return float(any(known)) if known else None
 
 
@@ -481,3 +560,8 @@ def _rate(before: _Previous | None, now: _Previous, counter: str) -> float | Non
 
 def _clamp(ratio: float) -> float:
     return min(1.0, max(0.0, ratio))
+
+
+def _value(value: float | None) -> float:
+    """A series' value as the tiers keep it: a float, NaN for a gap."""
+    return math.nan if value is None else float(value)

@@ -444,9 +444,9 @@ class DeviceReading:
 UtilizationDomain = Literal["gpu", "memory_controller"]
 
 
-@dataclass(frozen=True)
-class UtilizationSample:
-    """One entry of the driver's utilization ring buffer (`nvmlDeviceGetSamples`)."""
+class UtilizationSample(NamedTuple):
+    """One entry of the driver's utilization ring buffer (`nvmlDeviceGetSamples`); a
+    NamedTuple, made in C: a busy GPU's buffer read makes about a hundred of them."""
 
     timestamp_us: int  # driver timestamp, microseconds
     ratio: float  # 0..1 busy over the period that ends at timestamp_us

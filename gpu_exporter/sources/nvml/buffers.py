@@ -92,13 +92,6 @@ def unpack(block: Any, layout: struct.Struct, n: int, start: int = 0) -> Any:
     return layout.iter_unpack(raw[start : start + n * layout.size])
 
 
-class Sample(NamedTuple):
-    """One entry of the driver's utilization sample buffer."""
-
-    timestamp_us: int  # the driver's clock, microseconds
-    value: int  # percent, as `uiVal`
-
-
 class ProcessEntry(NamedTuple):
     """One process of a running-process list."""
 
@@ -132,8 +125,11 @@ def _call_growing(buffer: Buffer, call: Any) -> int:
     return min(int(count.value), len(buffer))
 
 
-def samples(handle: Any, buffer: Buffer, sampling_type: int, since_us: int) -> list[Sample]:
-    """`nvmlDeviceGetSamples`: entries newer than `since_us` (the driver may ignore it)."""
+def samples(
+    handle: Any, buffer: Buffer, sampling_type: int, since_us: int
+) -> list[tuple[int, int]]:
+    """`nvmlDeviceGetSamples`: (timestamp in the driver's microseconds, percent as `uiVal`)
+    of the entries, in the buffer's order, asked from `since_us` (the driver may ignore it)."""
     fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
     value_type = pynvml._nvmlValueType_t()
     kind = pynvml._nvmlSamplingType_t(sampling_type)
@@ -145,7 +141,7 @@ def samples(handle: Any, buffer: Buffer, sampling_type: int, since_us: int) -> l
         )
 
     n = _call_growing(buffer, call)
-    return [Sample(timestamp, value) for timestamp, value in buffer.entries(n)]
+    return list(buffer.entries(n))
 
 
 def process_list(handle: Any, buffer: Buffer, symbol: str) -> list[ProcessEntry]:

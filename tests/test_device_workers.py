@@ -33,7 +33,7 @@ def test_two_hung_gpus_do_not_stall_the_others() -> None:
     try:
         jobs = pool.read(reads, time.monotonic() + 2.0)
         assert jobs[2].result == 2 and jobs[3].result == 3
-        assert not jobs[0].done.is_set() and not jobs[1].done.is_set()
+        assert not jobs[0].done and not jobs[1].done
         assert pool.stuck_since(0) is not None and pool.stuck_since(1) is not None
         assert pool.stuck_since(2) is None and pool.any_stuck()
         # the next sample skips the stuck GPUs and reads the others without a new thread
@@ -59,7 +59,7 @@ def test_reads_not_started_by_the_deadline_are_dropped_not_run_late() -> None:
             {0: lambda: int(release.wait()), 1: lambda: ran.append(1) or 1},
             time.monotonic() + 0.2,
         )
-        assert not jobs[0].done.is_set()
+        assert not jobs[0].done
         assert isinstance(jobs[1].error, NotStarted)
     finally:
         release.set()
@@ -80,7 +80,7 @@ def test_a_batch_is_finished_only_once_each_read_says_it_is_done() -> None:
     finish = batch.finished.set
 
     def observed() -> None:
-        seen.append([job.done.is_set() for job in jobs])
+        seen.append([job.done for job in jobs])
         finish()
 
     batch.finished.set = observed  # type: ignore[method-assign]

@@ -33,12 +33,14 @@ class NotStarted(Exception):
 
 
 class Job(Generic[T]):
-    """One device's read; `done` is set when it returns, raises or is dropped."""
+    """One device's read; `done` is True once it returned, raised or was dropped (a plain
+    attribute, set once by one thread: nobody waits on a job, only on its batch, so no
+    Event is made and set for each GPU each interval)."""
 
     def __init__(self, fn: Callable[[], T]) -> None:
         self.fn = fn
         self.started_monotonic: float | None = None  # set when a reader takes it
-        self.done = threading.Event()
+        self.done = False
         self.result: T | None = None
         self.error: BaseException | None = None
 
@@ -66,7 +68,7 @@ class _Batch(Generic[T]):
             return job
 
     def ran(self, job: Job[T]) -> None:
-        job.done.set()  # before `finished`: the sampler it wakes reads every job's `done`
+        job.done = True  # before `finished`: the sampler it wakes reads every job's `done`
         with self._lock:
             self._running.remove(job)
             self._left -= 1
@@ -87,7 +89,7 @@ class _Batch(Generic[T]):
             self._left -= len(dropped)
         for job in dropped:
             job.error = NotStarted()
-            job.done.set()
+            job.done = True
 
 
 class _Reader(Generic[T]):
@@ -134,7 +136,7 @@ class ReaderPool(Generic[T]):
         job = self._unfinished.get(key)
         if job is None:
             return None
-        if job.done.is_set():
+        if job.done:
             self._unfinished.pop(key, None)  # stop() may ask from another thread
             return None
         return job.started_monotonic
@@ -160,7 +162,7 @@ class ReaderPool(Generic[T]):
             batch.finished.wait(min(deadline_monotonic - now, self.handoff_seconds / 2))
         batch.close()
         for key, job in jobs.items():
-            if not job.done.is_set():
+            if not job.done:
                 self._unfinished[key] = job
         return jobs
 

@@ -523,7 +523,7 @@ class Sampler:
         self._readers.handoff_seconds = min(HANDOFF_SECONDS, self.timeout_seconds / 4)
         jobs = self._readers.read(reads, deadline)
         for index, job in jobs.items():
-            if not job.done.is_set():
+            if not job.done:
                 down[index] = f"NVML call did not return within {self.timeout_seconds:g}s"
             elif isinstance(job.error, NotStarted):
                 down[index] = f"not read within {self.timeout_seconds:g}s (other GPUs' reads hung)"

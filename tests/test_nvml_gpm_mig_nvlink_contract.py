@@ -16,6 +16,7 @@ from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.model import DeviceReading
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.nvml import PynvmlBackend
+from gpu_exporter.sources.nvml.backend import SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.nvml.mig import REFRESH_SECONDS, profile_of
 from tests.support.clock import FakeClock
 from tests.support.fake_host import GPM_VALUES, nvlinked
@@ -133,6 +134,26 @@ def test_a_failing_metric_is_left_out_and_the_others_stay(install: Install) -> N
     assert all(M.NVML_GPM_METRIC_SM_OCCUPANCY not in ids for ids in lib.gpm_requests[1:])
     assert all(M.NVML_GPM_METRIC_DRAM_BW_UTIL in ids for ids in lib.gpm_requests)
     assert backend.errors.snapshot() == {("nvmlGpmMetricsGet", "no_permission"): 3}
+
+
+def test_a_metric_left_out_is_asked_again_at_the_reprobe_and_comes_back(
+    install: Install,
+) -> None:
+    gpu = hopper()
+    gpu.gpm_errors = {M.NVML_GPM_METRIC_SM_OCCUPANCY: NOT_SUPPORTED}
+    lib, backend, clock = started(install, gpu)
+    readings(backend, clock, 3)
+    assert [M.NVML_GPM_METRIC_SM_OCCUPANCY in ids for ids in lib.gpm_requests] == [
+        True,
+        False,
+    ]
+    gpu.gpm_errors = {}  # e.g. after a mode change: the driver answers it again
+    clock.now += SLOW_REFRESH_SECONDS
+    *_, last = readings(backend, clock, 3)
+    assert M.NVML_GPM_METRIC_SM_OCCUPANCY in lib.gpm_requests[-1]
+    assert M.NVML_GPM_METRIC_SM_OCCUPANCY in lib.gpm_requests[-2]  # asked at the re-probe
+    assert last.gpm is not None and last.gpm.sm_occupancy_ratio is not None
+    assert len(lib.gpm_requests[-1]) == len(lib.gpm_requests[0])  # every metric again
 
 
 def test_a_failing_sample_leaves_a_gap_not_a_made_up_value(install: Install) -> None:

@@ -156,7 +156,11 @@ class GpmStream:
         return True
 
     def _metrics(self, sample1: Any, sample2: Any) -> dict[int, float] | None:
-        wanted = tuple(m for m in self.metric_ids if m not in self._unsupported)
+        wanted = self._requested
+        if len(wanted) + len(self._unsupported) != len(self.metric_ids):
+            # the first request, or a metric turned unsupported (or asked again): the
+            # ids written into the request change; else they are those of the last call
+            wanted = tuple(m for m in self.metric_ids if m not in self._unsupported)
         request = self._request
         if not wanted or request is None:
             return None
@@ -178,8 +182,9 @@ class GpmStream:
             return None
         answers = unpack(request, METRIC_ANSWER, len(wanted), MetricsRequest.metrics.offset)
         out: dict[int, float] = {}
+        success = pynvml.NVML_SUCCESS
         for metric, (code, value) in zip(wanted, answers, strict=True):
-            if code == pynvml.NVML_SUCCESS:
+            if code == success:
                 out[metric] = value
             elif classify(code) is Outcome.UNSUPPORTED:
                 self._unsupported.add(metric)
@@ -199,7 +204,9 @@ def _metrics_get(request: MetricsRequest) -> bool:
 
 
 def _ratio(percent: float) -> float:
-    return min(1.0, max(0.0, percent / 100.0))
+    """A GPM percentage as a ratio within 0..1 (NaN: 0)."""
+    ratio = percent / 100.0
+    return 1.0 if ratio > 1.0 else ratio if ratio > 0.0 else 0.0
 
 
 def _reading(values: dict[int, float], elapsed: float) -> GpmReading:

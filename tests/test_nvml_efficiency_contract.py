@@ -18,7 +18,7 @@ import pytest
 from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
-from gpu_exporter.sources.nvml import PynvmlBackend, buffers, counter_fields, fields, gpm
+from gpu_exporter.sources.nvml import PynvmlBackend, buffers, counter_fields, fields, gpm, structs
 from tests.support.clock import FakeClock
 from tests.support.fake_host import MIG_LAYOUTS, advance, busy_h100, busy_mig_h100
 from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install, h100
@@ -266,6 +266,9 @@ def test_one_field_call_per_interval_carries_every_field(install: Install) -> No
         (buffers.ProcessUtilization, M.c_nvmlProcessUtilizationSample_t),
         (gpm.Metric, M.c_nvmlGpmMetric_t),
         (gpm.MetricsRequest, M.c_nvmlGpmMetricsGet_t),
+        (structs.MemoryV2, M.c_nvmlMemory_v2_t),
+        (structs.Utilization, M.c_nvmlUtilization_t),
+        (structs.TemperatureV1, M.c_nvmlTemperature_v1_t),
     ],
 )
 def test_the_kept_c_structures_are_laid_out_as_pynvml_s(ours: Any, theirs: Any) -> None:

@@ -31,7 +31,7 @@ import pynvml
 import pytest
 
 from gpu_exporter.model import THROTTLE_REASONS
-from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, nvml_h, platform
+from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, nvml_h, platform, structs
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "gpu_exporter"
@@ -53,16 +53,23 @@ STRUCTURES: dict[str, Any] = {
     "nvmlGpuFabricInfo_v2_t": fabric.FabricInfoV2,
     "nvmlGpuFabricInfo_v3_t": fabric.FabricInfoV3,
     "nvmlPlatformInfo_v2_t": platform.PlatformInfoV2,
+    "nvmlMemory_v2_t": structs.MemoryV2,  # read every interval (structs.py)
+    "nvmlTemperature_v1_t": structs.TemperatureV1,
+    "nvmlUtilization_t": structs.Utilization,
     # pynvml's, which the code reads fields of or builds its mirrors from
     "nvmlValue_t": pynvml.c_nvmlValue_t,
     "nvmlMemory_t": pynvml.c_nvmlMemory_t,
-    "nvmlMemory_v2_t": pynvml.c_nvmlMemory_v2_t,
-    "nvmlUtilization_t": pynvml.c_nvmlUtilization_t,
     "nvmlPciInfo_t": pynvml.nvmlPciInfo_t,
     "nvmlEventData_t": pynvml.c_nvmlEventData_t,
     "nvmlGpmSupport_t": pynvml.c_nvmlGpmSupport_t,
     "nvmlGpuInstancePlacement_t": pynvml.c_nvmlGpuInstancePlacement_t,
     "nvmlGpuInstanceInfo_t": pynvml.c_nvmlGpuInstanceInfo_t,
+}
+
+# the version words the code writes into versioned structures -> the header's macro
+VERSIONS: dict[str, int] = {
+    "nvmlMemory_v2": structs.MEMORY_V2_VERSION,
+    "nvmlTemperature_v1": structs.TEMPERATURE_V1_VERSION,
 }
 
 # struct formats that decode a C structure in one pass: their size is the structure's
@@ -160,6 +167,8 @@ def _probe_source() -> str:
         lines.append(f'Q("{name}", {name});')
     for macro in CLOCKS_EVENT_MACROS.values():
         lines.append(f'Q("{macro}", {macro});')
+    for macro in VERSIONS:
+        lines.append(f'Q("{macro}", {macro});')
     lines += ["return 0;", "}"]
     return "\n".join(lines) + "\n"
 
@@ -253,6 +262,11 @@ def test_each_structure_is_laid_out_as_the_header_says(c_type: str, probe: dict[
         assert size == probe[f"sizeof {c_type}.{path}"], f"sizeof({c_type}.{path})"
 
 
+@pytest.mark.parametrize("macro", list(VERSIONS))
+def test_each_version_word_is_the_header_s(macro: str, probe: dict[str, int]) -> None:
+    assert VERSIONS[macro] == probe[macro], macro
+
+
 @pytest.mark.parametrize("name", list(FORMATS))
 def test_each_struct_format_reads_one_whole_entry(name: str, probe: dict[str, int]) -> None:
     c_type, size = FORMATS[name]
@@ -267,7 +281,7 @@ def test_the_package_names_the_constants_this_test_checks() -> None:
         "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
         "NVML_GPM_METRIC_SM_UTIL",
         "nvmlEventTypeXidCriticalError",
-        "nvmlMemory_v2",
+        "NVML_TEMPERATURE_GPU",
         "NVML_GPM_METRICS_GET_VERSION",
     } <= used
     assert len(used) >= 70

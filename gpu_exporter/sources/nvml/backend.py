@@ -96,7 +96,7 @@ from gpu_exporter.sources.backend import (
     NvmlUnavailable,
     read_device,
 )
-from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, mig, nvlink5, platform
+from gpu_exporter.sources.nvml import buffers, fabric, fields, gpm, mig, nvlink5, platform, structs
 from gpu_exporter.sources.nvml.calls import (
     NO_QUIET,
     NOT_FOUND,
@@ -825,7 +825,13 @@ class _NvmlReader:
         newest = self._state.newest_samples
         gpu, mc = newest.get("gpu"), newest.get("memory_controller")
         if gpu is None or mc is None:
-            rates = self._q("utilization", pynvml.nvmlDeviceGetUtilizationRates)
+            rates = self._backend.calls.call(
+                "nvmlDeviceGetUtilizationRates",
+                structs.utilization_rates,
+                self._d.handle,
+                device=self._d,
+                key="utilization",
+            )
             gpu = rates.gpu / 100.0 if rates is not None else None
             mc = rates.memory / 100.0 if rates is not None else None
         enc = self._slow("encoder", pynvml.nvmlDeviceGetEncoderUtilization, quiet_if=_idle)
@@ -842,9 +848,16 @@ class _NvmlReader:
 
     def temperature(self) -> TemperatureReading:
         temp = None
-        if _TEMPERATURE_V is not None:  # the call nvml.h 13 names instead (R570 and newer)
-            temp = self._q("temperature_v", _TEMPERATURE_V, pynvml.NVML_TEMPERATURE_GPU)
-        if temp is None and (_TEMPERATURE_V is None or "temperature_v" in self._d.unsupported):
+        if _TEMPERATURE_V:  # the call nvml.h 13 names instead (R570 and newer)
+            temp = self._backend.calls.call(
+                "nvmlDeviceGetTemperatureV",
+                structs.temperature_v,
+                self._d.handle,
+                pynvml.NVML_TEMPERATURE_GPU,
+                device=self._d,
+                key="temperature_v",
+            )
+        if temp is None and (not _TEMPERATURE_V or "temperature_v" in self._d.unsupported):
             temp = self._q(
                 "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU
             )
@@ -1148,8 +1161,9 @@ def _throttle_reasons(mask: int) -> dict[str, bool]:
 _MIG_STREAM = "gpm/mig/"
 _MIG_BUFFER = "mig/"  # buffers of a MIG device: "mig/<MIG UUID>/<list>"
 # nvml.h 13: nvmlDeviceGetTemperature is deprecated for nvmlDeviceGetTemperatureV, which
-# nvidia-ml-py wraps from 12.570.86 (the declared floor, 12.560.30, does not)
-_TEMPERATURE_V: Callable[..., Any] | None = getattr(pynvml, "nvmlDeviceGetTemperatureV", None)
+# nvidia-ml-py wraps from 12.570.86 (the declared floor, 12.560.30, does not): asked (through
+# `structs.temperature_v`) with the bindings that know it, as the drivers they came with do
+_TEMPERATURE_V = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
 # nvml.h 13: "the thermal margin temperature (distance to nearest slowdown threshold)";
 # nvidia-ml-py 13.615.71 wraps it, the declared floor (12.560.30) does not
 _MARGIN_TEMPERATURE: Callable[..., Any] | None = getattr(
@@ -1171,13 +1185,9 @@ def _memory(calls: NvmlCalls, d: Device) -> MemoryReading:
     """`nvmlDeviceGetMemoryInfo` v2 (its `used` leaves the driver's reservation out), else
     v1 (whose `used` includes it) on drivers without v2."""
     info = calls.call(
-        "nvmlDeviceGetMemoryInfo_v2",
-        nvml_device_get_memory_info_v2,
-        d.handle,
-        device=d,
-        key="memory_v2",
+        "nvmlDeviceGetMemoryInfo_v2", structs.memory_info_v2, d.handle, device=d, key="memory_v2"
     )
-    reserved = int(info.reserved) if info is not None else None
+    reserved = info.reserved if info is not None else None
     if info is None:
         info = calls.query(d, "memory", pynvml.nvmlDeviceGetMemoryInfo)
     if info is None:
@@ -1188,11 +1198,6 @@ def _memory(calls: NvmlCalls, d: Device) -> MemoryReading:
         free_bytes=int(info.free),
         reserved_bytes=reserved,
     )
-
-
-def nvml_device_get_memory_info_v2(handle: Any) -> Any:
-    """`nvmlDeviceGetMemoryInfo` v2, which also reports the driver's reservation."""
-    return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
 
 
 def _register_events(handle: Any, mask: int, event_set: Any) -> bool:

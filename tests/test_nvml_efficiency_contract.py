@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import random
 from collections import Counter
 from typing import Any
 
@@ -19,6 +20,7 @@ from gpu_exporter.metrics.catalogue import COLLECTORS
 from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
 from gpu_exporter.sources.nvml import PynvmlBackend, buffers, counter_fields, fields, gpm, structs
+from gpu_exporter.sources.nvml.calls import Device
 from tests.support.clock import FakeClock
 from tests.support.fake_host import MIG_LAYOUTS, advance, busy_h100, busy_mig_h100
 from tests.support.fake_nvml import FakeGpu, FakeNvmlLib, Install, h100
@@ -443,6 +445,99 @@ def test_a_field_that_becomes_unsupported_leaves_the_kept_batch(install: Install
     backend.device_reading(0, DEFAULT_COLLECTORS)
     assert M.NVML_FI_DEV_MEMORY_TEMP not in lib.field_requests[-1]
     assert M.NVML_FI_DEV_ECC_CURRENT in lib.field_requests[-1]
+
+
+def test_a_device_s_kept_batch_follows_its_unsupported_fields(install: Install) -> None:
+    """The call's supported fields are sorted out again only where the requests or the
+    unsupported fields changed since the device's last call: a field unsupported since is
+    left out, one forgotten is asked again, and so is one forgotten while another turned
+    unsupported (as many fields unsupported as before, not the same)."""
+    gpu = h100()
+    lib, backend, _clock = started(install, gpu)
+    d = Device(M.nvmlDeviceGetHandleByIndex(0))
+    temp, mode = M.NVML_FI_DEV_MEMORY_TEMP, M.NVML_FI_DEV_ECC_CURRENT
+    requests = (fields.FieldRequest("temp", temp), fields.FieldRequest("mode", mode))
+
+    def read() -> tuple[set[str], list[int]]:
+        values = fields.read_fields(backend.calls, d, requests)
+        assert values is not None
+        return set(values), lib.field_requests[-1]
+
+    assert read() == ({"temp", "mode"}, [temp, mode])
+    assert read() == ({"temp", "mode"}, [temp, mode])
+    gpu.field_errors[temp] = M.NVML_ERROR_NOT_SUPPORTED
+    assert read() == ({"mode"}, [temp, mode])
+    assert read() == ({"mode"}, [mode])  # unsupported since the last call: left out
+    assert read() == ({"mode"}, [mode])
+    d.forget()
+    del gpu.field_errors[temp]
+    assert read() == ({"temp", "mode"}, [temp, mode])  # forgotten: asked again
+    gpu.field_errors[temp] = M.NVML_ERROR_NOT_SUPPORTED
+    assert read() == ({"mode"}, [temp, mode])
+    assert read() == ({"mode"}, [mode])
+    d.forget()  # and before the next call, another field answered NOT_SUPPORTED
+    d.unsupported_fields.add("mode")
+    del gpu.field_errors[temp]
+    assert read() == ({"temp"}, [temp])
+    assert set(fields.read_fields(backend.calls, d, requests[:1]) or {}) == {"temp"}
+    assert lib.field_requests[-1] == [temp]  # other requests: another batch
+    assert read() == ({"temp"}, [temp])
+
+
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_a_kept_batch_reads_what_a_new_batch_reads(
+    monkeypatch: pytest.MonkeyPatch, duplicates: bool
+) -> None:
+    """`FieldBatch.read` decodes only what changed since its last read: a run of RUN
+    entries, or where no entry's code or type changed, the entries whose values did.
+    Entries changing at random, now and then in code or type: it reads what a batch
+    decoding every entry reads, in the same order, decoding no more than changed."""
+    rng = random.Random(3)
+    requests = tuple(
+        fields.FieldRequest(f"field{i % 15 if duplicates else i}", i) for i in range(20)
+    )
+    kept = fields.FieldBatch(requests)
+    decoded: list[str] = []
+    decode = fields.FieldBatch.answers
+
+    def counted(self: fields.FieldBatch, *args: Any) -> Any:
+        for request, code, value in decode(self, *args):
+            if self is kept:
+                decoded.append(request.key)
+            yield request, code, value
+
+    monkeypatch.setattr(fields.FieldBatch, "answers", counted)
+    types = (
+        M.NVML_VALUE_TYPE_DOUBLE,
+        M.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+        M.NVML_VALUE_TYPE_SIGNED_INT,
+    )
+    codes = (M.NVML_SUCCESS, M.NVML_SUCCESS, M.NVML_ERROR_NOT_SUPPORTED, M.NVML_ERROR_UNKNOWN)
+    shortcuts = 0
+    for step in range(600):
+        kinds_changed, values_changed = step == 0, 0
+        for entry in kept.array:
+            entry.timestamp, entry.latencyUsec = step, rng.randrange(100)  # every call
+            dice = rng.random()
+            if dice < 0.15:
+                entry.value.ullVal = rng.randrange(1 << 52)  # never a NaN as a double
+                values_changed += 1
+            elif dice < 0.16:
+                entry.nvmlReturn = rng.choice(codes)
+                kinds_changed = True
+            elif dice < 0.165:
+                entry.valueType = rng.choice(types)
+                kinds_changed = True
+        fresh = fields.FieldBatch(requests)
+        ctypes.memmove(fresh.array, kept.array, ctypes.sizeof(kept.array))
+        decoded.clear()
+        values, failures = kept.read()
+        every_value, every_failure = fresh.read()
+        assert list(values.items()) == list(every_value.items()) and failures == every_failure
+        if not kinds_changed and not duplicates:
+            assert len(decoded) <= values_changed
+            shortcuts += 1
+    assert shortcuts > 300 or duplicates  # the shortcut taken (keys unique), hundreds of times
 
 
 # Utilization from the sample buffers ----------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +98,137 @@ def test_a_counter_that_failed_is_retried_alone_and_is_absent() -> None:
     assert cadence.failing() == {"energy": len(tries)}
     cadence.read(2000.0, {"power": 1.0, "energy": 5.0}, ["energy"], set(), group=False)
     assert cadence.values == {"ecc": 2.0, "energy": 5.0} and cadence.failing() == {}
+
+
+def test_a_counter_that_fails_after_good_intervals_is_absent_and_back_once_it_answers() -> None:
+    """After the first interval, one where every counter answers as at the last is read
+    in one pass (`CounterCadence.read`). A counter that fails after many of those is
+    absent and retried alone; one unsupported is absent, and not failing; one no longer
+    wanted is not served; each is back with its first answer."""
+    cadence = CounterCadence()
+    keys = ["energy", "ecc", "replay"]
+    unsupported: set[str] = set()
+
+    def interval(t: int, answered: list[str], wanted: list[str] = keys) -> list[str]:
+        asked = cadence.asked(float(t), 1.0, wanted, group=True)  # cheap: due every interval
+        answers = {"power": 1.0, **{k: t * (1.0 + keys.index(k)) for k in answered if k in asked}}
+        cadence.read(float(t), answers, asked, unsupported, step_seconds=1.0)
+        return asked
+
+    for t in range(10):
+        assert interval(t, keys) == keys
+        assert cadence.values == {"energy": t, "ecc": 2 * t, "replay": 3 * t}
+    interval(10, ["energy", "ecc"])  # replay fails
+    assert cadence.values == {"energy": 10, "ecc": 20} and cadence.failing() == {"replay": 1}
+    assert interval(11, ["energy", "ecc"]) == keys  # retried at the next interval
+    assert cadence.failing() == {"replay": 2}
+    assert interval(12, keys) == ["energy", "ecc"]  # then two intervals later
+    assert cadence.values == {"energy": 12, "ecc": 24}
+    assert interval(13, keys) == keys
+    assert cadence.values == {"energy": 13, "ecc": 26, "replay": 39} and cadence.failing() == {}
+    assert interval(14, keys) == keys
+    assert cadence.values == {"energy": 14, "ecc": 28, "replay": 42}
+    unsupported.add("ecc")  # answered NOT_SUPPORTED: the backend no longer asks the driver
+    for t in (15, 16):
+        assert interval(t, ["energy", "replay"]) == keys
+        assert cadence.values == {"energy": t, "replay": 3 * t} and cadence.failing() == {}
+    interval(17, keys)  # an answer is served, whatever the device said before
+    assert cadence.values == {"energy": 17, "ecc": 34, "replay": 51}
+    unsupported.clear()  # forgotten (`Device.forget`), and answered again
+    interval(18, keys)
+    assert cadence.values == {"energy": 18, "ecc": 36, "replay": 54}
+    unsupported.clear()
+    interval(19, ["energy", "replay"])  # neither answered nor unsupported: failed
+    assert cadence.values == {"energy": 19, "replay": 57} and cadence.failing() == {"ecc": 1}
+    interval(20, keys)
+    assert cadence.values == {"energy": 20, "ecc": 40, "replay": 60} and cadence.failing() == {}
+    assert interval(21, keys, ["energy", "replay"]) == ["energy", "replay"]  # ecc turned off
+    assert cadence.values == {"energy": 21, "replay": 63}
+    assert interval(22, keys) == keys
+    assert cadence.values == {"energy": 22, "ecc": 44, "replay": 66}
+    cadence.forget()  # the call failed as a whole
+    assert cadence.values == {} and cadence.asked(23.0, 1.0, keys) == keys
+    interval(23, ["ecc"])
+    assert cadence.values == {"ecc": 46} and cadence.failing() == {"energy": 1, "replay": 1}
+
+
+class PlainCadence(CounterCadence):
+    """The cadence without its shortcuts: each counter looked at, one by one."""
+
+    def asked(
+        self, now: float, step_seconds: float, keys: Any, *, group: bool | None = None
+    ) -> list[str]:
+        group = self.due(now, step_seconds) if group is None else group
+        self._keys = frozenset(keys)
+        retry = self._retry_at
+        return [
+            k
+            for k in keys
+            if (k not in retry and group) or (k in retry and now >= retry[k] - step_seconds / 2)
+        ]
+
+    def _answered_as_before(self, *_: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_counters_shortcuts_read_what_looking_at_each_counter_reads(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Counters answering, failing, turning unsupported or no longer wanted, at random
+    and for a while (as on a GPU), the cadence due or not, now and then a call failing as
+    a whole: the same counters asked, served, failing and retried as one by one."""
+    rng = random.Random(seed)
+    universe = [f"counter{i}" for i in range(8)]
+    fast, plain = CounterCadence(), PlainCadence()
+    state = dict.fromkeys(universe, "answers")  # each counter's behaviour, for a while
+    wanted = list(universe)
+    elsewhere: list[str] = []
+    unsupported: set[str] = set()
+    shortcuts = failing = 0
+    as_before = fast._answered_as_before
+
+    def counted(*args: Any) -> dict[str, float] | None:
+        nonlocal shortcuts
+        out = as_before(*args)
+        shortcuts += out is not None
+        return out
+
+    monkeypatch.setattr(fast, "_answered_as_before", counted)
+    for t in range(3000):
+        now = t * 1.0
+        if rng.random() < 0.01:
+            wanted = [k for k in universe if rng.random() < 0.8]  # collectors changed
+            elsewhere = [k for k in universe if k not in wanted and rng.random() < 0.5]
+        for key in universe:
+            if rng.random() < 0.01:
+                state[key] = rng.choice(["answers"] * 6 + ["fails", "unsupported"])
+        if rng.random() < 0.005:
+            unsupported.clear()  # the device forgot them: asked again
+        group = rng.random() < 0.8
+        asked = fast.asked(now, 1.0, wanted, group=group)
+        assert asked == plain.asked(now, 1.0, wanted, group=group)
+        if rng.random() < 0.005:  # the call failed as a whole
+            fast.forget()
+            plain.forget()
+            continue
+        answers = {"power": now}
+        for key in elsewhere:  # a counter no longer wanted, its key read some other way
+            answers[key] = -now
+        for key in asked:
+            if key in unsupported:
+                continue  # not asked of the driver (`fields.read_fields`)
+            if state[key] == "answers":
+                answers[key] = now + universe.index(key)
+            elif state[key] == "unsupported":
+                unsupported.add(key)
+        if group or asked:
+            for cadence in (fast, plain):
+                cadence.read(now, answers, asked, unsupported, step_seconds=1.0, group=group)
+        assert list(fast.values.items()) == list(plain.values.items())  # in the same order
+        assert fast.failing() == plain.failing() and fast.read_at == plain.read_at
+        failing += bool(plain.failing())
+    assert shortcuts > 300 and failing > 300  # each way taken, hundreds of times
 
 
 class ChargingLib(FakeNvmlLib):

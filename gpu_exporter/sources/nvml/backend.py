@@ -784,8 +784,12 @@ class _NvmlReader:
         step = now - state.reading_at if state.reading_at is not None else 0.0
         state.reading_at = now
         group = bool(counters) and cadence.due(now, step)
-        keys = cadence.asked(now, step, [request.key for request in counters])
-        wanted = tuple(request for request in counters if request.key in keys)
+        keys = cadence.asked(now, step, [request.key for request in counters], group=group)
+        if len(keys) == len(counters):  # the common case: all of them, in their order
+            wanted = counters
+        else:
+            asked = set(keys)
+            wanted = tuple(request for request in counters if request.key in asked)
         started = time.perf_counter()
         answers = fields.read_fields(self._backend.calls, self._d, requests + wanted)
         if answers is None:

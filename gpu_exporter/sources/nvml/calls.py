@@ -121,8 +121,10 @@ class Device:
         self.handle = handle
         self.unsupported: set[str] = set()
         self.unsupported_fields: set[str] = set()
-        # the device's field-value arrays, kept between intervals (`fields.FieldBatch`)
+        # the device's field-value arrays, kept between intervals (`fields.FieldBatch`),
+        # and `fields.read_fields`' last call (its requests, unsupported fields, batch)
         self.field_batches: dict[Any, Any] = {}
+        self.last_field_call: Any = None
 
     def forget(self) -> None:
         """Forget the remembered NOT_SUPPORTED answers: ask again (support changed, or

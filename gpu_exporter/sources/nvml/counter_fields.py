@@ -56,6 +56,7 @@ class CounterCadence:
         self._failures: dict[str, int] = {}  # key -> failures in a row
         self._retry_at: dict[str, float] = {}  # key -> monotonic time of its next try
         self._keys: frozenset[str] = frozenset()  # the counters last asked about
+        self._ordered: list[str] = []  # and in their order (a copy: `_keys` is made of it)
 
     @property
     def cost_seconds(self) -> float | None:
@@ -90,12 +91,21 @@ class CounterCadence:
         """How long this interval's call took, and whether it asked for the counters."""
         (self._with if with_counters else self._without).append(call_seconds)
 
-    def asked(self, now: float, step_seconds: float, keys: Iterable[str]) -> list[str]:
+    def asked(
+        self, now: float, step_seconds: float, keys: Iterable[str], *, group: bool | None = None
+    ) -> list[str]:
         """The counters this interval's call asks for: all of them but the failing ones
-        when the cadence is `due`, and each failing one whose own retry is due."""
-        group = self.due(now, step_seconds)
+        when the cadence is `due` (`group`, where the caller asked `due` already), and
+        each failing one whose own retry is due."""
+        if group is None:
+            group = self.due(now, step_seconds)
         ordered = list(keys)
-        self._keys = frozenset(ordered)
+        if ordered != self._ordered:  # the collectors changed (or the first interval)
+            self._ordered = ordered.copy()
+            self._keys = frozenset(ordered)
+        if not self._retry_at:
+            # the common case, no counter failing: all of them when due, else none
+            return ordered if group else []
         out: list[str] = []
         for key in ordered:
             retry = self._retry_at.get(key)
@@ -124,6 +134,12 @@ class CounterCadence:
         call asked for the counters whose cadence was due (else only retries). A call
         that failed as a whole is not read here: the backend `forget`s every counter,
         served by none until the next interval asks for all of them again."""
+        if group:
+            self.read_at = now
+        as_before = self._answered_as_before(answers, keys, unsupported)
+        if as_before is not None:
+            self.values = as_before
+            return
         # a counter no longer wanted (a collector turned off) is not served
         self.values = {k: v for k, v in self.values.items() if k in self._keys or k in answers}
         for key in keys:
@@ -140,8 +156,33 @@ class CounterCadence:
             failures = self._failures[key] = self._failures.get(key, 0) + 1
             wait = step_seconds * 2.0 ** min(failures - 1, 30)  # first: the next interval
             self._retry_at[key] = now + min(RETRY_MAX_SECONDS, wait)
-        if group:
-            self.read_at = now
+
+    def _answered_as_before(
+        self, answers: dict[str, float], keys: Iterable[str], unsupported: set[str]
+    ) -> dict[str, float] | None:
+        """What `read` makes of the common case in one comprehension, else None: no
+        counter failing, all of them asked (the keys `asked` gave), and the same ones
+        answered as at the last read, the rest unsupported. Then nothing is dropped,
+        added, failed or retried: each value served is replaced by its answer, in place
+        (the same order as the loop's)."""
+        if self._failures or keys != self._ordered:
+            return None
+        values = self.values
+        if len(values) != len(self._keys):
+            # some counters are not served: each must be unsupported, and unanswered
+            missing = self._keys - values.keys()
+            if not (
+                len(missing) + len(values) == len(self._keys)
+                and missing <= unsupported
+                and answers.keys().isdisjoint(missing)
+            ):
+                return None
+        elif values.keys() != self._keys:
+            return None
+        try:
+            return {key: answers[key] for key in values}
+        except KeyError:  # a counter that answered at the last read failed
+            return None
 
     def failing(self) -> dict[str, int]:
         """Each failing counter and how many times in a row it failed."""

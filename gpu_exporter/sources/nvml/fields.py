@@ -16,10 +16,10 @@ durations) are dear on a real driver and are asked for only when their cadence s
 
 A device's batch (about 100 fields on an H100 with 18 NVLink links) is a C array kept
 between intervals (`FieldBatch`), its field ids written once; each interval is one call
-through pynvml's function-pointer lookup into it and a `struct` pass over the runs of
-entries whose answers changed since the last call (`FieldBatch.read`: compared as bytes,
-the driver's per-entry timestamps left out), which on a healthy GPU are the one or two
-runs holding energy and power.
+through pynvml's function-pointer lookup into it and a `struct` pass over the entries
+whose answers changed since the last call (`FieldBatch.read`: compared as bytes, the
+driver's per-entry timestamps left out), which on a healthy GPU are energy and power
+(and where an entry's code or type changed, each run of RUN entries holding a change).
 pynvml's wrapper builds a new array of its `_PrintableStructure` each time and every
 field access goes through Python, which cost more than the rest of a device's reading.
 
@@ -381,6 +381,15 @@ class FieldBatch:
             (start, min(start + RUN, len(requests))) for start in range(0, len(requests), RUN)
         ]
         self._last: list[tuple[bytes, dict[str, float], tuple[tuple[FieldRequest, int], ...]]] = []
+        # the whole array's answers at the last read (each entry's valueType and
+        # nvmlReturn, and its value, as bytes) and what they said (`_read_values`)
+        self._kinds = b""
+        self._answered = b""
+        self._values: dict[str, float] = {}
+        self._failures: tuple[tuple[FieldRequest, int], ...] = ()
+        # keys are unique per device; a batch repeating one is read by runs (the later
+        # entry's value served, as the runs' merge does)
+        self._unique = len({request.key for request in requests}) == len(requests)
 
     def fetch(self, handle: Any) -> bool:
         """Clear the array, then one `nvmlDeviceGetFieldValues` into it: True, or raises
@@ -414,15 +423,21 @@ class FieldBatch:
         """After a `fetch`: key -> value of each entry answered SUCCESS, and (request,
         nvmlReturn) of each other entry. A run of entries whose answers (valueType,
         nvmlReturn and value, as bytes) are those of the last read is not decoded again:
-        the same bytes say the same thing."""
+        the same bytes say the same thing. Where every entry's valueType and nvmlReturn
+        are the last read's, only the entries whose values changed are decoded."""
+        words, first, last = self._words, *_ANSWER_WORDS
+        kinds = words[first::_ENTRY_WORDS].tobytes()
+        answers = words[last::_ENTRY_WORDS].tobytes()
+        if kinds == self._kinds and self._unique:
+            # the common case: every entry answered as at the last read (the same code,
+            # the same type), so the same keys: only values changed
+            return self._read_values(answers)
         values: dict[str, float] = {}
         failures: list[tuple[FieldRequest, int]] = []
-        words, first, last = self._words, *_ANSWER_WORDS
         success = pynvml.NVML_SUCCESS
         for i, (start, stop) in enumerate(self._runs):
-            low, high = start * _ENTRY_WORDS, stop * _ENTRY_WORDS
-            answered = words[low + first : high : _ENTRY_WORDS].tobytes()
-            answered += words[low + last : high : _ENTRY_WORDS].tobytes()
+            low, high = start * _WORD, stop * _WORD
+            answered = kinds[low:high] + answers[low:high]
             if i < len(self._last) and self._last[i][0] == answered:
                 _, run_values, run_failures = self._last[i]
             else:
@@ -439,10 +454,41 @@ class FieldBatch:
                     self._last.append((answered, run_values, run_failures))
             values.update(run_values)
             failures += run_failures
+        self._kinds, self._answered = kinds, answers
+        self._values, self._failures = dict(values), tuple(failures)
         return values, failures
+
+    def _read_values(
+        self, answers: bytes
+    ) -> tuple[dict[str, float], list[tuple[FieldRequest, int]]]:
+        """`read` where each entry's valueType and nvmlReturn are the last read's: the
+        values then, and each entry whose value's bytes changed decoded again (on a GPU
+        at work, energy and power: two or three of the batch's entries)."""
+        values = self._values  # kept: the caller gets a copy
+        if answers != self._answered:
+            success = pynvml.NVML_SUCCESS
+            # the bits that differ, entry i's value at bits 64 i to 64 i + 63
+            changed = int.from_bytes(answers, "little") ^ int.from_bytes(self._answered, "little")
+            while changed:
+                entry = ((changed & -changed).bit_length() - 1) // 64  # the first that did
+                for request, code, value in self.answers(entry, entry + 1):
+                    if code == success:
+                        values[request.key] = value
+                changed &= -1 << 64 * (entry + 1)  # the entries after it
+            self._answered = answers
+        return dict(values), list(self._failures)
 
 
 _BATCHES_PER_DEVICE = 4  # the interval's batch, the device-static one, a few in between
+
+
+class _LastCall(NamedTuple):
+    """A device's last `read_fields`: its requests, the fields unsupported then, and the
+    batch of the supported ones."""
+
+    requests: tuple[FieldRequest, ...]
+    unsupported: frozenset[str]
+    batch: FieldBatch
 
 
 def _batch(d: Device, requests: tuple[FieldRequest, ...]) -> FieldBatch:
@@ -463,10 +509,17 @@ def read_fields(
     """One nvmlDeviceGetFieldValues call for every wanted, supported field: key -> value;
     None where the call failed as a whole (nvml.h: it populated none of them)."""
     unsupported = d.unsupported_fields
-    wanted = tuple(r for r in requests if r.key not in unsupported)
-    if not wanted:
-        return {}
-    batch = _batch(d, wanted)
+    last: _LastCall | None = d.last_field_call
+    if last is not None and last.requests == requests and last.unsupported == unsupported:
+        # the common case: the same requests as the last call, and no field unsupported
+        # since (nor forgotten): the same supported ones, in the same batch
+        batch = last.batch
+    else:
+        wanted = tuple(r for r in requests if r.key not in unsupported)
+        if not wanted:
+            return {}
+        batch = _batch(d, wanted)
+        d.last_field_call = _LastCall(tuple(requests), frozenset(unsupported), batch)
     fetched = calls.call(
         "nvmlDeviceGetFieldValues", batch.fetch, d.handle, device=d, key="field_values"
     )

@@ -123,6 +123,7 @@ _CLOCK_IDS: dict[str, int] = {
     "video": pynvml.NVML_CLOCK_VIDEO,
 }
 
+_CLOCK_KEYS = {clock: f"clock_{clock}" for clock in CLOCK_NAMES}  # remembered as unsupported
 _SAMPLING_TYPES: dict[str, int] = {
     "gpu": pynvml.NVML_GPU_UTILIZATION_SAMPLES,
     "memory_controller": pynvml.NVML_MEMORY_UTILIZATION_SAMPLES,
@@ -909,13 +910,33 @@ class _NvmlReader:
         )
 
     def clocks(self) -> ClocksReading:
+        call, d = self._backend.calls.call, self._d
         hertz: dict[str, float] = {}
-        for clock in CLOCK_NAMES:
-            mhz = self._q(f"clock_{clock}", pynvml.nvmlDeviceGetClockInfo, _CLOCK_IDS[clock])
+        for clock, key in _CLOCK_KEYS.items():
+            mhz = call(
+                "nvmlDeviceGetClockInfo",
+                structs.clock_info,
+                d.handle,
+                _CLOCK_IDS[clock],
+                device=d,
+                key=key,
+            )
             if mhz is not None:
-                hertz[clock] = float(mhz) * 1e6
-        pstate = self._q("pstate", pynvml.nvmlDeviceGetPerformanceState)
-        mask = self._q("clocks_event_reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
+                hertz[clock] = mhz * 1e6
+        pstate = call(
+            "nvmlDeviceGetPerformanceState",
+            structs.performance_state,
+            d.handle,
+            device=d,
+            key="pstate",
+        )
+        mask = call(
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            structs.clocks_event_reasons,
+            d.handle,
+            device=d,
+            key="clocks_event_reasons",
+        )
         if mask is None and "clocks_event_reasons" in self._d.unsupported:
             # before R535 the same bits come from the call under its older name
             mask = self._q(

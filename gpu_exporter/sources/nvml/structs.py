@@ -1,5 +1,9 @@
 """The small fixed-size answers read from every GPU every interval, as plain ctypes.
 
+The clocks, the performance state and the clocks-event mask, one integer each, are read
+the same way: pynvml's wrappers add a ctypes enum and a Python check to each of the six
+calls a GPU's clocks take.
+
 pynvml returns these as `_PrintableStructure`s, whose `__getattribute__` and
 `__setattr__` are Python: every member set or read is a Python call (about 5 us a GPU and
 interval for memory, temperature and utilization together, of an idle exporter's few
@@ -97,3 +101,29 @@ def utilization_rates(handle: Any) -> Rates:
     rates = Utilization()
     _call("nvmlDeviceGetUtilizationRates", handle, rates)
     return Rates(rates.gpu, rates.memory)
+
+
+def _uint(
+    symbol: str, handle: Any, *args: Any, out: type[ctypes._SimpleCData[int]] = ctypes.c_uint
+) -> int:
+    """`symbol(handle, *args, &value)` for one integer answer; raises `pynvml.NVMLError`."""
+    value = out()
+    ret = pynvml._nvmlGetFunctionPointer(symbol)(handle, *args, ctypes.byref(value))
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+    return int(value.value)
+
+
+def clock_info(handle: Any, clock_type: int) -> int:
+    """`nvmlDeviceGetClockInfo`: the clock's current MHz."""
+    return _uint("nvmlDeviceGetClockInfo", handle, ctypes.c_uint(clock_type))
+
+
+def performance_state(handle: Any) -> int:
+    """`nvmlDeviceGetPerformanceState`: P0 (0) to P15, NVML_PSTATE_UNKNOWN (32)."""
+    return _uint("nvmlDeviceGetPerformanceState", handle)
+
+
+def clocks_event_reasons(handle: Any) -> int:
+    """`nvmlDeviceGetCurrentClocksEventReasons`: the mask of what holds the clocks down."""
+    return _uint("nvmlDeviceGetCurrentClocksEventReasons", handle, out=ctypes.c_ulonglong)

@@ -809,6 +809,13 @@ class _NvmlReader:
     def _q(self, key: str, fn: Callable[..., T], *args: Any) -> T | None:
         return self._backend.calls.query(self._d, key, fn, *args)
 
+    def _c(self, function: str, key: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """`fn(handle, *args)`, a `structs` read of the C `function` (the name it is
+        counted under), remembered as unsupported under `key`."""
+        return self._backend.calls.call(
+            function, fn, self._d.handle, *args, device=self._d, key=key
+        )
+
     def _slow(
         self, key: str, fn: Callable[..., T], *args: Any, quiet_if: Callable[[T], bool] = _always
     ) -> T | None:
@@ -830,12 +837,8 @@ class _NvmlReader:
         newest = self._state.newest_samples
         gpu, mc = newest.get("gpu"), newest.get("memory_controller")
         if gpu is None or mc is None:
-            rates = self._backend.calls.call(
-                "nvmlDeviceGetUtilizationRates",
-                structs.utilization_rates,
-                self._d.handle,
-                device=self._d,
-                key="utilization",
+            rates = self._c(
+                "nvmlDeviceGetUtilizationRates", "utilization", structs.utilization_rates
             )
             gpu = rates.gpu / 100.0 if rates is not None else None
             mc = rates.memory / 100.0 if rates is not None else None
@@ -854,13 +857,11 @@ class _NvmlReader:
     def temperature(self) -> TemperatureReading:
         temp = None
         if _TEMPERATURE_V:  # the call nvml.h 13 names instead (R570 and newer)
-            temp = self._backend.calls.call(
+            temp = self._c(
                 "nvmlDeviceGetTemperatureV",
+                "temperature_v",
                 structs.temperature_v,
-                self._d.handle,
                 pynvml.NVML_TEMPERATURE_GPU,
-                device=self._d,
-                key="temperature_v",
             )
         if temp is None and (not _TEMPERATURE_V or "temperature_v" in self._d.unsupported):
             temp = self._q(
@@ -910,32 +911,16 @@ class _NvmlReader:
         )
 
     def clocks(self) -> ClocksReading:
-        call, d = self._backend.calls.call, self._d
         hertz: dict[str, float] = {}
         for clock, key in _CLOCK_KEYS.items():
-            mhz = call(
-                "nvmlDeviceGetClockInfo",
-                structs.clock_info,
-                d.handle,
-                _CLOCK_IDS[clock],
-                device=d,
-                key=key,
-            )
+            mhz = self._c("nvmlDeviceGetClockInfo", key, structs.clock_info, _CLOCK_IDS[clock])
             if mhz is not None:
                 hertz[clock] = mhz * 1e6
-        pstate = call(
-            "nvmlDeviceGetPerformanceState",
-            structs.performance_state,
-            d.handle,
-            device=d,
-            key="pstate",
-        )
-        mask = call(
+        pstate = self._c("nvmlDeviceGetPerformanceState", "pstate", structs.performance_state)
+        mask = self._c(
             "nvmlDeviceGetCurrentClocksEventReasons",
+            "clocks_event_reasons",
             structs.clocks_event_reasons,
-            d.handle,
-            device=d,
-            key="clocks_event_reasons",
         )
         if mask is None and "clocks_event_reasons" in self._d.unsupported:
             # before R535 the same bits come from the call under its older name

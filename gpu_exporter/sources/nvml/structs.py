@@ -1,15 +1,15 @@
 """The small fixed-size answers read from every GPU every interval, as plain ctypes.
 
-The clocks, the performance state and the clocks-event mask, one integer each, are read
-the same way: pynvml's wrappers add a ctypes enum and a Python check to each of the six
-calls a GPU's clocks take.
-
 pynvml returns these as `_PrintableStructure`s, whose `__getattribute__` and
 `__setattr__` are Python: every member set or read is a Python call (about 5 us a GPU and
 interval for memory, temperature and utilization together, of an idle exporter's few
 hundred). Here each is a plain `ctypes.Structure` laid out as nvml.h declares it
-(tests/test_nvml_header.py compares them with the header), filled by one call looked up
-through `pynvml._nvmlGetFunctionPointer` as pynvml's own wrappers do: a missing symbol is
+(tests/test_nvml_header.py compares them with the header). The clocks, the performance
+state and the clocks-event mask, one integer each, are read the same way: pynvml's
+wrappers add a ctypes enum and a frame to each of the six calls a GPU's clocks take.
+
+Each is one call looked up through `pynvml._nvmlGetFunctionPointer` and checked with
+`pynvml._nvmlCheckReturn`, as pynvml's own wrappers do: a missing symbol is
 NVML_ERROR_FUNCTION_NOT_FOUND, and every error is raised as `pynvml.NVMLError` for
 `NvmlCalls.call` to classify. What comes back is plain Python values.
 """
@@ -75,42 +75,38 @@ class Rates(NamedTuple):
     memory: int
 
 
-def _call(symbol: str, handle: Any, answer: ctypes.Structure) -> None:
-    """`symbol(handle, &answer)`; raises `pynvml.NVMLError` unless NVML_SUCCESS."""
-    ret = pynvml._nvmlGetFunctionPointer(symbol)(handle, ctypes.byref(answer))
-    if ret != pynvml.NVML_SUCCESS:
-        raise pynvml.NVMLError(ret)
+def _call(symbol: str, *args: Any) -> None:
+    """`symbol(*args)`; raises `pynvml.NVMLError` unless NVML_SUCCESS."""
+    pynvml._nvmlCheckReturn(pynvml._nvmlGetFunctionPointer(symbol)(*args))
 
 
 def memory_info_v2(handle: Any) -> Memory:
     """`nvmlDeviceGetMemoryInfo_v2`: its `used` leaves the driver's reservation out."""
     info = MemoryV2(MEMORY_V2_VERSION)
-    _call("nvmlDeviceGetMemoryInfo_v2", handle, info)
+    _call("nvmlDeviceGetMemoryInfo_v2", handle, ctypes.byref(info))
     return Memory(info.total, info.reserved, info.free, info.used)
 
 
 def temperature_v(handle: Any, sensor: int) -> int:
     """`nvmlDeviceGetTemperatureV` with the v1 structure: the sensor's degrees Celsius."""
     answer = TemperatureV1(TEMPERATURE_V1_VERSION, sensor)
-    _call("nvmlDeviceGetTemperatureV", handle, answer)
+    _call("nvmlDeviceGetTemperatureV", handle, ctypes.byref(answer))
     return int(answer.temperature)
 
 
 def utilization_rates(handle: Any) -> Rates:
     """`nvmlDeviceGetUtilizationRates`."""
     rates = Utilization()
-    _call("nvmlDeviceGetUtilizationRates", handle, rates)
+    _call("nvmlDeviceGetUtilizationRates", handle, ctypes.byref(rates))
     return Rates(rates.gpu, rates.memory)
 
 
 def _uint(
     symbol: str, handle: Any, *args: Any, out: type[ctypes._SimpleCData[int]] = ctypes.c_uint
 ) -> int:
-    """`symbol(handle, *args, &value)` for one integer answer; raises `pynvml.NVMLError`."""
+    """`symbol(handle, *args, &value)` for one integer answer."""
     value = out()
-    ret = pynvml._nvmlGetFunctionPointer(symbol)(handle, *args, ctypes.byref(value))
-    if ret != pynvml.NVML_SUCCESS:
-        raise pynvml.NVMLError(ret)
+    _call(symbol, handle, *args, ctypes.byref(value))
     return int(value.value)
 
 

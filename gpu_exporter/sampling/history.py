@@ -443,7 +443,7 @@ class History:
             _active(reasons, ("sw_power_cap",)),  # power_capped_ratio
             _active(reasons, THERMAL_THROTTLE_REASONS),  # thermal_throttled_ratio
         )
-        return [math.nan if v is None else float(v) for v in values]
+        return list(map(_value, values))
 
     def _busy(self, key: GpuKey, now: _Previous, read: bool) -> float | None:
         """The busy share since the sample that last read the buffers, when this one read

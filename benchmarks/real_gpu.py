@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import http.client
+import itertools
 import os
 import platform
 import re
@@ -50,6 +51,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +70,24 @@ SECONDS_PER_FUNCTION = 0.4  # a dear function gets fewer calls
 TIMING_BUDGET_SECONDS = 75.0  # all of part 1
 DEAR_FIELD_US = 50.0  # a field dearer than this may share its driver query with a neighbour
 PHASE_SECONDS = 20.0
+COVERAGE_CALLS = 5  # reads of each buffer, whole and since its newest entry
+COVERAGE_WAIT_SECONDS = 12.0  # between the two looks at the buffers
 SETTLE_SECONDS = 5.0  # after a phase's load starts, before its window
 WARM_UP_SECONDS = 8.0  # after both exporters answer
 MAX_SCRAPE_BYTES = 16 << 20
+SCRAPE_FILE = "metrics.txt"  # our last scrape, in --out
+NVIDIA_SMI_FILE = "nvidia-smi.txt"  # nvidia-smi at that moment, in --out
+SMI_QUERY = (
+    "timestamp,memory.total,memory.reserved,memory.used,memory.free,temperature.gpu,"
+    "temperature.memory,clocks.sm,clocks.mem,clocks.gr,clocks.video,pstate,power.draw,"
+    "clocks_event_reasons.active,utilization.gpu,utilization.memory,pcie.link.gen.current,"
+    "pcie.link.width.current,fan.speed,ecc.mode.current"
+)
 STANDIN_SOURCE = HERE / "standin_nvml" / "standin_nvml.c"
 
-# the load on GPU 0 (or CUDA_VISIBLE_DEVICES' first): a matmul loop, full speed or
-# starved, or 97% of the memory held by a process that does nothing
+# the load on GPU 0 (or CUDA_VISIBLE_DEVICES' first): a matmul loop, full speed, starved
+# or the first half of each second ("square"), or 97% of the memory held by a process
+# that does nothing
 LOAD = textwrap.dedent(
     """
     import sys, time, torch
@@ -89,6 +102,12 @@ LOAD = textwrap.dedent(
     a = torch.randn(4096, 4096, device="cuda")
     b = torch.randn(4096, 4096, device="cuda")
     print("ready", flush=True)
+    while kind == "square":  # kernels the first half of each wall-clock second
+        while time.time() % 1.0 < 0.5:
+            for _ in range(10):
+                c = a @ b
+            torch.cuda.synchronize()
+        time.sleep(1.0 - time.time() % 1.0)
     while True:
         for _ in range(20 if starved else 200):
             c = a @ b
@@ -194,8 +213,10 @@ def timers(pynvml: Any, handle: Any) -> dict[str, Callable[[], object]]:
         "nvmlDeviceGetMaxMigDeviceCount": lambda: n.nvmlDeviceGetMaxMigDeviceCount(h),
         "nvmlGpmQueryDeviceSupport": lambda: n.nvmlGpmQueryDeviceSupport(h),
         "nvmlDeviceGetSupportedEventTypes": lambda: n.nvmlDeviceGetSupportedEventTypes(h),
+        # pynvml's wrappers pass the structure as given: by reference, as the exporter
+        # does (by value, R580 with pynvml 13.615 crashed the process on an H200)
         "nvmlDeviceGetGpuFabricInfo": lambda: n.nvmlDeviceGetGpuFabricInfo(
-            h, n.c_nvmlGpuFabricInfo_t()
+            h, ctypes.byref(n.c_nvmlGpuFabricInfo_t())
         ),
     }
     if hasattr(n, "c_nvmlGpuFabricInfo_v2_t"):
@@ -203,7 +224,7 @@ def timers(pynvml: Any, handle: Any) -> dict[str, Callable[[], object]]:
         def fabric_v() -> object:
             info = n.c_nvmlGpuFabricInfo_v2_t()
             info.version = n.nvmlGpuFabricInfo_v2
-            return n.nvmlDeviceGetGpuFabricInfoV(h, info)
+            return n.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
 
         calls["nvmlDeviceGetGpuFabricInfoV"] = fabric_v
     calls.update(gpm_timers(n, h))
@@ -578,6 +599,133 @@ def measure_costs(pynvml: Any, out: Path) -> Path:
     return path
 
 
+def structs_check(pynvml: Any, handle: Any) -> list[str]:
+    """`sources/nvml/structs.py`'s plain ctypes reads beside pynvml's own, one after the
+    other on GPU 0: the layouts and version words against the real driver. Totals must
+    agree exactly; clocks and rates may move between the two reads."""
+    from gpu_exporter.sources.nvml import structs
+
+    def pair(name: str, ours: Callable[[], Any], theirs: Callable[[], Any]) -> str:
+        try:
+            a: Any = ours()
+        except Exception as error:  # the driver's answer is what is being checked
+            a = f"error {error}"
+        try:
+            b: Any = theirs()
+        except Exception as error:
+            b = f"error {error}"
+        return f"| {name} | {a} | {b} |"
+
+    def memory() -> tuple[int, int, int, int]:
+        m = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        return (m.total, m.reserved, m.free, m.used)
+
+    def rates() -> tuple[int, int]:
+        u = pynvml.nvmlDeviceGetUtilizationRates(handle)
+        return (u.gpu, u.memory)
+
+    lines = ["| read | structs.py | pynvml |", "|---|---|---|"]
+    lines.append(pair("memory v2", lambda: tuple(structs.memory_info_v2(handle)), memory))
+    gpu_sensor = pynvml.NVML_TEMPERATURE_GPU
+    lines.append(
+        pair(
+            "temperature V (GPU)",
+            lambda: structs.temperature_v(handle, gpu_sensor),
+            lambda: pynvml.nvmlDeviceGetTemperature(handle, gpu_sensor),
+        )
+    )
+    lines.append(pair("utilization rates", lambda: tuple(structs.utilization_rates(handle)), rates))
+    for clock in ("GRAPHICS", "SM", "MEM", "VIDEO"):
+        kind: int = getattr(pynvml, f"NVML_CLOCK_{clock}")
+        lines.append(
+            pair(
+                f"clock {clock}",
+                partial(structs.clock_info, handle, kind),
+                partial(pynvml.nvmlDeviceGetClockInfo, handle, kind),
+            )
+        )
+    lines.append(
+        pair(
+            "performance state",
+            lambda: structs.performance_state(handle),
+            lambda: pynvml.nvmlDeviceGetPerformanceState(handle),
+        )
+    )
+    lines.append(
+        pair(
+            "clocks-event reasons",
+            lambda: hex(structs.clocks_event_reasons(handle)),
+            lambda: hex(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)),
+        )
+    )
+    return lines
+
+
+def buffer_coverage(pynvml: Any, handle: Any) -> list[str]:
+    """With a process running kernels on GPU 0: how far back each sample buffer reaches
+    (`buffer_reads.py` reads one before it wraps), its entries' spacing, and what one
+    read costs this thread's CPU, read whole (since 0) and as the exporter reads it (since
+    its newest entry); then again COVERAGE_WAIT_SECONDS later, to see the oldest entry move."""
+    from gpu_exporter.sources.nvml import buffers
+
+    samples = {
+        "GPU samples": pynvml.NVML_GPU_UTILIZATION_SAMPLES,
+        "memory-controller samples": pynvml.NVML_MEMORY_UTILIZATION_SAMPLES,
+    }
+    kept = {name: buffers.sample_buffer() for name in samples}
+    per_process = buffers.process_sample_buffer()
+
+    def read(kind: str, since: int) -> list[tuple[int | None, int]]:
+        """(PID or None, timestamp us) of the entries, in one call as the exporter makes it."""
+        if kind in samples:
+            entries = buffers.samples(handle, kept[kind], samples[kind], since)
+            return [(None, ts) for ts, _ in entries]
+        return [
+            (e.pid, e.timestamp_us) for e in buffers.process_utilization(handle, per_process, since)
+        ]
+
+    lines = [
+        "| buffer | read | entries | PIDs | oldest, s ago | span s | median spacing ms "
+        "| CPU us, whole / since newest |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for turn in (1, 2):
+        for name in (*samples, "per-process samples"):
+            try:
+                costs: list[float] = []
+                entries: list[tuple[int | None, int]] = []
+                for _ in range(COVERAGE_CALLS):
+                    t0 = time.thread_time_ns()
+                    entries = read(name, 0)
+                    costs.append((time.thread_time_ns() - t0) / 1e3)
+                stamps = sorted(ts for _, ts in entries)
+                newest = stamps[-1] if stamps else 0
+                since_costs = []
+                for _ in range(COVERAGE_CALLS):
+                    t0 = time.thread_time_ns()
+                    try:
+                        read(name, newest)
+                    except pynvml.NVMLError:
+                        pass  # nothing newer: NOT_FOUND, costed all the same
+                    since_costs.append((time.thread_time_ns() - t0) / 1e3)
+            except pynvml.NVMLError as error:
+                lines.append(f"| {name} | {turn} | {error} | | | | | |")
+                continue
+            pids = len({pid for pid, _ in entries if pid is not None}) or ""
+            gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a]
+            ago = (time.time() * 1e6 - stamps[0]) / 1e6 if stamps else float("nan")
+            span = (stamps[-1] - stamps[0]) / 1e6 if stamps else float("nan")
+            spacing = statistics.median(gaps) / 1e3 if gaps else float("nan")
+            lines.append(
+                f"| {name} | {turn} | {len(entries)} | {pids} | {ago:.1f} | {span:.1f} | "
+                f"{spacing:.0f} | {statistics.median(costs):.0f} / "
+                f"{statistics.median(since_costs):.0f} |"
+            )
+        if turn == 1:
+            time.sleep(COVERAGE_WAIT_SECONDS)
+    return lines
+
+
 # ---- part 2: side by side ------------------------------------------------------------
 
 
@@ -659,7 +807,7 @@ def torch_ready(python: str) -> bool:
 
 @contextmanager
 def load(python: str, kind: str) -> Iterator[None]:
-    """The matmul loop, `kind` "busy" or "starved", until the block ends."""
+    """The load `kind` ("busy", "starved", "square" or "hold") until the block ends."""
     with started([python, "-c", LOAD, kind], stdout=subprocess.PIPE) as program:
         assert program.stdout is not None
         if program.stdout.readline().strip() != b"ready":
@@ -670,8 +818,9 @@ def load(python: str, kind: str) -> Iterator[None]:
 
 def side_by_side(
     nvitop: Path | None, torch_python: str | None
-) -> tuple[list[Phase], str, list[str]]:
-    """Part 2: both exporters at once through the phases; our last scrape; notes."""
+) -> tuple[list[Phase], str, str, list[str]]:
+    """Part 2: both exporters at once through the phases; our last scrape; nvidia-smi's
+    answers at that moment; notes."""
     notes: list[str] = []
     ours_port, theirs_port = bench.free_port(), bench.free_port()
     quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
@@ -698,7 +847,23 @@ def side_by_side(
             with load(torch_python, "hold"):
                 phases.append(measure_phase("97% of the memory held, idle", pids))
         scrape = scrape_text(ours_port)
-    return phases, scrape, notes
+        notes.append(f"nvidia-smi at our last scrape: {NVIDIA_SMI_FILE} beside {SCRAPE_FILE}")
+        smi = nvidia_smi_now()
+    return phases, scrape, smi, notes
+
+
+def nvidia_smi_now() -> str:
+    """`nvidia-smi --query-gpu` of the values the exporter reads, and `-q`, at this moment:
+    the driver's own tool beside our scrape (a check of our reads, not of our arithmetic)."""
+    out = []
+    query = ["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv"]
+    for command in (query, ["nvidia-smi", "-q"]):
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+            out.append(run.stdout + run.stderr)
+        except (OSError, subprocess.SubprocessError) as error:
+            out.append(f"{command[0]}: {error}\n")
+    return "\n".join(out)
 
 
 def scrape_text(port: int) -> str:
@@ -815,12 +980,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpu = pynvml.nvmlDeviceGetName(handle)
         gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
         gpu += f", driver {pynvml.nvmlSystemGetDriverVersion()}"
+        checked = structs_check(pynvml, handle)
         costs = None if args.no_costs else measure_costs(pynvml, args.out)
     finally:
         pynvml.nvmlShutdown()
     torch_python = args.torch_python if torch_ready(args.torch_python) else None
-    phases, scrape, notes = side_by_side(nvitop_program(args.nvitop), torch_python)
+    phases, scrape, smi, notes = side_by_side(nvitop_program(args.nvitop), torch_python)
+    coverage: list[str] = []
+    if torch_python is not None:
+        pynvml.nvmlInit()
+        try:
+            with load(torch_python, "busy"):
+                coverage = buffer_coverage(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
+        finally:
+            pynvml.nvmlShutdown()
+    (args.out / SCRAPE_FILE).write_text(scrape)
+    (args.out / NVIDIA_SMI_FILE).write_text(smi)
     lines = report(phases, scrape, notes, costs, gpu)
+    lines += [
+        "",
+        "Our plain ctypes reads (`structs.py`) beside pynvml's, GPU 0 idle:",
+        "",
+        *checked,
+    ]
+    if coverage:
+        lines += ["", "The sample buffers, a training loop at full speed on GPU 0:", "", *coverage]
     lines += ["", f"The run took {time.monotonic() - started_at:.0f} s."]
     text = "\n".join(lines) + "\n"
     (args.out / "report.md").write_text(text)

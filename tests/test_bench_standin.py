@@ -118,6 +118,8 @@ def test_a_malformed_cost_file_is_refused_whole_and_the_program_runs_free(
 def test_real_gpu_py_helps_and_writes_cost_files_the_stand_in_charges(tmp_path: Path) -> None:
     shown = python(["benchmarks/real_gpu.py", "--help"], dict(os.environ))
     assert "--out DIR" in shown.stdout
+    shown = python(["benchmarks/real_gpu_process_samples.py", "--help"], dict(os.environ))
+    assert "--torch-python" in shown.stdout
     made_up = [
         cost_file.Cost("nvmlDeviceGetSamples", 2345.0, "151 calls"),
         cost_file.Cost("nvmlDeviceGetMemoryInfo_v2", 6.5),
@@ -159,9 +161,18 @@ def test_real_gpu_py_measures_the_costs_the_stand_in_charges(tmp_path: Path) -> 
     measure = (
         "import sys, pynvml; sys.path.insert(0, 'benchmarks'); import real_gpu; "
         "from pathlib import Path; pynvml.nvmlInit(); "
-        f"real_gpu.measure_costs(pynvml, Path({str(tmp_path)!r}))"
+        f"real_gpu.measure_costs(pynvml, Path({str(tmp_path)!r})); "
+        "h = pynvml.nvmlDeviceGetHandleByIndex(0); real_gpu.COVERAGE_WAIT_SECONDS = 0; "
+        "print('\\n'.join(real_gpu.structs_check(pynvml, h))); "
+        "print('\\n'.join(real_gpu.buffer_coverage(pynvml, h)))"
     )
-    python(["-c", measure], env)
+    shown = python(["-c", measure], env).stdout
+    # our plain ctypes reads beside pynvml's: the same answers
+    rows = {row.split(" | ")[0]: row.split(" | ")[1:] for row in shown.splitlines()}
+    assert rows["| memory v2"][0] == rows["| memory v2"][1].rstrip(" |"), shown
+    assert rows["| clock SM"][0] == rows["| clock SM"][1].rstrip(" |"), shown
+    # the buffers' reach, twice: the stand-in's 100 entries a ring
+    assert shown.count("| GPU samples | ") == 2 and "| GPU samples | 1 | 100 |" in shown, shown
     measured = cost_file.read(tmp_path / "nvml-costs.txt")
     h200 = cost_file.read(standin.H200_COSTS)
     for name in (
@@ -170,6 +181,8 @@ def test_real_gpu_py_measures_the_costs_the_stand_in_charges(tmp_path: Path) -> 
         "field.83",
         "fieldgroup.74-76",
         "field.173",
+        "nvmlDeviceGetProcessUtilization",
+        "nvmlDeviceGetMaxClockInfo",
     ):
         assert measured[name] >= h200[name] * 0.95, name  # the burn is a floor
     assert "field.74" not in measured and "field.76" not in measured

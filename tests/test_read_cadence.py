@@ -19,8 +19,9 @@ from typing import Any
 import pynvml as M  # noqa: N812 (nvml.h's names)
 import pytest
 
+from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.metrics.catalogue import METRICS, READ
-from gpu_exporter.model import Snapshot
+from gpu_exporter.model import HostProcess, Snapshot
 from gpu_exporter.sampling.buffer_reads import BufferRead, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.sampler import Sampler
@@ -368,6 +369,8 @@ def test_a_busy_gpu_s_buffers_are_read_before_they_wrap_and_cover_every_second(
 
 
 def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Install) -> None:
+    """Nor its per-process buffer: nvmlDeviceGetProcessUtilization cost a real H200 on
+    R580 2.1 ms of CPU a call answering "no process" (benchmarks/README.md, 2026-11-30)."""
     gpu = h100()
     gpu.compute_processes = []
     with_memory_used(gpu, 0)  # no context: what an idle H100 reports (the captures' 0 MiB)
@@ -378,25 +381,71 @@ def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Insta
         sampler.sample_once()
         clock.now += 1
     before = lib.count("nvmlDeviceGetSamples", gpu=0)
+    per_process = lib.count("nvmlDeviceGetProcessUtilization", gpu=0)
+    assert per_process == 0  # no process listed: no entry would credit one
     for _ in range(300):  # five idle minutes
         fill(gpu, clock, 0)
         snapshot = sampler.sample_once()
         clock.now += 1
     assert lib.count("nvmlDeviceGetSamples", gpu=0) == before  # not one read
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == per_process
     idle_busy, idle_uncovered = busy_of(snapshot)
     assert idle_uncovered == 0.0  # held no process: idle, not a gap
     gpu.compute_processes = [(4242, 1 << 30)]  # a job starts, busy at once
     with_memory_used(gpu, 1 << 30)
     fill(gpu, clock, 90)
     sampler.sample_once()  # lists it: the buffers are read at the next interval
+    # its per-process entries in the interval it is listed
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == per_process + 1
     clock.now += 1
     fill(gpu, clock, 90)
     snapshot = sampler.sample_once()
     sampler.stop(0)
     assert lib.count("nvmlDeviceGetSamples", gpu=0) == before + 2
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == per_process + 2
     busy, uncovered = busy_of(snapshot)
     assert uncovered == 0.0
     assert busy - idle_busy == pytest.approx(0.9 * 2, abs=0.9 * 0.4)  # its first seconds
+
+
+def test_a_gpu_in_use_with_nothing_listed_asks_the_graphics_list_not_per_process_samples(
+    install: Install,
+) -> None:
+    """A context NVML lists nowhere (another container's, a vGPU guest's) keeps the GPU in
+    use: per-process entries would credit no listed process (2.1 ms of a real H200's CPU
+    a call), so the graphics list (microseconds) is read each interval instead, and a
+    renderer that starts is listed the interval it appears, its entries read from then."""
+    gpu = h100()
+    gpu.compute_processes = []
+    gpu.graphics_processes = []
+    with_memory_used(gpu, 2 << 30)  # the unlisted context's memory
+    lib, backend, clock = started(install, gpu)
+    sampler = Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=60.0,
+        collectors=COLLECTORS,
+        attribute_processes=ProcessAttributor(lookup=lambda pid: HostProcess(process="Xorg")),
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+    graphics = "nvmlDeviceGetGraphicsRunningProcesses_v3"
+    for _ in range(10):
+        fill(gpu, clock, half_of_every_second)
+        sampler.sample_once()
+        clock.now += 1
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == 0
+    assert lib.count(graphics, gpu=0) == 10  # once a minute were it idle
+    gpu.graphics_processes = [(200, 1 << 30)]  # a renderer starts
+    gpu.process_samples = [(200, int(clock.monotonic() * 1e6), 30, 5)]
+    fill(gpu, clock, half_of_every_second)
+    snapshot = sampler.sample_once()
+    sampler.stop(0)
+    attribution = snapshot.devices[0].attribution
+    assert attribution is not None
+    assert [(p.pid, p.context) for p in attribution.processes] == [("200", "graphics")]
+    assert attribution.processes[0].sm_ratio == pytest.approx(0.3)
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == 1
 
 
 def half_of_every_second(ts_us: int) -> int:

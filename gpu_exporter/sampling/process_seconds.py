@@ -1,11 +1,14 @@
 """SM seconds per process, integrated from NVML's per-process utilization samples.
 
-`nvmlDeviceGetProcessUtilization` returns, for every driver sample period since the
-timestamp asked for, one entry per process that ran kernels in it: its SM share of the
-period and the period's end (`ProcessUtilization.timestamp_us`). Summing `share *
-period` per process gives the SM time it used, however fast its utilization flickers,
-as `sampling/busy.py` does for the GPU's own buffer; `gpu_process_sm_seconds_total`
-exports the sum, so its rate over any window is the process's true average share.
+`nvmlDeviceGetProcessUtilization` returns, per process that ran kernels since the
+timestamp asked for, an entry: its SM share and when it was written
+(`ProcessUtilization.timestamp_us`). A real H200 on R580 writes one entry per process and
+read, its share averaged over the time since the timestamp asked for (at most one per
+driver period, 200 ms there; docs/what-nvml-really-does.md); a driver that keeps one
+entry per period gives several. Either way, summing `share * spacing` per process gives
+the SM time it used, however fast its utilization flickers, as `sampling/busy.py` does
+for the GPU's own buffer; `gpu_process_sm_seconds_total` exports the sum, so its rate
+over any window is the process's true average share.
 
 - **No entry means idle**: the driver lists a process only for the periods in which it
   ran. An entry therefore covers the time since that process's previous entry only
@@ -25,8 +28,8 @@ exports the sum, so its rate over any window is the process's true average share
   back by the step, so the entries after it are counted, once. (A step forward only
   leaves one longer spacing, which covers one period, as any gap does.)
 
-No extra driver call: these are the entries the sampler already reads each interval for
-`gpu_process_utilization_ratio` (the newest entry's share).
+No extra driver call: these are the entries the sampler reads each interval that lists a
+process, for `gpu_process_utilization_ratio` (the newest entry's share).
 """
 
 from __future__ import annotations

@@ -596,8 +596,9 @@ class Sampler:
             reading = backend.device_reading(index, collectors)
             processes = utilization = None
             if "process" in collectors:
-                processes = backend.processes(index)
-                utilization = backend.process_utilization(index, proc_since)
+                processes = backend.processes(index, in_use=buffers is not BufferRead.IDLE)
+                if processes:  # per-process entries credit listed processes only
+                    utilization = backend.process_utilization(index, proc_since)
             return DeviceRaw(device, reading, gpu_samples, mc_samples, processes, utilization)
 
         return read

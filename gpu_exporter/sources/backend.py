@@ -221,9 +221,11 @@ class Backend(Protocol):
     ) -> Sequence[UtilizationSample] | None:
         """Buffer entries newer than `since_us`, oldest first; None when unsupported."""
 
-    def processes(self, index: int) -> Sequence[GpuProcess] | None:
+    def processes(self, index: int, *, in_use: bool = False) -> Sequence[GpuProcess] | None:
         """Compute and graphics processes on the device (under MIG, from each MIG device,
-        with its GPU and compute instance); None when unsupported."""
+        with its GPU and compute instance); None when unsupported. `in_use`: the GPU is
+        not idle (`sampling/buffer_reads.py`), so an empty compute list is no reason to
+        leave the graphics list to its slow cadence."""
 
     def process_utilization(self, index: int, since_us: int) -> Sequence[ProcessUtilization] | None:
         """Per-process samples newer than `since_us`; None when unsupported."""

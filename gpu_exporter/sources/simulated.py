@@ -560,7 +560,7 @@ class SimulatedBackend:
             for ts in range(first, last + 1, SAMPLE_PERIOD_US)
         ]
 
-    def processes(self, index: int) -> Sequence[GpuProcess] | None:
+    def processes(self, index: int, *, in_use: bool = False) -> Sequence[GpuProcess] | None:
         faults = self._check(index)
         if PROCESS_LIST in faults.unsupported:
             return None

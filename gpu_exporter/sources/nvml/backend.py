@@ -519,7 +519,7 @@ class PynvmlBackend:
             state.newest_samples[domain] = out[-1].ratio
         return out
 
-    def processes(self, index: int) -> Sequence[GpuProcess] | None:
+    def processes(self, index: int, *, in_use: bool = False) -> Sequence[GpuProcess] | None:
         state = self._state(index)
         slots = self.mig_slots(state, lists=True)
         if slots:  # under MIG the parent's list has no memory: ask each MIG device
@@ -527,6 +527,10 @@ class PynvmlBackend:
             return state.mig_lists.processes(state.interval, self.now(), slots, read)
         d = state.device
         compute = self._process_list(state, d, "compute_processes", _COMPUTE_PROCESSES)
+        if in_use and not compute:
+            # something holds the GPU and no compute process is listed: a graphics one,
+            # if any, is found now (a few microseconds), not from per-process samples
+            state.slow.pop("graphics_processes", None)
         graphics = self._graphics_processes(state)
         if compute is None and graphics is None:
             state.listed_pids = set()
@@ -546,7 +550,8 @@ class PynvmlBackend:
 
     def _graphics_processes(self, state: _DeviceState) -> list[buffers.ProcessEntry] | None:
         """The graphics list: every interval while it lists a process; while empty, every
-        SLOW_REFRESH_SECONDS, or at once when process utilization saw an unlisted PID."""
+        SLOW_REFRESH_SECONDS, or at once when process utilization saw an unlisted PID or
+        the GPU is in use with no compute process listed."""
         key = "graphics_processes"
         return self.slow(
             state,

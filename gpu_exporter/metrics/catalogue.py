@@ -1660,16 +1660,17 @@ METRICS: tuple[MetricSpec, ...] = (
     _p(
         "gpu_process_utilization_ratio",
         "gauge",
-        "Share of the GPU's SM time the process used over the driver's latest sample period "
-        "(0..1); 0 when it ran no kernel.",
+        "Share of the GPU's SM time the process used in the driver's newest per-process "
+        "entry, which averages it since the exporter's previous read (at least one driver "
+        "sample period) (0..1); 0 when it ran no kernel.",
         lambda p: p.sm_ratio,
     ),
     _p(
         "gpu_process_sm_seconds_total",
         "counter",
         "SM seconds the process used since the exporter first saw it: each of the driver's "
-        "per-process samples (its SM share of one sample period, with its own timestamp) "
-        "times the period it covers, as gpu_busy_seconds_total integrates the GPU's buffer. "
+        "per-process entries (its SM share since the previous read, with its own timestamp) "
+        "times the time it covers, as gpu_busy_seconds_total integrates the GPU's buffer. "
         "Its rate over any window is the process's average share of the GPU's SM time. A "
         "reused PID starts again at 0; left out under MIG and for the other roll-up.",
         lambda p: p.sm_seconds,
@@ -1677,8 +1678,8 @@ METRICS: tuple[MetricSpec, ...] = (
     _p(
         "gpu_process_memory_controller_utilization_ratio",
         "gauge",
-        "Share of the memory controller's time the process used over the driver's latest "
-        "sample period (0..1).",
+        "Share of the memory controller's time the process used in the driver's newest "
+        "per-process entry, which averages it since the exporter's previous read (0..1).",
         lambda p: p.memory_controller_ratio,
     ),
     _p(

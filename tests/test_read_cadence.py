@@ -408,6 +408,49 @@ def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Insta
     assert busy - idle_busy == pytest.approx(0.9 * 2, abs=0.9 * 0.4)  # its first seconds
 
 
+def test_a_job_that_starts_on_a_gpu_idle_since_the_exporter_started_counts_from_its_first_entry(
+    install: Install,
+) -> None:
+    """The per-process entries are not asked while nothing is listed, yet the intervals
+    with nothing listed are the counter's first reads: a job that starts later is not the
+    buffer's history, and its SM seconds count from its first entry."""
+    gpu = h100()
+    gpu.compute_processes = []
+    gpu.process_samples = []
+    with_memory_used(gpu, 0)
+    lib, backend, clock = started(install, gpu)
+    sampler = Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=60.0,
+        collectors=COLLECTORS,
+        attribute_processes=ProcessAttributor(lookup=lambda pid: HostProcess(process="python")),
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+    for _ in range(5):  # idle since the start
+        fill(gpu, clock, 0)
+        sampler.sample_once()
+        clock.now += 1
+    assert lib.count("nvmlDeviceGetProcessUtilization", gpu=0) == 0
+    gpu.compute_processes = [(4242, 1 << 30)]  # a job starts: 60% of its SM time
+    with_memory_used(gpu, 1 << 30)
+    written_us = int(clock.wall() * 1e6)
+    for _ in range(10):
+        clock.now += 1
+        now_us = int(clock.wall() * 1e6)
+        while written_us + SAMPLE_PERIOD_US <= now_us:
+            written_us += SAMPLE_PERIOD_US
+            gpu.process_samples.append((4242, written_us, 60, 5))
+        fill(gpu, clock, 60)
+        snapshot = sampler.sample_once()
+    sampler.stop(0)
+    attribution = snapshot.devices[0].attribution
+    assert attribution is not None
+    (job,) = attribution.processes
+    assert job.sm_seconds == pytest.approx(0.6 * 10, abs=0.15)  # from its first entry
+
+
 def test_a_gpu_in_use_with_nothing_listed_asks_the_graphics_list_not_per_process_samples(
     install: Install,
 ) -> None:

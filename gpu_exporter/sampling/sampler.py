@@ -599,6 +599,8 @@ class Sampler:
                 processes = backend.processes(index, in_use=buffers is not BufferRead.IDLE)
                 if processes:  # per-process entries credit listed processes only
                     utilization = backend.process_utilization(index, proc_since)
+                elif processes is not None:
+                    utilization = []  # nothing listed: no entry would credit a process
             return DeviceRaw(device, reading, gpu_samples, mc_samples, processes, utilization)
 
         return read

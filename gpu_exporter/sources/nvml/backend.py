@@ -177,6 +177,14 @@ class _DeviceState:
         self.gpm_supported = None
 
 
+_GRAPHICS_KEY = "graphics_processes"  # the graphics list's entry in a device's slow values
+
+
+def _graphics_due(state: _DeviceState) -> None:
+    """The graphics list is read at the next ask, whatever its slow cadence."""
+    state.slow.pop(_GRAPHICS_KEY, None)
+
+
 def _always(_value: Any) -> bool:
     """A setting: re-read on the slow cadence whatever it says."""
     return True
@@ -530,7 +538,7 @@ class PynvmlBackend:
         if in_use and not compute:
             # something holds the GPU and no compute process is listed: a graphics one,
             # if any, is found now (a few microseconds), not from per-process samples
-            state.slow.pop("graphics_processes", None)
+            _graphics_due(state)
         graphics = self._graphics_processes(state)
         if compute is None and graphics is None:
             state.listed_pids = set()
@@ -552,7 +560,7 @@ class PynvmlBackend:
         """The graphics list: every interval while it lists a process; while empty, every
         SLOW_REFRESH_SECONDS, or at once when process utilization saw an unlisted PID or
         the GPU is in use with no compute process listed."""
-        key = "graphics_processes"
+        key = _GRAPHICS_KEY
         return self.slow(
             state,
             key,
@@ -644,7 +652,7 @@ class PynvmlBackend:
             if s.timestamp_us > since_us
         ]
         if any(u.pid not in state.listed_pids for u in out):
-            state.slow.pop("graphics_processes", None)
+            _graphics_due(state)
         return out
 
     def host_process(self, pid: int) -> HostProcess | None:

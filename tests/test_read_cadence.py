@@ -408,6 +408,19 @@ def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Insta
     assert busy - idle_busy == pytest.approx(0.9 * 2, abs=0.9 * 0.4)  # its first seconds
 
 
+def attributing_sampler(backend: PynvmlBackend, clock: FakeClock, process: str) -> Sampler:
+    """A 1 s sampler on the fake clock whose processes are all named `process` on the host."""
+    return Sampler(
+        backend,
+        interval_seconds=1.0,
+        timeout_seconds=60.0,
+        collectors=COLLECTORS,
+        attribute_processes=ProcessAttributor(lookup=lambda pid: HostProcess(process=process)),
+        clock=clock.wall,
+        monotonic=clock.monotonic,
+    )
+
+
 def test_a_job_that_starts_on_a_gpu_idle_since_the_exporter_started_counts_from_its_first_entry(
     install: Install,
 ) -> None:
@@ -419,15 +432,7 @@ def test_a_job_that_starts_on_a_gpu_idle_since_the_exporter_started_counts_from_
     gpu.process_samples = []
     with_memory_used(gpu, 0)
     lib, backend, clock = started(install, gpu)
-    sampler = Sampler(
-        backend,
-        interval_seconds=1.0,
-        timeout_seconds=60.0,
-        collectors=COLLECTORS,
-        attribute_processes=ProcessAttributor(lookup=lambda pid: HostProcess(process="python")),
-        clock=clock.wall,
-        monotonic=clock.monotonic,
-    )
+    sampler = attributing_sampler(backend, clock, "python")
     for _ in range(5):  # idle since the start
         fill(gpu, clock, 0)
         sampler.sample_once()
@@ -463,15 +468,7 @@ def test_a_gpu_in_use_with_nothing_listed_asks_the_graphics_list_not_per_process
     gpu.graphics_processes = []
     with_memory_used(gpu, 2 << 30)  # the unlisted context's memory
     lib, backend, clock = started(install, gpu)
-    sampler = Sampler(
-        backend,
-        interval_seconds=1.0,
-        timeout_seconds=60.0,
-        collectors=COLLECTORS,
-        attribute_processes=ProcessAttributor(lookup=lambda pid: HostProcess(process="Xorg")),
-        clock=clock.wall,
-        monotonic=clock.monotonic,
-    )
+    sampler = attributing_sampler(backend, clock, "Xorg")
     graphics = "nvmlDeviceGetGraphicsRunningProcesses_v3"
     for _ in range(10):
         fill(gpu, clock, half_of_every_second)

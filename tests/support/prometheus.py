@@ -54,6 +54,12 @@ class Prometheus(LocalService):
             time.sleep(0.5)
         raise AssertionError(f"{expr!r} returned {result} after {timeout}s; log:\n{self.log()}")
 
+    def ranges_hold_their_start(self) -> bool:
+        """Whether a range selector counts a sample exactly at its start: Prometheus before
+        3.0 closes ranges at both ends (`[a, b]`), 3.0 and later leave the start out."""
+        version = str(self.api("status/buildinfo")["version"])
+        return int(version.split(".", 1)[0]) < 3
+
     def targets(self) -> list[dict[str, Any]]:
         return list(self.api("targets")["activeTargets"])
 

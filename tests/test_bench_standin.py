@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import cost_file  # noqa: E402
 import real_gpu  # noqa: E402
+import real_gpu_process_samples  # noqa: E402
 import standin  # noqa: E402  (benchmarks/ is no package)
 
 
@@ -221,3 +222,32 @@ def test_the_stand_in_makes_an_unlisted_gpu_busy_half_of_each_second(tmp_path: P
         assert f"{rates_busy} {rates_idle}" == expected
         if busy:
             assert int(entries) > 50 and wrong == "0"
+
+
+@pytest.mark.e2e
+def test_the_per_process_probe_runs_its_reads_against_the_stand_in(tmp_path: Path) -> None:
+    """`real_gpu_process_samples.py` runs on a lent GPU, minutes a session: its readers run
+    here first, against the stand-in (which lists this process on GPU 0), so a mistake in
+    them costs no device time. Each `since` moment asks every distance, in order."""
+    env = standin.environment(
+        [os.getpid()], tmp_path / "calls.bin", tmp_path / "names.json", 1, costs=None
+    )
+    probe = (
+        "import sys, time; sys.path.insert(0, 'benchmarks'); import pynvml; "
+        "import real_gpu_process_samples as probe; pynvml.nvmlInit(); "
+        "handle = pynvml.nvmlDeviceGetHandleByIndex(0); start = int(time.time() * 1e6); "
+        "print('\\n'.join(probe.reads(pynvml, handle, 0.05, 0.2, start))); print('--'); "
+        "print('\\n'.join(probe.sinces(pynvml, handle, start, moments=2, spacing=0.05)))"
+    )
+    readers, moments = python(["-c", probe], env).stdout.split("--\n")
+    assert all("s: " in line and "; GPU buffer " in line for line in readers.splitlines())
+    lines = moments.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        answers = line.split(": ", 1)[1].split("; ")
+        backs = [answer.split(" s back: ")[0] for answer in answers]
+        assert backs == [f"{back:g}" for back in real_gpu_process_samples.SINCE_BACK_SECONDS]
+        # this process's entry, none, or what NVML said (NOT_FOUND: nothing since then)
+        said = {a.split(" s back: ")[1] for a in answers if f"pid {os.getpid()}," not in a}
+        assert said <= {"no entry", "Not Found"}, line
+        assert any(f"pid {os.getpid()}," in a for a in answers), line  # 10 s back reach it

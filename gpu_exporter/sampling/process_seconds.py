@@ -4,7 +4,8 @@
 timestamp asked for, an entry: its SM share and when it was written
 (`ProcessUtilization.timestamp_us`). A real H200 on R580 writes one entry per process and
 read, its share averaged over the time since the timestamp asked for (at most one per
-driver period, 200 ms there; docs/what-nvml-really-does.md); a driver that keeps one
+driver period, 200 ms there; docs/what-nvml-really-does.md, which says what that run could
+not tell apart from a trailing second's average); a driver that keeps one
 entry per period gives several. Either way, summing `share * spacing` per process gives
 the SM time it used, however fast its utilization flickers, as `sampling/busy.py` does
 for the GPU's own buffer; `gpu_process_sm_seconds_total` exports the sum, so its rate

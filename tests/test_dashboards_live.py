@@ -24,6 +24,12 @@ window, so while a series is younger than `$__rate_interval` its rate reads low 
 GPU looks idle). That happens in production only when a GPU or node first appears; here
 every series is young, so the tests that check which GPUs were idle over the range use a
 range (`STEADY_RANGE`) that starts after the warm-up.
+
+A busy GPU's busy counter steps at each read of its sample buffers, every ~12 s unwatched
+(`sampling/buffer_reads.py`): against production's 1-minute rate windows that is five
+steps a window, against this fleet's 10 s ones none or one, and a busy GPU read 0 in one
+run of make test. So the fleet keeps the live page open (`LivePageViewer`): the buffers
+are read every interval, a step a scrape, as many steps a window as production sees.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -152,6 +159,37 @@ def _process_tree(workers: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
 
 
+LIVE_PAGE_EVERY_S = 20.0  # under the 60 s for which one look keeps the buffers read
+
+
+class LivePageViewer:
+    """A browser with the live page open on every exporter: it asks each for the page's
+    overview now and every LIVE_PAGE_EVERY_S seconds until stopped."""
+
+    def __init__(self, exporters: list[Exporter]) -> None:
+        self._exporters = exporters
+        self._stop = threading.Event()
+        self.answers: list[int] = []
+        self._thread = threading.Thread(target=self._look, name="live-page", daemon=True)
+        self._thread.start()
+
+    def _look(self) -> None:
+        while True:
+            for exporter in self._exporters:
+                try:
+                    self.answers.append(exporter.get("/api/overview").status)
+                except OSError:
+                    self.answers.append(0)
+            if self._stop.wait(LIVE_PAGE_EVERY_S):
+                return
+
+    def stop(self) -> None:
+        """Stop looking; an AssertionError if any look went unanswered or was refused."""
+        self._stop.set()
+        self._thread.join()
+        assert self.answers and set(self.answers) == {200}, self.answers
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     if not HAVE_PROMETHEUS:
@@ -160,6 +198,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     trees = [_process_tree(2), _process_tree(0)]
     exporters: list[Exporter] = []
     prometheus: Prometheus | None = None
+    viewer: LivePageViewer | None = None
     servers, kubernetes_flags = kubelets(tmp)
     kubernetes_flags.append([])  # C has no Kubernetes
     try:
@@ -203,6 +242,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 }
             )
         )
+        viewer = LivePageViewer(exporters)
         prometheus = start_prometheus(config, tmp)
         # warm-up: every GPU seen, and every busy counter older than the rate window
         # plus the steady range (12 GPUs: one lost, and each host's GPU 3 is MIG-partitioned,
@@ -222,6 +262,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         prometheus.wait_for("count(count_over_time(instance_gpu:gpu_busy:ratio_rate1m[5s])) == 11")
         yield Fleet(prometheus, exporters, [t.pid for t in trees])
     finally:
+        if viewer is not None:
+            viewer.stop()
         if prometheus is not None:
             prometheus.stop()
         for exporter in exporters:

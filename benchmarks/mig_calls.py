@@ -17,7 +17,7 @@ from collections import Counter
 
 import pynvml
 
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.sources.nvml import PynvmlBackend
 from tests.support.clock import FakeClock
 from tests.support.fake_host import MIG_LAYOUTS, advance, busy_h100, busy_mig_h100

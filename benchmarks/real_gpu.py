@@ -452,7 +452,7 @@ def platform_info_timing(pynvml: Any, handle: Any, budget: float) -> Timing:
 
 def wanted_fields(pynvml: Any, handle: Any, branch: int | None) -> list[tuple[int, int]]:
     """(field id, scope) of every field the exporter asks of this GPU, each id once."""
-    from gpu_exporter.metrics.catalogue import COLLECTORS
+    from gpu_exporter.metrics.collectors import COLLECTORS
     from gpu_exporter.sources.nvml import fields, nvlink5
 
     collectors = {c.name for c in COLLECTORS}

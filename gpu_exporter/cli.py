@@ -7,17 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from gpu_exporter import logs
-from gpu_exporter.config import ConfigError, Settings, load_settings
-from gpu_exporter.daemon import (
-    EXIT_USAGE,
-    make_backend,
-    make_kernel_log,
-    make_sampler,
-    render,
-    serve,
-    warn_if_simulated,
-)
-from gpu_exporter.serving.web_config import WebConfigError, load_web_config
+from gpu_exporter.config import EXIT_USAGE, ConfigError, Settings, load_settings
+
+# The daemon, the data model and the catalogue are imported once the settings are good
+# (in `main` and `run_once`): a refused flag, `--help` or `--version` answers without
+# them, in about 0.12 s of CPU in place of 0.3 (tests/test_lean_imports.py).
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpu_exporter.self_check.check import self_check
 
         return self_check(settings)
+    from gpu_exporter.daemon import serve
+
     return serve(settings, args)
 
 
@@ -51,6 +47,15 @@ def run_once(settings: Settings) -> int:
     `process_*` metrics are left out: node_exporter serves its own under those names. A
     web config is checked (a typo should not wait for the next daemon restart) but not used.
     """
+    from gpu_exporter.daemon import (
+        make_backend,
+        make_kernel_log,
+        make_sampler,
+        render,
+        warn_if_simulated,
+    )
+    from gpu_exporter.serving.web_config import WebConfigError, load_web_config
+
     try:
         load_web_config(settings.web_config_file)
     except WebConfigError as error:

@@ -21,13 +21,14 @@ from typing import Any, NoReturn
 from gpu_exporter import __version__
 from gpu_exporter.attribution.expected import EXPECTED_HOST_PROCESSES
 from gpu_exporter.config_keys import flatten, unknown_key
-from gpu_exporter.metrics.catalogue import COLLECTORS
-from gpu_exporter.serving.routes import built_in_route
+from gpu_exporter.metrics.collectors import COLLECTORS
+from gpu_exporter.serving.paths import built_in_route
 from gpu_exporter.yamlfile import YamlFileError, read_yaml
 
 DEFAULT_PORT = 9872
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
 DEFAULT_KERNEL_LOG = "/dev/kmsg"
+EXIT_USAGE = 2  # the exit code of a setting that cannot be used, as argparse's own
 
 
 class ConfigError(Exception):

@@ -26,6 +26,7 @@ from gpu_exporter.attribution.namespace import sees_host_pid_namespace
 from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.config import (
     DEFAULT_KERNEL_LOG,
+    EXIT_USAGE,
     ConfigError,
     Settings,
     describe_changes,
@@ -68,7 +69,6 @@ log = logging.getLogger("gpu_exporter")
 
 KMSG_FD_NAME = "kmsg"  # FileDescriptorName= of the socket units that pass /dev/kmsg
 
-EXIT_USAGE = 2
 # How long a thread may hold the interpreter lock while another waits for it, in seconds.
 # Python's default, 5 ms, was most of the scrape p99: a scrape arriving while the sampler
 # and device threads run Python waited for it. At 1 ms the p99 on the benchmark host fell

@@ -21,7 +21,8 @@ from itertools import pairwise
 
 from gpu_exporter.attribution.identity import CMDLINE_MAX_CHARS, MAX_READ_BYTES
 from gpu_exporter.config import OPTIONS
-from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS, read_cadence
+from gpu_exporter.metrics.catalogue import METRICS, read_cadence
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.metrics.dcgm import DCGM_METRICS
 from gpu_exporter.metrics.specs import SAMPLED, RenderOptions
 from gpu_exporter.metrics.text import (

@@ -14,9 +14,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from gpu_exporter.config import EXIT_USAGE
 from gpu_exporter.shipped import RUNBOOKS, shipped_path
-
-EXIT_USAGE = 2
 
 CONFIGS: dict[tuple[str, ...], str] = {
     ("systemd",): "deploy/systemd/gpu-exporter.service",

@@ -11,7 +11,8 @@ import yaml
 
 from gpu_exporter import docs
 from gpu_exporter.config import OPTIONS, build_parser
-from gpu_exporter.metrics.catalogue import COLLECTORS, METRICS
+from gpu_exporter.metrics.catalogue import METRICS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.metrics.dcgm import DCGM_BY_NAME, DCGM_LABELS
 from gpu_exporter.print_config import CONFIGS
 from tests.test_rules import github_anchor

@@ -15,7 +15,7 @@ import pytest
 
 from gpu_exporter.attribution.dra import DraName, is_host_gpu, parse
 from gpu_exporter.attribution.kubernetes import KubernetesAttributor
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.model import ContainerDevices, DraDevice, KubeletReading, KubernetesState
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.nvml import PynvmlBackend

@@ -25,7 +25,7 @@ import pytest
 
 from gpu_exporter.attribution.kubernetes import KubernetesAttributor
 from gpu_exporter.attribution.processes import ProcessAttributor
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.metrics.render import text
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.metrics.text import LABEL_VALUE_MAX_BYTES

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.exporter import run_exporter
 
@@ -35,6 +36,40 @@ def test_the_nvml_backend_and_the_flags_load_none_of_the_heavy_modules() -> None
         f"print(sorted(set(sys.modules) & set({HEAVY!r})))\n"
     )
     assert loaded == "[]"
+
+
+BEHIND_GOOD_SETTINGS = (
+    "gpu_exporter.model",
+    "gpu_exporter.metrics.catalogue",
+    "gpu_exporter.daemon",
+)
+
+
+def test_a_refused_flag_and_help_answer_without_the_model_the_catalogue_or_the_daemon(
+    tmp_path: Path,
+) -> None:
+    """Creating the data model's hundred records is most of a start (0.3 s of CPU); a
+    mistyped flag, `--help` and `--version` answer before it, and a good flag still
+    reaches the daemon."""
+    output = tmp_path / "one.prom"
+    loaded = python(
+        "import contextlib, io, sys\n"
+        "from gpu_exporter.cli import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        "    assert main(['--collect.interval', 'soon']) == 2\n"
+        "assert err.getvalue().startswith('gpu-exporter: error: '), err.getvalue()\n"
+        "for flag in ('--help', '--version'):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "        try:\n"
+        "            main([flag])\n"
+        "        except SystemExit as exit:\n"
+        "            assert exit.code == 0 and out.getvalue(), (flag, exit.code)\n"
+        f"print(sorted(set(sys.modules) & set({BEHIND_GOOD_SETTINGS!r})))\n"
+        f"assert main(['--simulate', '1', '--once', '--output', {str(output)!r}]) == 0\n"
+        f"print(sorted(set(sys.modules) & set({BEHIND_GOOD_SETTINGS!r})))\n"
+    )
+    assert loaded.splitlines() == ["[]", str(sorted(BEHIND_GOOD_SETTINGS))]
+    assert "\ngpu_up{" in output.read_text()
 
 
 KUBERNETES = (

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.metrics.render import families
 from gpu_exporter.metrics.specs import DEFAULT_OPTIONS, RenderOptions
 from gpu_exporter.sampling.sampler import Sampler

@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.model import UtilizationDomain
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS, DeviceLost
 from gpu_exporter.sources.nvml import PynvmlBackend, buffers, counter_fields, fields, gpm, structs

@@ -13,7 +13,7 @@ import ctypes
 import pynvml
 import pytest
 
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.metrics.exposition import Exposition
 from gpu_exporter.metrics.specs import RenderOptions
 from gpu_exporter.model import NVLINK5_ERRORS, NVLINK_LEGACY_ERRORS, Snapshot

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from gpu_exporter.attribution.processes import ProcessAttributor
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.model import Snapshot
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sources.scenario import Scenario, SimulatedProcess

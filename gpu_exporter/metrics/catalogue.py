@@ -19,7 +19,6 @@ from gpu_exporter import __version__
 from gpu_exporter.attribution.holders import MAX_HOLDERS, SCAN_BUDGET_SECONDS, SCAN_EVERY_SECONDS
 from gpu_exporter.metrics.specs import (
     SAMPLED,
-    Collector,
     DeviceMetric,
     ExporterMetric,
     HostMetric,
@@ -81,57 +80,6 @@ from gpu_exporter.sampling.thresholds import LEAKED_MEMORY_BYTES
 from gpu_exporter.sources.backend import COUNTER_MAX_AGE_SECONDS, SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.kernel_log import MAX_BACKLOG_BYTES
 from gpu_exporter.sources.kernel_log_counts import MAX_CODES_PER_KEY, MAX_KEYS, MAX_PAIRS
-
-COLLECTORS: tuple[Collector, ...] = (
-    Collector("utilization", True, "GPU, memory-controller, encoder and decoder utilization"),
-    Collector("memory", True, "framebuffer memory"),
-    Collector("temperature", True, "temperatures, thresholds and fan speed"),
-    Collector("power", True, "power draw, limit and energy"),
-    Collector("clocks", True, "clocks, P-state and clocks-event (throttle) reasons"),
-    Collector("pcie", True, "PCIe link generation, width and replay errors"),
-    Collector(
-        "pcie-throughput",
-        False,
-        "PCIe throughput (costs about 20 ms per direction per GPU in the driver)",
-    ),
-    Collector("ecc", True, "ECC errors, retired pages and remapped rows"),
-    Collector("modes", True, "persistence, MIG and ECC modes"),
-    Collector(
-        "gpm",
-        True,
-        "GPM activity on Hopper and newer: SM, occupancy, tensor and other pipes, DRAM, "
-        "PCIe and NVLink bytes",
-    ),
-    Collector(
-        "nvlink",
-        True,
-        "NVLink link state per link, errors per GPU (per link with "
-        "--collector.nvlink.per-link) and (without GPM) bytes",
-    ),
-    Collector("mig", True, "MIG devices and GPU instances: memory and GPM activity"),
-    Collector("process", True, "per-process GPU memory, utilization and CPU"),
-    Collector("host", True, "host CPU, memory and load (off where node_exporter runs)"),
-    Collector(
-        "xid",
-        True,
-        "Xid errors since boot from the kernel log (--collector.xid.kernel-log), else from "
-        "NVML's event API",
-    ),
-    Collector(
-        "health",
-        True,
-        "the driver's recovery action, and the NVLink fabric's registration and health "
-        "(re-read every minute)",
-    ),
-    Collector(
-        "kubernetes",
-        False,
-        "pods: GPU allocation from the kubelet's pod-resources socket, pod names on "
-        "processes, GPUs used without allocation (needs gpu-exporter[kubernetes])",
-    ),
-)
-COLLECTOR_NAMES: frozenset[str] = frozenset(c.name for c in COLLECTORS)
-
 
 DeviceExtract = Callable[[Snapshot, DeviceSample], Rows]
 

@@ -78,15 +78,6 @@ class RenderOptions:
 DEFAULT_OPTIONS = RenderOptions()
 
 
-@dataclass(frozen=True)
-class Collector:
-    """A named group of metrics that `--[no-]collector.NAME` switches on or off."""
-
-    name: str
-    default_enabled: bool
-    description: str
-
-
 @dataclass(frozen=True, kw_only=True)
 class MetricSpec:
     """One metric family: its exposition name, type, labels, collector and help text."""

@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import EXIT_USAGE, make_backend, make_sampler, warn_if_simulated
+from gpu_exporter.config import EXIT_USAGE, Settings
+from gpu_exporter.daemon import make_backend, make_sampler, warn_if_simulated
 from gpu_exporter.model import DeviceSample, Snapshot
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.self_check import nvidia_smi

@@ -23,10 +23,9 @@ from gpu_exporter.sampling.health import Verdict
 from gpu_exporter.sampling.history import History
 from gpu_exporter.serving import overview
 from gpu_exporter.serving.negotiation import wants_gzip, wants_openmetrics
+from gpu_exporter.serving.paths import PROBE_PATHS, RUNBOOKS_PATH
 from gpu_exporter.serving.scrape_clock import ScrapeClock
 
-PROBE_PATHS = ("/healthz", "/livez")
-RUNBOOKS_PATH = "/runbooks"  # the alerts' runbooks: each rule's runbook_url links here
 OVERVIEW_PATH = "/api/overview"
 WATCHED_SECONDS = 60.0
 """How long after the live page or its API was last asked for the GPUs' sample buffers are
@@ -39,7 +38,6 @@ ASSETS = {
 SHARED_ASSETS = frozenset({"/static/page.css"})  # styles /runbooks too: served with the page off
 RUNBOOKS_PAGE = "runbooks.html"
 """/runbooks: docs/alerts.md rendered at build time (`make docs`, gpu_exporter/docs.py)."""
-BUILT_IN_PREFIXES = ("/api/", "/static/")  # the live page's API and assets
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'"
@@ -75,20 +73,6 @@ class HealthView(Protocol):
     def ready(self) -> Verdict: ...
 
     def live(self) -> Verdict: ...
-
-
-def built_in_route(path: str) -> str | None:
-    """What the exporter serves at `path` itself, or None: the telemetry path must not take
-    a probe, the live page, its API or its assets (`BUILT_IN_PREFIXES`, present and future)."""
-    if path in PROBE_PATHS:
-        return "probe"
-    if path == "/":
-        return "live page"
-    if path == RUNBOOKS_PATH:
-        return "runbooks"
-    if path.startswith(BUILT_IN_PREFIXES) or path + "/" in BUILT_IN_PREFIXES:
-        return "live page API" if path.startswith("/api") else "live page assets"
-    return None
 
 
 def plain() -> dict[str, str]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from benchmarks.history_memory import snapshot, static
-from gpu_exporter.metrics.catalogue import COLLECTORS
+from gpu_exporter.metrics.collectors import COLLECTORS
 from gpu_exporter.model import (
     Attribution,
     DeviceReading,

@@ -177,6 +177,20 @@ def test_routes_groups_and_inhibitions_in_a_real_alertmanager(
     ]
     manager.post(causes)
     webhook.wait_for(lambda alerts: len(alerts) == len(causes))
+    # GPU 4 fell off the bus: three alerts, one page, the one that says what to do. Its
+    # GPULost, held back by GPUNeedsReboot, is itself the cause that holds back the GPU's
+    # symptoms: it goes first too (posted with its symptom, the symptom was sent once
+    # under make test's load), and being held back it sends nothing to wait for, so the
+    # wait is on Alertmanager's list, then a group_wait more for its inhibitor
+    gpu_4 = [_alert("GPULost", b, "4"), _alert("GPUXidCritical", b, "4")]
+    manager.post(gpu_4)
+    deadline = time.monotonic() + 30
+    while {_key(alert) for alert in manager.alerts() if alert["status"]["inhibitedBy"]} != {
+        _key(alert) for alert in gpu_4
+    }:
+        assert time.monotonic() < deadline, manager.alerts()
+        time.sleep(0.2)
+    time.sleep(1.0)
     manager.post(
         [
             _alert("GPUMemoryNearFull", a, "0"),  # a symptom of node a's exporter being down
@@ -184,9 +198,6 @@ def test_routes_groups_and_inhibitions_in_a_real_alertmanager(
             _alert("GPUMemoryNearFull", b, "0"),
             _alert("GPUThermalThrottling", b, "2"),
             _alert("GPUIdleWhileAllocated", b, "3"),
-            # GPU 4 fell off the bus: three alerts, one page, the one that says what to do
-            _alert("GPULost", b, "4"),
-            _alert("GPUXidCritical", b, "4"),
             _alert("GPUThermalThrottling", b, "4"),
         ]
     )

@@ -22,6 +22,7 @@ from gpu_exporter import __version__
 from gpu_exporter.attribution.expected import EXPECTED_HOST_PROCESSES
 from gpu_exporter.config_keys import flatten, unknown_key
 from gpu_exporter.metrics.collectors import COLLECTORS
+from gpu_exporter.records import Record
 from gpu_exporter.serving.paths import built_in_route
 from gpu_exporter.yamlfile import YamlFileError, read_yaml
 
@@ -35,8 +36,8 @@ class ConfigError(Exception):
     """A setting that cannot be used; the message names it."""
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, repr=False)
+class Settings(Record):
     """Everything the program was told, validated and in base units."""
 
     listen_address: str = DEFAULT_LISTEN_ADDRESS
@@ -215,8 +216,8 @@ def _telemetry_path(value: Any) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class Option:
+@dataclass(frozen=True, repr=False)
+class Option(Record):
     """One flag (and the config-file key of the same name)."""
 
     key: str  # flag name without dashes, e.g. "web.listen-address"

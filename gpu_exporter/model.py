@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from gpu_exporter.records import Record
+
 # Names shared by readings and metrics ------------------------------------------------
 
 ClockName = Literal["graphics", "sm", "memory", "video"]
@@ -145,16 +147,16 @@ Max Operating T.Limit Temp"."""
 # Identity ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DriverInfo:
+@dataclass(frozen=True, repr=False)
+class DriverInfo(Record):
     """Host-wide driver facts (the `nvidia-smi` header)."""
 
     driver_version: str | None  # e.g. "550.54.15"
     cuda_driver_version: str | None  # e.g. "12.4"
 
 
-@dataclass(frozen=True)
-class DeviceStatic:
+@dataclass(frozen=True, repr=False)
+class DeviceStatic(Record):
     """Facts read once per device when it is first seen (`nvidia-smi -q` header part)."""
 
     index: int  # NVML index
@@ -179,8 +181,8 @@ class DeviceStatic:
     platform: PlatformInfo | None = None
 
 
-@dataclass(frozen=True)
-class PlatformInfo:
+@dataclass(frozen=True, repr=False)
+class PlatformInfo(Record):
     """Where a GPU sits in its rack: `nvmlDeviceGetPlatformInfo` (R570 and later, v2
     structure; "for Blackwell or newer"), as `nvidia-smi -q` shows it under "Platform
     Info". Read with the limits, every SLOW_REFRESH_SECONDS."""
@@ -196,8 +198,8 @@ class PlatformInfo:
 # Readings: one record per collector, read every interval ------------------------------
 
 
-@dataclass(frozen=True)
-class UtilizationReading:
+@dataclass(frozen=True, repr=False)
+class UtilizationReading(Record):
     """`nvidia-smi -q -d UTILIZATION`: the driver's latest sample period, ratios 0..1."""
 
     gpu_ratio: float | None = None  # share of time a kernel ran
@@ -206,8 +208,8 @@ class UtilizationReading:
     decoder_ratio: float | None = None
 
 
-@dataclass(frozen=True)
-class MemoryReading:
+@dataclass(frozen=True, repr=False)
+class MemoryReading(Record):
     """`nvidia-smi -q -d MEMORY`, FB memory, in bytes."""
 
     total_bytes: int | None = None
@@ -216,8 +218,8 @@ class MemoryReading:
     reserved_bytes: int | None = None  # None where only the v1 call exists
 
 
-@dataclass(frozen=True)
-class TemperatureReading:
+@dataclass(frozen=True, repr=False)
+class TemperatureReading(Record):
     """`nvidia-smi -q -d TEMPERATURE` and the fan, in degrees Celsius and ratios."""
 
     gpu_celsius: float | None = None
@@ -228,8 +230,8 @@ class TemperatureReading:
     tlimit_margin_celsius: float | None = None
 
 
-@dataclass(frozen=True)
-class PowerReading:
+@dataclass(frozen=True, repr=False)
+class PowerReading(Record):
     """`nvidia-smi -q -d POWER`, in watts and joules."""
 
     watts: float | None = None  # current draw
@@ -237,8 +239,8 @@ class PowerReading:
     energy_joules: float | None = None  # since the driver was loaded
 
 
-@dataclass(frozen=True)
-class ClocksReading:
+@dataclass(frozen=True, repr=False)
+class ClocksReading(Record):
     """`nvidia-smi -q -d CLOCK,PERFORMANCE`."""
 
     hertz: Mapping[str, float] = field(default_factory=dict)  # clock name -> Hz
@@ -250,8 +252,8 @@ class ClocksReading:
     event_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class PcieReading:
+@dataclass(frozen=True, repr=False)
+class PcieReading(Record):
     """The current PCIe link (`nvidia-smi -q`, GPU Link Info)."""
 
     generation: int | None = None
@@ -262,16 +264,16 @@ class PcieReading:
     errors: Mapping[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class PcieThroughputReading:
+@dataclass(frozen=True, repr=False)
+class PcieThroughputReading(Record):
     """PCIe throughput over the driver's 20 ms window, in bytes per second."""
 
     tx_bytes_per_second: float | None = None
     rx_bytes_per_second: float | None = None
 
 
-@dataclass(frozen=True)
-class EccReading:
+@dataclass(frozen=True, repr=False)
+class EccReading(Record):
     """`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`; error counts are volatile."""
 
     corrected_errors: int | None = None
@@ -285,8 +287,8 @@ class EccReading:
     remapped_rows_failed: bool | None = None
 
 
-@dataclass(frozen=True)
-class ModesReading:
+@dataclass(frozen=True, repr=False)
+class ModesReading(Record):
     """Persistence, MIG and ECC modes (current, not pending)."""
 
     persistence: bool | None = None
@@ -294,8 +296,8 @@ class ModesReading:
     ecc: bool | None = None
 
 
-@dataclass(frozen=True)
-class GpmReading:
+@dataclass(frozen=True, repr=False)
+class GpmReading(Record):
     """GPM metrics (Hopper and newer) between two GPM samples, `elapsed_seconds` apart.
 
     Ratios are shares 0..1 averaged over that time (GPM reports percent). A metric whose
@@ -312,8 +314,8 @@ class GpmReading:
     nvlink_bytes_per_second: Mapping[str, float] = field(default_factory=dict)  # all links
 
 
-@dataclass(frozen=True)
-class NvLinkState:
+@dataclass(frozen=True, repr=False)
+class NvLinkState(Record):
     """One NVLink link: `nvidia-smi nvlink -s` and `-e`."""
 
     up: bool | None  # None when the state could not be read
@@ -325,8 +327,8 @@ class NvLinkState:
     ber: Mapping[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class NvLinkReading:
+@dataclass(frozen=True, repr=False)
+class NvLinkReading(Record):
     """Every NVLink link of a device, and the driver's data counters summed over them."""
 
     links: Mapping[int, NvLinkState] = field(default_factory=dict)  # link number -> state
@@ -339,8 +341,8 @@ class NvLinkReading:
     recovery_totals: Mapping[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class MigPlacement:
+@dataclass(frozen=True, repr=False)
+class MigPlacement(Record):
     """Where a GPU instance sits on its GPU (`nvmlGpuInstanceGetInfo`, `nvidia-smi mig
     -lgi`): NVIDIA's DRA driver names MIG devices by it."""
 
@@ -349,8 +351,8 @@ class MigPlacement:
     size: int  # how many memory slices
 
 
-@dataclass(frozen=True)
-class MigDevice:
+@dataclass(frozen=True, repr=False)
+class MigDevice(Record):
     """One MIG device (a compute instance of a GPU instance), as `nvidia-smi -L` lists it."""
 
     uuid: str  # "MIG-..."
@@ -360,8 +362,8 @@ class MigDevice:
     placement: MigPlacement | None = None  # its GPU instance's; None where NVML does not say
 
 
-@dataclass(frozen=True)
-class MigInstanceReading:
+@dataclass(frozen=True, repr=False)
+class MigInstanceReading(Record):
     """One GPU instance: its memory (shared by its compute instances) and activity."""
 
     memory_total_bytes: int | None = None
@@ -369,16 +371,16 @@ class MigInstanceReading:
     gpm: GpmReading | None = None
 
 
-@dataclass(frozen=True)
-class MigReading:
+@dataclass(frozen=True, repr=False)
+class MigReading(Record):
     """The MIG devices of a GPU with MIG enabled, and its GPU instances' readings."""
 
     devices: tuple[MigDevice, ...] = ()
     instances: Mapping[int, MigInstanceReading] = field(default_factory=dict)  # by GI id
 
 
-@dataclass(frozen=True)
-class FabricReading:
+@dataclass(frozen=True, repr=False)
+class FabricReading(Record):
     """The GPU's registration in the NVLink fabric of an NVSwitch system (HGX, GB200 NVL72),
     as `nvidia-smi -q` shows it under "Fabric". Read at enumeration and every
     SLOW_REFRESH_SECONDS, not every interval."""
@@ -411,8 +413,8 @@ class FabricReading:
         return None if self.summary is None else self.summary == "healthy"
 
 
-@dataclass(frozen=True)
-class HealthReading:
+@dataclass(frozen=True, repr=False)
+class HealthReading(Record):
     """The driver's own verdicts on a GPU: what it needs, and its place in the fabric."""
 
     # nvmlDeviceGpuRecoveryAction_t code (RECOVERY_ACTIONS; 0 is "none"), from the field
@@ -422,8 +424,8 @@ class HealthReading:
     fabric: FabricReading | None = None  # None: no NVLink fabric (NOT_SUPPORTED)
 
 
-@dataclass(frozen=True)
-class DeviceReading:
+@dataclass(frozen=True, repr=False)
+class DeviceReading(Record):
     """The readings of one device in one interval: None for a collector that is off."""
 
     utilization: UtilizationReading | None = None
@@ -458,8 +460,8 @@ PROCESS_CONTEXTS: tuple[ProcessContext, ...] = ("compute", "graphics")
 in both is "compute+graphics" (nvidia-smi's type C+G)."""
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+@dataclass(frozen=True, repr=False)
+class GpuProcess(Record):
     """A process holding a context on one GPU (`nvidia-smi` process table)."""
 
     pid: int  # in the host's PID namespace
@@ -469,8 +471,8 @@ class GpuProcess:
     compute_instance: int | None = None
 
 
-@dataclass(frozen=True)
-class ProcessUtilization:
+@dataclass(frozen=True, repr=False)
+class ProcessUtilization(Record):
     """Per-process utilization over the driver's last sample period."""
 
     pid: int
@@ -479,8 +481,8 @@ class ProcessUtilization:
     memory_controller_ratio: float  # 0..1
 
 
-@dataclass(frozen=True)
-class DeviceEvent:
+@dataclass(frozen=True, repr=False)
+class DeviceEvent(Record):
     """One event from NVML's event API (`nvmlEventSetWait`)."""
 
     uuid: str
@@ -489,8 +491,8 @@ class DeviceEvent:
     event_type: int  # NVML's nvmlEventType* bit
 
 
-@dataclass(frozen=True)
-class DeviceRaw:
+@dataclass(frozen=True, repr=False)
+class DeviceRaw(Record):
     """Everything one device's worker read from the driver in one interval."""
 
     static: DeviceStatic
@@ -504,8 +506,8 @@ class DeviceRaw:
 # The host side of processes ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CgroupLabels:
+@dataclass(frozen=True, repr=False)
+class CgroupLabels(Record):
     """Attribution labels of one process, from its cgroup; "" where it does not say."""
 
     container_id: str = ""  # 64 hex digits, as `docker ps --no-trunc` shows it
@@ -514,8 +516,8 @@ class CgroupLabels:
     slurm_job_id: str = ""  # e.g. "48213"
 
 
-@dataclass(frozen=True)
-class HostProcess:
+@dataclass(frozen=True, repr=False)
+class HostProcess(Record):
     """What the host knows of one PID, in base units; "" or None where unknown."""
 
     process: str = ""  # command name: comm, completed from the cmdline when cut
@@ -533,8 +535,8 @@ class HostProcess:
     dead: str = ""
 
 
-@dataclass(frozen=True)
-class DeadOwner:
+@dataclass(frozen=True, repr=False)
+class DeadOwner(Record):
     """A PID NVML lists on a GPU whose process is dead: the driver keeps listing the owner
     of a context while a process it forked holds the device files (nvidia-smi prints its
     name as `[No data]`). Not a live process: its memory is unattributed."""
@@ -544,8 +546,8 @@ class DeadOwner:
     memory_used_bytes: int | None  # as NVML lists it; None: unknown (vGPU)
 
 
-@dataclass(frozen=True)
-class DeviceHolder:
+@dataclass(frozen=True, repr=False)
+class DeviceHolder(Record):
     """A process that holds a GPU's device file `/dev/nvidiaN` open, as `fuser -v` finds
     it: a link in /proc/PID/fd whose target is that file."""
 
@@ -558,8 +560,8 @@ class DeviceHolder:
     container: str = ""
 
 
-@dataclass(frozen=True)
-class HolderScanState:
+@dataclass(frozen=True, repr=False)
+class HolderScanState(Record):
     """The last scan for the holders of the GPUs' device files (`attribution.holders`)."""
 
     finished_seconds: float  # Unix time it ended
@@ -581,8 +583,8 @@ class HolderScanState:
         )
 
 
-@dataclass(frozen=True)
-class ProcessSample:
+@dataclass(frozen=True, repr=False)
+class ProcessSample(Record):
     """One process on one GPU, or the `other` roll-up of those beyond the cap."""
 
     pid: str  # decimal PID, or "" for the `other` roll-up
@@ -612,8 +614,8 @@ class ProcessSample:
     start_time_seconds: float | None = None  # Unix time
 
 
-@dataclass(frozen=True)
-class Attribution:
+@dataclass(frozen=True, repr=False)
+class Attribution(Record):
     """What process attribution adds to one device."""
 
     processes: tuple[ProcessSample, ...]  # capped, with the `other` roll-up
@@ -648,8 +650,8 @@ class Attribution:
 # Kubernetes --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DraDevice:
+@dataclass(frozen=True, repr=False)
+class DraDevice(Record):
     """A device a DRA claim gave a container: one `ClaimResource` of the pod-resources
     List answer (`dynamic_resources`), with its claim."""
 
@@ -660,8 +662,8 @@ class DraDevice:
     device: str  # the driver's name for it, e.g. "gpu-0", "gpu-1-mig-19-4-1"
 
 
-@dataclass(frozen=True)
-class ContainerDevices:
+@dataclass(frozen=True, repr=False)
+class ContainerDevices(Record):
     """Devices of one resource the kubelet allocated to one container (pod-resources List):
     a device plugin's, or one device of a DRA claim (`dra` set, `resource` its driver's
     name, `device_ids` its device name alone)."""
@@ -674,8 +676,8 @@ class ContainerDevices:
     dra: DraDevice | None = None  # None: a device plugin's
 
 
-@dataclass(frozen=True)
-class AllocatableDevices:
+@dataclass(frozen=True, repr=False)
+class AllocatableDevices(Record):
     """The devices of one resource a device plugin advertises to the kubelet, healthy ones
     only (pod-resources GetAllocatableResources): allocated or not. A time-sliced GPU is
     its replicas, "GPU-<uuid>::<n>" for n of 0 to replicas - 1."""
@@ -684,8 +686,8 @@ class AllocatableDevices:
     device_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class ContainerName:
+@dataclass(frozen=True, repr=False)
+class ContainerName(Record):
     """Who a container is, from the kubelet's log layout; "" where it does not say."""
 
     namespace: str
@@ -693,8 +695,8 @@ class ContainerName:
     container: str = ""
 
 
-@dataclass(frozen=True)
-class KubeletReading:
+@dataclass(frozen=True, repr=False)
+class KubeletReading(Record):
     """The kubelet's view of the node at one refresh. `error` says why it is missing."""
 
     allocations: tuple[ContainerDevices, ...] = ()  # devices of every container, any vendor
@@ -711,8 +713,8 @@ class KubeletReading:
     held_seconds: float | None = None
 
 
-@dataclass(frozen=True)
-class GpuAllocation:
+@dataclass(frozen=True, repr=False)
+class GpuAllocation(Record):
     """One GPU or MIG device allocated to one container."""
 
     gpu: int  # NVML index
@@ -724,8 +726,8 @@ class GpuAllocation:
     dra: DraDevice | None = None  # the DRA claim's device; None: a device plugin's
 
 
-@dataclass(frozen=True)
-class UnallocatedUse:
+@dataclass(frozen=True, repr=False)
+class UnallocatedUse(Record):
     """Processes of a container on a GPU (or MIG instance) not allocated to it."""
 
     gpu: int
@@ -737,8 +739,8 @@ class UnallocatedUse:
     processes: int
 
 
-@dataclass(frozen=True)
-class KubernetesState:
+@dataclass(frozen=True, repr=False)
+class KubernetesState(Record):
     """What the Kubernetes collector adds to a sample."""
 
     up: bool  # the kubelet answered and its GPU device IDs matched this node's GPUs
@@ -756,8 +758,8 @@ class KubernetesState:
 # One sample --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class XidState:
+@dataclass(frozen=True, repr=False)
+class XidState(Record):
     """Xid errors seen on one GPU: since boot from the kernel log, else since the
     exporter started from NVML's events (`sources/kernel_log.py` says which counts)."""
 
@@ -768,8 +770,8 @@ class XidState:
     last_timestamps: Mapping[int, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class KernelLogState:
+@dataclass(frozen=True, repr=False)
+class KernelLogState(Record):
     """What the kernel-log reader (`--collector.xid.kernel-log`) has read since it started."""
 
     path: str
@@ -789,16 +791,16 @@ class KernelLogState:
     backlog_read: bool = True
 
 
-@dataclass(frozen=True)
-class StageResult:
+@dataclass(frozen=True, repr=False)
+class StageResult(Record):
     """How one stage of a sample went (node_exporter's scrape_collector_* in spirit)."""
 
     duration_seconds: float  # wall time the stage took
     success: bool  # False: the stage failed, or could not read what it is for
 
 
-@dataclass(frozen=True)
-class ActivityTotals:
+@dataclass(frozen=True, repr=False)
+class ActivityTotals(Record):
     """GPM activity integrated over time, so rate() is the mean over any window.
 
     Seconds are ratio x elapsed summed over every interval; bytes are rate x elapsed.
@@ -822,8 +824,8 @@ near full and shared by two or more live processes (or a new one arrived); near 
 no live process (a dead owner's: GPUMemoryLeaked's case)."""
 
 
-@dataclass(frozen=True)
-class MemoryHolder:
+@dataclass(frozen=True, repr=False)
+class MemoryHolder(Record):
     """A live process as the memory patterns name it (for verdicts and the exit series)."""
 
     pid: str
@@ -839,8 +841,8 @@ class MemoryHolder:
     at_start: bool = False  # reached its level within seconds of being first seen
 
 
-@dataclass(frozen=True)
-class MemoryExit:
+@dataclass(frozen=True, repr=False)
+class MemoryExit(Record):
     """A likely out-of-memory death: a process holding a large share ended while its GPU
     (or MIG instance) was near full, and its memory was freed."""
 
@@ -849,8 +851,8 @@ class MemoryExit:
     used_ratio: float  # the GPU's (instance's) used memory over total when last seen, 0..1
 
 
-@dataclass(frozen=True)
-class MemoryPattern:
+@dataclass(frozen=True, repr=False)
+class MemoryPattern(Record):
     """One GPU's (or MIG instance's) memory pattern in one sample
     (`sampling/memory_patterns.py`)."""
 
@@ -867,8 +869,8 @@ class MemoryPattern:
     holders: tuple[MemoryHolder, ...] = ()  # the live processes, largest first (near the top)
 
 
-@dataclass(frozen=True)
-class DeviceSample:
+@dataclass(frozen=True, repr=False)
+class DeviceSample(Record):
     """One GPU in one sample. `reading` is None while the GPU is down."""
 
     index: int
@@ -899,14 +901,15 @@ def device_with(device: DeviceSample, **changes: object) -> DeviceSample:
     """`dataclasses.replace` of a DeviceSample without its per-field work (each sample
     copies every GPU's record to add its attribution and memory pattern; replace's field
     loop and frozen `__init__` were most of that on an idle host): a copy with `changes`.
-    DeviceSample has no `__post_init__` and no slots, so its fields are its `__dict__`."""
+    DeviceSample has no `__post_init__` and no slots of its own (`Record`'s are none), so
+    its fields are its `__dict__`."""
     copied = object.__new__(DeviceSample)
     copied.__dict__.update(device.__dict__, **changes)
     return copied
 
 
-@dataclass(frozen=True)
-class HostSample:
+@dataclass(frozen=True, repr=False)
+class HostSample(Record):
     """Host context next to the GPUs (collector `host`)."""
 
     cpu_busy_seconds: float  # all CPUs, non-idle time
@@ -923,8 +926,8 @@ Fabric Manager (NVSwitch systems: HGX and DGX boards) and the IMEX daemon (multi
 NVLink: GB200 and GB300 NVL racks)."""
 
 
-@dataclass(frozen=True)
-class FabricDaemonState:
+@dataclass(frozen=True, repr=False)
+class FabricDaemonState(Record):
     """The fabric's daemons on this node (collector `health`)."""
 
     # FABRIC_DAEMONS -> whether this node's GPUs need it (from their fabric and class)
@@ -942,8 +945,8 @@ class CallTotals(NamedTuple):
     seconds: float
 
 
-@dataclass(frozen=True)
-class Snapshot:
+@dataclass(frozen=True, repr=False)
+class Snapshot(Record):
     """The exporter's whole view of the host at `timestamp_seconds`."""
 
     timestamp_seconds: float  # Unix time the sample finished

@@ -170,4 +170,8 @@ def test_device_with_copies_as_dataclasses_replace_does() -> None:
     assert copied == dataclasses.replace(device, **changes)  # type: ignore[arg-type]
     assert copied is not device and copied.reading is device.reading
     assert device.busy_seconds != 12.5  # the original is left as it was
-    assert not hasattr(DeviceSample, "__post_init__") and not hasattr(DeviceSample, "__slots__")
+    assert not hasattr(DeviceSample, "__post_init__")
+    # no slots of its own (its base Record's are none): its fields are its __dict__
+    assert "__slots__" not in vars(DeviceSample) and vars(device).keys() == {
+        f.name for f in dataclasses.fields(DeviceSample)
+    }

@@ -30,6 +30,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from gpu_exporter.model import DeviceSample, DraDevice
+from gpu_exporter.records import Record
 
 DRIVER = "gpu.nvidia.com"
 SHOWN_NAMES = 3  # device names quoted in a reason
@@ -46,8 +47,8 @@ _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")
 Target = tuple[int, str, str]  # (index, GPU UUID, MIG GPU instance or "")
 
 
-@dataclass(frozen=True)
-class DraName:
+@dataclass(frozen=True, repr=False)
+class DraName(Record):
     """What a `gpu.nvidia.com` device name says of the device."""
 
     minor: int  # of the GPU (or the MIG device's parent)

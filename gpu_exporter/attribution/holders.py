@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from gpu_exporter.attribution.identity import FileReader, UserName, identify, read_file, user_name
 from gpu_exporter.attribution.proctree import ProcStat, parse_stat
 from gpu_exporter.model import DeviceHolder, HolderScanState
+from gpu_exporter.records import Record
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ def lower_thread_priority() -> None:
         pass  # not Linux, or not permitted: the scan still runs
 
 
-@dataclass(frozen=True)
-class Named:
+@dataclass(frozen=True, repr=False)
+class Named(Record):
     """Processes of one kind (holders of a GPU, candidates of a group): the oldest
     `MAX_HOLDERS`, oldest first, and every PID."""
 
@@ -97,8 +98,8 @@ class Named:
         return Named(tuple(oldest[:MAX_HOLDERS]), pids)
 
 
-@dataclass(frozen=True)
-class HolderScan:
+@dataclass(frozen=True, repr=False)
+class HolderScan(Record):
     """One scan's answer: the holders of each GPU's device file, by minor number, and the
     candidates of each process group or session the attributor asked about."""
 

@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from gpu_exporter.attribution.cgroups import parse_cgroup
 from gpu_exporter.model import CgroupLabels
+from gpu_exporter.records import Record
 
 CMDLINE_MAX_CHARS = 1024  # kept; its label is cut shorter, with a marker (`metrics.text`)
 MAX_READ_BYTES = 65536  # of any one file; a longer command line is cut
@@ -49,8 +50,8 @@ DELETED = " (deleted)"  # what the kernel adds to /proc/PID/exe of a replaced ex
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Identity:
+@dataclass(frozen=True, repr=False)
+class Identity(Record):
     """The slow-changing facts of one (pid, start time)."""
 
     process: str  # command name, completed from the command line when the kernel cut it

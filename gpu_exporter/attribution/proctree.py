@@ -16,6 +16,8 @@ import resource
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpu_exporter.records import Record
+
 MAX_KEPT_FILES = 1024  # open stat files kept between samples, at most
 FULL_WALK_EVERY = 12  # walks; in between, a process whose parent lives is not re-read
 
@@ -78,8 +80,8 @@ class StatFiles:
         self._kept.clear()
 
 
-@dataclass(frozen=True)
-class ProcStat:
+@dataclass(frozen=True, repr=False)
+class ProcStat(Record):
     """The fields of `/proc/PID/stat` the exporter uses, in the kernel's units."""
 
     pid: int

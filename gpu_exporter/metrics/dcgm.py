@@ -68,7 +68,7 @@ DeviceValue = Callable[[Snapshot, DeviceSample], Number | None]
 InstanceValue = Callable[[MigInstanceReading], Number | None]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DcgmMetric(MetricSpec):
     """One DCGM field as dcgm-exporter serves it: one series per GPU that is up, and one
     per MIG GPU instance where `instance` gives a value for it."""

@@ -29,6 +29,7 @@ from gpu_exporter.model import (
     ProcessSample,
     Snapshot,
 )
+from gpu_exporter.records import Record
 
 MetricType = Literal["gauge", "counter"]
 Number = float | int | bool
@@ -64,8 +65,8 @@ NO_LABELS: LabelValues = ()
 P = TypeVar("P")
 
 
-@dataclass(frozen=True)
-class RenderOptions:
+@dataclass(frozen=True, repr=False)
+class RenderOptions(Record):
     """How a Snapshot is turned into series (from the command line)."""
 
     cmdline: bool = False  # --collector.process.cmdline: processes carry `cmdline`
@@ -78,8 +79,8 @@ class RenderOptions:
 DEFAULT_OPTIONS = RenderOptions()
 
 
-@dataclass(frozen=True, kw_only=True)
-class MetricSpec:
+@dataclass(frozen=True, kw_only=True, repr=False)
+class MetricSpec(Record):
     """One metric family: its exposition name, type, labels, collector and help text."""
 
     name: str
@@ -106,7 +107,7 @@ class MetricSpec:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class ExporterMetric(MetricSpec):
     """The exporter about itself: one visit of the Snapshot."""
 
@@ -120,7 +121,7 @@ class ExporterMetric(MetricSpec):
                 yield labels, value
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DeviceMetric(MetricSpec):
     """Per GPU: leading labels `gpu` and `uuid`.
 
@@ -151,7 +152,7 @@ class DeviceMetric(MetricSpec):
         return self.extract
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class LinkMetric(DeviceMetric):
     """Per GPU, summed over its NVLink links (`extract`); with `--collector.nvlink.per-link`
     per GPU and link instead (`per_link`, whose rows lead with the `link` label value)."""
@@ -167,7 +168,7 @@ class LinkMetric(DeviceMetric):
         return self.per_link if options.nvlink_per_link else self.extract
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class ProcessMetric(MetricSpec):
     """Per process series (capped, with the `other` roll-up) of every GPU that is up."""
 
@@ -246,7 +247,7 @@ def process_label_values(p: ProcessSample) -> LabelValues:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class HostMetric(MetricSpec):
     """The host next to the GPUs: no labels."""
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gpu_exporter.digest import sha256_hex
 from gpu_exporter.metrics.specs import LabelValues, MetricType
+from gpu_exporter.records import Record
 
 Row = tuple[LabelValues, float]
 
@@ -39,8 +40,8 @@ _DIGEST_START = CUT_DIGEST_HEX_DIGITS + 1  # characters from the end of a cut va
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
-@dataclass(frozen=True)
-class Family:
+@dataclass(frozen=True, repr=False)
+class Family(Record):
     """One metric family ready to write: name (counters end in `_total`), rows in order."""
 
     name: str

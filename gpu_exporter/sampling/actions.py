@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpu_exporter.model import RECOVERY_ACTIONS, DeviceReading, DeviceSample, Snapshot, XidState
+from gpu_exporter.records import Record
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.verdicts import leak
 
@@ -109,16 +110,16 @@ RECOVERY_ACTION_ACTIONS: dict[str, Action] = {
 }
 
 
-@dataclass(frozen=True)
-class Recommendation:
+@dataclass(frozen=True, repr=False)
+class Recommendation(Record):
     """What to do with one GPU, and the signal that decided it."""
 
     action: Action
     reason: str  # a RULES signal, "xid_<code>", or "none" when nothing fired
 
 
-@dataclass(frozen=True)
-class Rule:
+@dataclass(frozen=True, repr=False)
+class Rule(Record):
     """One way from a signal to an action."""
 
     signal: str  # the `reason` label it gives ("xid_<code>" for the Xid rows)

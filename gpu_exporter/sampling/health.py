@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpu_exporter.model import Snapshot
+from gpu_exporter.records import Record
 
 STALE_INTERVALS = 3
 
 
-@dataclass(frozen=True)
-class Verdict:
+@dataclass(frozen=True, repr=False)
+class Verdict(Record):
     """A health answer and its one-line reason."""
 
     ok: bool

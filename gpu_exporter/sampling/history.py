@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpu_exporter.model import DeviceSample, HostSample, Snapshot
+from gpu_exporter.records import Record
 from gpu_exporter.sampling.thresholds import (
     THERMAL_THROTTLE_REASONS,
     VERDICT_WINDOW_SECONDS,
@@ -67,8 +68,8 @@ HOST_SERIES: tuple[str, ...] = (
 """The series kept for the host."""
 
 
-@dataclass(frozen=True)
-class TierSpec:
+@dataclass(frozen=True, repr=False)
+class TierSpec(Record):
     """Points of `step_seconds` (means of the samples within) for `span_seconds`."""
 
     step_seconds: float
@@ -85,8 +86,8 @@ COARSE = TierSpec(60.0, 12 * 3600.0)
 TIERS: tuple[TierSpec, ...] = (FINE, MEDIUM, COARSE)
 
 
-@dataclass(frozen=True)
-class Window:
+@dataclass(frozen=True, repr=False)
+class Window(Record):
     """A span of the past the page and the API offer, and the tier it is read from."""
 
     name: str  # "5m", "1h", "12h"
@@ -310,8 +311,8 @@ class SeriesHistory:
         return (sum(values) / len(values) if values else None), len(values)
 
 
-@dataclass(frozen=True)
-class Points:
+@dataclass(frozen=True, repr=False)
+class Points(Record):
     """One window of a GPU's or the host's series: `times` (Unix seconds) and, per series,
     a value or None at each time."""
 
@@ -319,8 +320,8 @@ class Points:
     series: dict[str, list[float | None]]
 
 
-@dataclass(slots=True)
-class _Previous:
+@dataclass(slots=True, repr=False)
+class _Previous(Record):
     """What a rate needs of the sample before: its time and the counters' totals."""
 
     t: float

@@ -41,6 +41,7 @@ from gpu_exporter.model import (
     ProcessSample,
     device_with,
 )
+from gpu_exporter.records import Record
 from gpu_exporter.sampling import thresholds as th
 
 MAX_POINTS = 1024
@@ -59,8 +60,8 @@ TrackKey = tuple[int, str, int, str]
 """(NVML index, GPU UUID, MIG GPU instance id or -1, UUID of its first MIG device or "")."""
 
 
-@dataclass
-class _Process:
+@dataclass(repr=False)
+class _Process(Record):
     first_seen: float  # monotonic
     memory: int
     anchor: int  # where its memory settled
@@ -69,8 +70,8 @@ class _Process:
     sample: ProcessSample
 
 
-@dataclass
-class _Track:
+@dataclass(repr=False)
+class _Track(Record):
     """One GPU's or MIG instance's state between intervals."""
 
     points: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=MAX_POINTS))

@@ -52,6 +52,7 @@ from gpu_exporter.model import (
     XidState,
     device_with,
 )
+from gpu_exporter.records import Record
 from gpu_exporter.sampling.activity import ActivityCounter
 from gpu_exporter.sampling.buffer_reads import BufferRead, MemoryBaseline, buffer_read
 from gpu_exporter.sampling.busy import BusyCounter
@@ -126,8 +127,8 @@ class KernelLogView(Protocol):
         """Counts per PCI bus id, and whether it is read."""
 
 
-@dataclass
-class _DeviceSlot:
+@dataclass(repr=False)
+class _DeviceSlot(Record):
     """What the sampler keeps for one NVML index between samples."""
 
     static: DeviceStatic | None = None  # forgotten when NVML re-initialises
@@ -135,8 +136,8 @@ class _DeviceSlot:
     down_reason: str | None = None  # set while the device is reported down
 
 
-@dataclass
-class _Counters:
+@dataclass(repr=False)
+class _Counters(Record):
     """What the sampler keeps for one GPU (by index and UUID) for its whole life: the
     counters."""
 

@@ -31,6 +31,7 @@ from gpu_exporter.model import (
     MemoryPattern,
     ProcessSample,
 )
+from gpu_exporter.records import Record
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History, gpu_key
 
@@ -93,8 +94,8 @@ LEVEL: dict[VerdictName, str] = {"memory-reserved": "info"}
 """A verdict's level where it is not "warning": an info verdict is shown, not a problem."""
 
 
-@dataclass(frozen=True)
-class GpuVerdict:
+@dataclass(frozen=True, repr=False)
+class GpuVerdict(Record):
     """One verdict on one GPU: what is seen (with its numbers) and what to do."""
 
     name: VerdictName
@@ -310,8 +311,8 @@ def _near_slowdown(device: DeviceSample) -> GpuVerdict | None:
     )
 
 
-@dataclass(frozen=True)
-class Leak:
+@dataclass(frozen=True, repr=False)
+class Leak(Record):
     """Memory held by no live process: GPUMemoryLeaked's condition on one GPU."""
 
     used_bytes: int

@@ -27,6 +27,7 @@ from gpu_exporter.model import (
     Snapshot,
     TemperatureReading,
 )
+from gpu_exporter.records import Record
 from gpu_exporter.self_check.nvidia_smi import MISSING
 
 MIB = 1024**2
@@ -36,8 +37,8 @@ Verdict = Literal["agree", "differ", "absent", "skipped"]
 P = TypeVar("P")
 
 
-@dataclass(frozen=True)
-class Quantity:
+@dataclass(frozen=True, repr=False)
+class Quantity(Record):
     """One value compared per GPU."""
 
     field: str  # nvidia-smi's name: a --query-gpu field, or a path under <gpu> with `xml`
@@ -218,8 +219,8 @@ def _show_tolerance(q: Quantity) -> str:
     return " or ".join(parts) + (", whichever is larger" if len(parts) > 1 else "")
 
 
-@dataclass(frozen=True)
-class Row:
+@dataclass(frozen=True, repr=False)
+class Row(Record):
     """One line of the table: a value of one GPU on both sides, and the verdict."""
 
     gpu: str  # the exporter's index (nvidia-smi's for a GPU only it sees)

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_exporter.records import Record
+
 MISSING = "(not reported)"  # the element is not in this nvidia-smi's output at all
 ByUuid = dict[str, dict[str, str | None]]  # by UUID: field -> text (None: N/A)
 
@@ -22,8 +24,8 @@ class NvidiaSmiError(Exception):
     """nvidia-smi is missing, failed or timed out; the message is one line naming why."""
 
 
-@dataclass(frozen=True)
-class Answers:
+@dataclass(frozen=True, repr=False)
+class Answers(Record):
     """nvidia-smi's values per GPU UUID: field (a --query-gpu name or an XML path) -> text.
 
     The text is None where nvidia-smi printed no value, `MISSING` where it printed

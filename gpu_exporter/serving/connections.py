@@ -33,6 +33,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpu_exporter.records import Record
+
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 256  # open at once (--web.max-connections)
@@ -50,8 +52,8 @@ def reset_on_close(sock: socket.socket) -> None:
         pass
 
 
-@dataclass
-class _Open:
+@dataclass(repr=False)
+class _Open(Record):
     peer: str  # the client's address
     live: socket.socket  # what to shut down: the TLS socket once the handshake began
     closable_from: float | None  # monotonic seconds; None while building

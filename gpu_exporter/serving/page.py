@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from gpu_exporter.records import Record
 from gpu_exporter.sampling.thresholds import NEAR_OOM_MEMORY_RATIO
 from gpu_exporter.serving.overview import MARKER, Document
 
@@ -44,8 +45,8 @@ WIDTH, HEIGHT = 320, 132
 LEFT, RIGHT, TOP, BOTTOM = 48, 312, 8, 108
 
 
-@dataclass(frozen=True)
-class Chart:
+@dataclass(frozen=True, repr=False)
+class Chart(Record):
     """One small chart of a GPU card."""
 
     key: str

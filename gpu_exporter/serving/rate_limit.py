@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpu_exporter.records import Record
+
 _GO_UNITS = {
     "ns": 1e-9,
     "us": 1e-6,
@@ -27,8 +29,8 @@ _GO_TERM = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|
 MAX_GO_DURATION_CHARS = 64  # "2h45m30.5s" needs 10; `sub` tries every start of longer text
 
 
-@dataclass(frozen=True)
-class RateLimit:
+@dataclass(frozen=True, repr=False)
+class RateLimit(Record):
     """`interval_seconds`: one request per interval on average; `burst`: at once."""
 
     interval_seconds: float

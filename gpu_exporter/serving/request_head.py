@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TypeVar
 
+from gpu_exporter.records import Record
+
 MAX_HEAD_BYTES = 16 * 1024  # request line and header fields of one request, together
 MAX_FIELDS = 100  # header fields in one request
 RECV_BYTES = 8 * 1024  # read at most this much at a time
@@ -82,8 +84,8 @@ class Headers:
         return self._fields.get(name.lower())
 
 
-@dataclass(frozen=True)
-class Request:
+@dataclass(frozen=True, repr=False)
+class Request(Record):
     method: str
     target: str  # as sent; `request_framing.origin_form` reduces it to a path
     version: tuple[int, int]  # (1, 0) or (1, 1); later 1.x versions read as 1.1

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from gpu_exporter import __version__
 from gpu_exporter.metrics.exposition import BodyFormat, Exposition
+from gpu_exporter.records import Record
 from gpu_exporter.sampling.health import Verdict
 from gpu_exporter.sampling.history import History
 from gpu_exporter.serving import overview
@@ -45,15 +46,15 @@ CONTENT_SECURITY_POLICY = (
 """The live page's policy: scripts, styles and requests from this exporter only."""
 
 
-@dataclass
-class Response:
+@dataclass(repr=False)
+class Response(Record):
     status: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class ServingState:
+@dataclass(repr=False)
+class ServingState(Record):
     """What the sampler publishes for the web side; swapped atomically."""
 
     exposition: Exposition | None = None

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpu_exporter.metrics.exposition import TEXT, BodyFormat
+from gpu_exporter.records import Record
 
 FIRST_SCRAPE_WINDOW_SECONDS = 5.0  # render ahead this long after a new scraper's first scrape
 SEEN_ONCE_FORGET_SECONDS = 120.0  # then a scraper seen once is forgotten (Prometheus's longest)
@@ -43,8 +44,8 @@ FORGET_AFTER_PERIODS = 3  # silent this many periods: not expected; (+ the grace
 MAX_SCRAPERS = 64  # addresses remembered; the stalest is dropped beyond
 
 
-@dataclass
-class _Scraper:
+@dataclass(repr=False)
+class _Scraper(Record):
     last: float  # monotonic seconds of its last scrape
     wants: BodyFormat  # what its last scrape asked for
     period: float | None = None  # seconds between its last two scrapes

@@ -12,6 +12,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_exporter.records import Record
+
 #: Go cipher suite names (crypto/tls `CipherSuites()`, TLS 1.0-1.2) -> OpenSSL names.
 GO_CIPHERS = {
     "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
@@ -50,8 +52,8 @@ class TlsError(Exception):
     """The TLS settings cannot be used; the message is one line (without the file name)."""
 
 
-@dataclass(frozen=True)
-class Pem:
+@dataclass(frozen=True, repr=False)
+class Pem(Record):
     """A certificate, key or CA bundle: a file (`path`, absolute) or inline PEM `text`."""
 
     key: str  # the web config key it came from: cert_file, cert, key_file, key, ...
@@ -67,8 +69,8 @@ class Pem:
         return f"{self.key} {path}"
 
 
-@dataclass(frozen=True)
-class TlsSettings:
+@dataclass(frozen=True, repr=False)
+class TlsSettings(Record):
     """A validated `tls_server_config`."""
 
     cert: Pem

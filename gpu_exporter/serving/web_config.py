@@ -70,6 +70,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpu_exporter.records import Record
 from gpu_exporter.serving.basic_auth import BasicAuth
 from gpu_exporter.serving.rate_limit import RateLimit, TokenBucket, parse_go_duration
 from gpu_exporter.serving.tls_settings import (
@@ -134,8 +135,8 @@ _RATE_KEYS = ("interval", "burst")
 _BCRYPT_HASH = re.compile(rb"^\$2[aby]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
 
 
-@dataclass(frozen=True)
-class WebConfig:
+@dataclass(frozen=True, repr=False)
+class WebConfig(Record):
     """A loaded, validated web config. `WebConfig()` is "no file": plain HTTP, no auth."""
 
     path: str | None = None

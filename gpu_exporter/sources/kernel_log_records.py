@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from gpu_exporter.records import Record
+
 # The kernel's own bound on one record as /dev/kmsg prints it (CONSOLE_EXT_LOG_MAX,
 # include/linux/printk.h): a longer line (a file fed to the reader) is cut here.
 MAX_RECORD_BYTES = 8192
@@ -42,8 +44,8 @@ _SXID = ": SXid ("
 _LOOK_FOR_XID_WITHIN = 64  # the marker starts the message; allow a short prefix
 
 
-@dataclass(frozen=True)
-class KernelRecord:
+@dataclass(frozen=True, repr=False)
+class KernelRecord(Record):
     """One record of the kernel log: its header's numbers and its first line."""
 
     seq: int  # the record's number since boot, from 0
@@ -57,8 +59,8 @@ class KernelRecord:
         return self.facility == 0
 
 
-@dataclass(frozen=True)
-class DriverError:
+@dataclass(frozen=True, repr=False)
+class DriverError(Record):
     """An Xid (a GPU's) or an SXid (an NVSwitch's) the driver logged."""
 
     kind: Literal["xid", "sxid"]
@@ -67,8 +69,8 @@ class DriverError:
     nvswitch: int | None = None  # N of `nvidia-nvswitchN` for an SXid
 
 
-@dataclass(frozen=True)
-class Unparsed:
+@dataclass(frozen=True, repr=False)
+class Unparsed(Record):
     """A line that names an Xid or SXid but could not be read (counted, not guessed)."""
 
     reason: str

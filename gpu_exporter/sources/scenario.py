@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpu_exporter.model import FABRIC_DAEMONS, RECOVERY_ACTIONS, DeviceReading
+from gpu_exporter.records import Record
 from gpu_exporter.sources.simulated_layout import mig_instances
 from gpu_exporter.sources.simulated_memory import TRACES
 from gpu_exporter.yamlfile import YamlFileError, one_line, read_yaml
@@ -89,8 +90,8 @@ def reading_fields() -> frozenset[str]:
 UNSUPPORTABLE = reading_fields()
 
 
-@dataclass(frozen=True)
-class SimulatedProcess:
+@dataclass(frozen=True, repr=False)
+class SimulatedProcess(Record):
     """A process the scenario places on a GPU (its PID may be a real one)."""
 
     gpu: int
@@ -120,8 +121,8 @@ class SimulatedProcess:
         )
 
 
-@dataclass(frozen=True)
-class SimulatedEvent:
+@dataclass(frozen=True, repr=False)
+class SimulatedEvent(Record):
     """An Xid (or ECC) event the scenario raises on a GPU."""
 
     gpu: int
@@ -129,8 +130,8 @@ class SimulatedEvent:
     kind: str = "xid"
 
 
-@dataclass(frozen=True)
-class Faults:
+@dataclass(frozen=True, repr=False)
+class Faults(Record):
     """Faults to inject; the default injects none."""
 
     init_error: str | None = None  # e.g. "driver_not_loaded"
@@ -148,8 +149,8 @@ class Faults:
     fabric_daemons_down: frozenset[str] = frozenset()  # FABRIC_DAEMONS not running
 
 
-@dataclass(frozen=True)
-class Scenario:
+@dataclass(frozen=True, repr=False)
+class Scenario(Record):
     """What a scenario file holds."""
 
     faults: Faults = field(default_factory=Faults)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpu_exporter.model import GpmReading
+from gpu_exporter.records import Record
 
 INPUT_STARVED_PERIOD = 0.4  # seconds: 2.5 busy bursts a second
 INPUT_STARVED_DUTY = 0.5
@@ -64,8 +65,8 @@ def wave_time_above(t0: float, t1: float, period: float, level: float) -> float:
     return above_until(t1) - above_until(t0)
 
 
-@dataclass(frozen=True)
-class Activity:
+@dataclass(frozen=True, repr=False)
+class Activity(Record):
     """Levels of each GPM metric while a profile works (ratios, bytes per second)."""
 
     graphics_engine: float

@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpu_exporter.model import MigPlacement
+from gpu_exporter.records import Record
 
 PROFILES = ("input-starved", "idle-allocated", "near-oom", "busy-hot")
 MIG_PROFILE = "busy-hot"
 MIB = 1024**2
 
 
-@dataclass(frozen=True)
-class SimulatedInstance:
+@dataclass(frozen=True, repr=False)
+class SimulatedInstance(Record):
     """A MIG GPU instance of the busy-hot GPU (one compute instance each, id 0)."""
 
     gpu_instance: int

@@ -25,14 +25,15 @@ from dataclasses import dataclass
 
 from gpu_exporter.digest import sha256_hex
 from gpu_exporter.model import CgroupLabels, ProcessContext
+from gpu_exporter.records import Record
 
 BUILTIN_PID_BASE = 5_000_000  # > PID_MAX_LIMIT (2**22): never a real PID
 PIDS_PER_GPU = 100
 GIB = 1024**3
 
 
-@dataclass(frozen=True)
-class BuiltinProcess:
+@dataclass(frozen=True, repr=False)
+class BuiltinProcess(Record):
     """One simulated tenant process; its GPU memory is a share of the GPU's used memory."""
 
     offset: int  # pid = BUILTIN_PID_BASE + gpu * PIDS_PER_GPU + offset

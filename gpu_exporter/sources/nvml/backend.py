@@ -88,6 +88,7 @@ from gpu_exporter.model import (
     UtilizationReading,
     UtilizationSample,
 )
+from gpu_exporter.records import Record
 from gpu_exporter.sources.backend import (
     SLOW_REFRESH_SECONDS,
     CallUsage,
@@ -131,8 +132,8 @@ _SAMPLING_TYPES: dict[str, int] = {
 _TIMESTAMP = operator.itemgetter(0)  # of a UtilizationSample: its timestamp_us
 
 
-@dataclass
-class _DeviceState:
+@dataclass(repr=False)
+class _DeviceState(Record):
     """What the backend keeps for one NVML index until NVML is re-initialised."""
 
     device: Device

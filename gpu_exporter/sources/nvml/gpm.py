@@ -23,6 +23,7 @@ from typing import Any
 import pynvml
 
 from gpu_exporter.model import GpmReading
+from gpu_exporter.records import Record
 from gpu_exporter.sources.backend import DeviceLost, NvmlUnavailable
 from gpu_exporter.sources.nvml.buffers import unpack
 from gpu_exporter.sources.nvml.calls import Device, NvmlCalls, Outcome, classify
@@ -87,8 +88,8 @@ def supported(calls: NvmlCalls, d: Device) -> bool:
     return answer is not None and bool(answer.isSupportedDevice)
 
 
-@dataclass
-class GpmStream:
+@dataclass(repr=False)
+class GpmStream(Record):
     """Two reused GPM samples of one device or GPU instance, and the metrics between."""
 
     calls: NvmlCalls

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import pynvml
 
 from gpu_exporter.model import MigDevice
+from gpu_exporter.records import Record
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.nvml.calls import NOT_FOUND, Device, NvmlCalls, text
 from gpu_exporter.sources.nvml.placement import GpuInstancePlacements
@@ -51,8 +52,8 @@ _UNPRIVILEGED = frozenset({pynvml.NVML_ERROR_NO_PERMISSION})
 _PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")  # "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
 
 
-@dataclass(frozen=True)
-class MigSlot:
+@dataclass(frozen=True, repr=False)
+class MigSlot(Record):
     """One MIG device: its handle (with its own unsupported cache) and identity."""
 
     device: Device

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpu_exporter.model import GpuProcess
+from gpu_exporter.records import Record
 from gpu_exporter.sources.backend import SLOW_REFRESH_SECONDS
 from gpu_exporter.sources.nvml.buffers import ProcessEntry
 from gpu_exporter.sources.nvml.mig import MigSlot
@@ -39,8 +40,8 @@ from gpu_exporter.sources.nvml.mig import MigSlot
 ReadList = Callable[[MigSlot], list[ProcessEntry] | None]
 
 
-@dataclass
-class MigProcessLists:
+@dataclass(repr=False)
+class MigProcessLists(Record):
     """One GPU's MIG device process lists: those of the current interval (by MIG UUID),
     the PIDs each MIG device listed last, and since when each GPU instance's used
     memory stands still."""

@@ -14,7 +14,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import bcrypt
@@ -24,6 +24,7 @@ from tests.support.certs import Pki
 from tests.support.exporter import Exporter, run_exporter, start_exporter
 from tests.support.web import (
     PASSWORD,
+    SIMULATE,
     basic,
     call,
     eventually,
@@ -37,6 +38,20 @@ from tests.support.web import (
 )
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
+    """One plain exporter for the tests that each send a request on a connection of their
+    own and leave none open: started once, not once a test (25 starts of the same
+    program), and it must answer after all of them."""
+    exporter = start_exporter(list(SIMULATE), tmp_path_factory.mktemp("served"), ready=False)
+    try:
+        wait_serving(exporter, lambda: call(exporter.port))
+        yield exporter
+        assert call(exporter.port).status == 200, exporter.log()
+    finally:
+        exporter.stop()
 
 
 @pytest.fixture(scope="module")
@@ -254,12 +269,11 @@ SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
     ],
 )
 def test_framing_that_could_smuggle_a_body_in_as_a_request_gets_400_and_close(
-    framing: bytes, started: Callable[..., Exporter]
+    framing: bytes, served: Exporter
 ) -> None:
     """RFC 9112 section 6.3: the body's end is unknown, so the server must answer 400 and
     close; the body must never be served as a second request."""
-    exporter = started()
-    wait_serving(exporter, lambda: call(exporter.port))
+    exporter = served
     request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + SMUGGLED
     responses, closed = exchange(exporter.port, request)
     assert [r.status for r in responses] == [400], [r.text for r in responses]
@@ -277,11 +291,8 @@ def test_framing_that_could_smuggle_a_body_in_as_a_request_gets_400_and_close(
     ],
     ids=["length", "same-length-twice", "chunked"],
 )
-def test_a_well_framed_body_is_never_read_as_a_request(
-    framing: bytes, started: Callable[..., Exporter]
-) -> None:
-    exporter = started()
-    wait_serving(exporter, lambda: call(exporter.port))
+def test_a_well_framed_body_is_never_read_as_a_request(framing: bytes, served: Exporter) -> None:
+    exporter = served
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + SMUGGLED
     responses, closed = exchange(exporter.port, request)
     assert [r.status for r in responses] == [200]
@@ -341,21 +352,19 @@ def test_connections_stay_open_as_the_version_and_connection_header_say(
     ],
 )
 def test_requests_rfc_9112_forbids_get_400_and_close(
-    request_bytes: bytes, started: Callable[..., Exporter]
+    request_bytes: bytes, served: Exporter
 ) -> None:
     """Issue 21: these were served, or (the 5000-digit length) dropped with no answer."""
-    exporter = started()
-    wait_serving(exporter, lambda: call(exporter.port))
+    exporter = served
     responses, closed = exchange(exporter.port, request_bytes)
     assert [r.status for r in responses] == [400]
     assert responses[0].headers["Connection"] == "close"
     assert closed
 
 
-def test_empty_lines_before_a_request_line_are_ignored(started: Callable[..., Exporter]) -> None:
+def test_empty_lines_before_a_request_line_are_ignored(served: Exporter) -> None:
     """RFC 9112 section 2.2; the connection used to close without an answer."""
-    exporter = started()
-    wait_serving(exporter, lambda: call(exporter.port))
+    exporter = served
     probe = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     closing = b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     responses, closed = exchange(exporter.port, b"\r\n" + probe + b"\r\n\n" + closing)
@@ -363,10 +372,9 @@ def test_empty_lines_before_a_request_line_are_ignored(started: Callable[..., Ex
     assert closed
 
 
-def test_absolute_form_request_targets_are_served(started: Callable[..., Exporter]) -> None:
+def test_absolute_form_request_targets_are_served(served: Exporter) -> None:
     """RFC 9112 section 3.2.2: a server must accept the absolute-form."""
-    exporter = started()
-    wait_serving(exporter, lambda: call(exporter.port))
+    exporter = served
     origin = f"http://127.0.0.1:{exporter.port}"
     for target, status, text in (
         (f"{origin}/metrics", 200, "gpu_up{"),
@@ -384,11 +392,10 @@ def test_absolute_form_request_targets_are_served(started: Callable[..., Exporte
         assert text in result.text, target
 
 
-def test_an_http09_request_line_is_answered_at_once(started: Callable[..., Exporter]) -> None:
+def test_an_http09_request_line_is_answered_at_once(served: Exporter) -> None:
     """HTTP/0.9 sends no headers after the request line: waiting for them (until the read
     timeout, 10 s) left the client without an answer."""
-    exporter = started()
-    wait_serving(exporter, lambda: call(exporter.port))
+    exporter = served
     for line in (b"GET /metrics\r\n", b"GET /metrics\n", b"GET /\r\n"):
         responses, closed = exchange(exporter.port, line, timeout=5.0)  # half the read timeout
         assert [r.status for r in responses] == [400], line

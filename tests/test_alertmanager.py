@@ -24,6 +24,7 @@ from tests.support.alertmanager import (
     start_webhook,
 )
 from tests.support.exporter import REPO
+from tests.support.web import eventually
 
 RULES = REPO / "deploy" / "prometheus" / "rules" / "gpu-alerts.yml"
 RECEIVER_OF_SEVERITY = {"critical": "gpu-hardware", "warning": "gpu-team", "info": "gpu-waste"}
@@ -184,12 +185,14 @@ def test_routes_groups_and_inhibitions_in_a_real_alertmanager(
     # wait is on Alertmanager's list, then a group_wait more for its inhibitor
     gpu_4 = [_alert("GPULost", b, "4"), _alert("GPUXidCritical", b, "4")]
     manager.post(gpu_4)
-    deadline = time.monotonic() + 30
-    while {_key(alert) for alert in manager.alerts() if alert["status"]["inhibitedBy"]} != {
-        _key(alert) for alert in gpu_4
-    }:
-        assert time.monotonic() < deadline, manager.alerts()
-        time.sleep(0.2)
+    eventually(
+        lambda: (
+            {_key(a) for a in manager.alerts() if a["status"]["inhibitedBy"]}
+            == {_key(a) for a in gpu_4}
+        ),
+        timeout=30,
+        what="GPU 4's GPULost and GPUXidCritical listed as held back",
+    )
     time.sleep(1.0)
     manager.post(
         [

@@ -408,6 +408,44 @@ def test_an_idle_gpu_s_buffers_are_not_read_until_a_process_comes(install: Insta
     assert busy - idle_busy == pytest.approx(0.9 * 2, abs=0.9 * 0.4)  # its first seconds
 
 
+def test_a_job_s_last_seconds_are_counted_when_its_gpu_turns_idle(install: Install) -> None:
+    """Between reads the entries wait in the driver's ring; when the job ends (its process
+    gone, its memory freed, the GPU reading idle) the GPU is idle and its buffers are no
+    longer read, so the entries its job wrote since the last read are read once more
+    first: every busy entry is counted, as reading every interval would count it (this
+    lost up to 12 s of each job before)."""
+    gpu = h100()
+    gpu.compute_processes = [(4242, 1 << 30)]
+    with_memory_used(gpu, 1 << 30)
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, COLLECTORS)
+    written: dict[int, int] = {}  # every entry the GPU ever wrote: timestamp -> percent
+
+    def tick(percent: int) -> Snapshot:
+        fill(gpu, clock, percent)
+        written.update(gpu.samples[M.NVML_GPU_UTILIZATION_SAMPLES])
+        snapshot = sampler.sample_once()
+        clock.now += 1
+        return snapshot
+
+    tick(80)  # the first read sets the cursor: what the ring held before is not counted
+    cursor = max(written)
+    for _ in range(37):  # three reads and part of the way to a fourth
+        tick(80)
+    reads = lib.count("nvmlDeviceGetSamples", gpu=0)
+    gpu.compute_processes = []  # the job ends
+    with_memory_used(gpu, 0)
+    for _ in range(60):
+        snapshot = tick(0)
+    sampler.stop(0)
+    assert lib.count("nvmlDeviceGetSamples", gpu=0) == reads + 2  # once more, then rests
+    busy, uncovered = busy_of(snapshot)
+    expected = sum(p / 100 * SAMPLE_PERIOD_US / 1e6 for ts, p in written.items() if ts > cursor)
+    assert expected > 0.8 * 36  # the job's 37 s, all of them
+    assert busy == pytest.approx(expected, abs=1e-6)
+    assert uncovered == 0.0
+
+
 def attributing_sampler(backend: PynvmlBackend, clock: FakeClock, process: str) -> Sampler:
     """A 1 s sampler on the fake clock whose processes are all named `process` on the host."""
     return Sampler(
@@ -572,6 +610,15 @@ def test_buffer_read_decisions() -> None:
     counter.read_monotonic, counter.span_us = 0.0, 16_500_000
     assert buffer_read(counter, idle=True, now_monotonic=5, interval_seconds=1) is BufferRead.IDLE
     assert buffer_read(counter, idle=False, now_monotonic=5, interval_seconds=1) is BufferRead.WAIT
+    for previous, decision in (
+        (BufferRead.WAIT, BufferRead.READ),
+        (BufferRead.READ, BufferRead.IDLE),
+    ):
+        # turned idle with entries left for later: read once more, then rest
+        assert (
+            buffer_read(counter, idle=True, now_monotonic=5, interval_seconds=1, previous=previous)
+            is decision
+        )
     decision = buffer_read(counter, idle=False, now_monotonic=11.4, interval_seconds=1)
     assert decision is BufferRead.READ
     # at the default 5 s interval: the next would be 12.4 s after the read, too late

@@ -12,7 +12,10 @@ the busy counters (`busy.py`) exactly what reading it every interval gave. So:
   At a 1 s interval that is every 12 s, at the default 5 s every 10 s; entries are never
   lost, and `gpu_busy_uncovered_seconds_total` stays where it was.
 - **Idle** (the last sample's process lists named no process, the GPU read idle, and its
-  used memory was at its idle baseline): not read. A GPU that holds no context runs no
+  used memory was at its idle baseline): not read, once the entries written while it was
+  in use are: the interval after a GPU turns idle (its job ended) its buffers are read
+  one last time if the intervals before left them unread (`WAIT`), so a job's last
+  seconds are counted like the rest of it. A GPU that holds no context runs no
   kernel; its buffer holds only zeros. The stretch counts as idle
   (`BusyCounter.hold_idle`). "Idle" never rests on the instantaneous reading alone: NVML
   does not always list the processes that keep a GPU busy (another container's, a vGPU
@@ -104,14 +107,17 @@ def buffer_read(
     now_monotonic: float,
     interval_seconds: float,
     watched: bool = False,
+    previous: BufferRead = BufferRead.READ,
 ) -> BufferRead:
     """This interval's read of the buffer behind `counter` (the GPU's; the memory
-    controller's is read with it); `watched`: someone has the live page open."""
+    controller's is read with it); `watched`: someone has the live page open;
+    `previous`: the last interval's decision."""
     last, span_us = counter.read_monotonic, counter.span_us
     if last is None or span_us is None or (watched and not idle):
         return BufferRead.READ
     if idle:
-        return BufferRead.IDLE
+        # entries left for later while the GPU was in use are read before it rests
+        return BufferRead.READ if previous is BufferRead.WAIT else BufferRead.IDLE
     if now_monotonic - last + interval_seconds >= SAFETY * span_us / 1e6:
         return BufferRead.READ
     return BufferRead.WAIT

@@ -585,6 +585,7 @@ class Sampler:
                 watched=self._watched(),
                 now_monotonic=self._monotonic(),
                 interval_seconds=self.interval_seconds,
+                previous=counters.buffer_read,
             )
 
         def read() -> DeviceRaw:

@@ -11,7 +11,7 @@ and are taken as they are.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 
 from gpu_exporter.model import ActivityTotals, GpmReading, NvLinkReading
 
@@ -29,16 +29,16 @@ class ActivityCounter:
         """Integrate one GPM reading; take the driver's NVLink data counters as they are."""
         if reading is not None:
             elapsed = reading.elapsed_seconds
-            ratios = {
-                "graphics_engine": reading.graphics_engine_ratio,
-                "sm": reading.sm_ratio,
-                "sm_occupancy": reading.sm_occupancy_ratio,
-                "dram": reading.dram_ratio,
-            }
+            ratios = (
+                ("graphics_engine", reading.graphics_engine_ratio),
+                ("sm", reading.sm_ratio),
+                ("sm_occupancy", reading.sm_occupancy_ratio),
+                ("dram", reading.dram_ratio),
+            )
             _accumulate(self._seconds, ratios, elapsed)
-            _accumulate(self._pipes, reading.pipe_ratios, elapsed)
-            _accumulate(self._pcie, reading.pcie_bytes_per_second, elapsed)
-            _accumulate(self._nvlink, reading.nvlink_bytes_per_second, elapsed)
+            _accumulate(self._pipes, reading.pipe_ratios.items(), elapsed)
+            _accumulate(self._pcie, reading.pcie_bytes_per_second.items(), elapsed)
+            _accumulate(self._nvlink, reading.nvlink_bytes_per_second.items(), elapsed)
         if nvlink is not None:
             self._nvlink.update(nvlink.data_bytes)
 
@@ -58,8 +58,11 @@ class ActivityCounter:
 
 
 def _accumulate(
-    totals: dict[str, float], rates: Mapping[str, float | None], elapsed: float
+    totals: dict[str, float], rates: Iterable[tuple[str, float | None]], elapsed: float
 ) -> None:
-    for name, rate in rates.items():
+    """Add each known `rate x elapsed` to its total; a negative or NaN rate adds 0 (four
+    calls a GPU every interval: no dict built for them, no `max` call per value)."""
+    get = totals.get
+    for name, rate in rates:
         if rate is not None:
-            totals[name] = totals.get(name, 0.0) + max(0.0, rate) * elapsed
+            totals[name] = get(name, 0.0) + (rate if rate > 0.0 else 0.0) * elapsed

@@ -635,7 +635,10 @@ class Sampler:
                 slot.down_reason = None
             if raw.static is not slot.static:
                 slot.static, slot.static_at = raw.static, now
-            counters = self._counters.setdefault((index, raw.static.uuid), _Counters())
+            key = (index, raw.static.uuid)
+            counters = self._counters.get(key)
+            if counters is None:  # not made to be thrown away at every sample
+                counters = self._counters[key] = _Counters()
             busy = mc_busy = _Busy(None, None)
             utilization = raw.reading.utilization
             if "utilization" in collectors:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from gpu_exporter.records import Record
+from gpu_exporter.records import Record, quick_init
 
 # Names shared by readings and metrics ------------------------------------------------
 
@@ -198,6 +198,7 @@ class PlatformInfo(Record):
 # Readings: one record per collector, read every interval ------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class UtilizationReading(Record):
     """`nvidia-smi -q -d UTILIZATION`: the driver's latest sample period, ratios 0..1."""
@@ -208,6 +209,7 @@ class UtilizationReading(Record):
     decoder_ratio: float | None = None
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class MemoryReading(Record):
     """`nvidia-smi -q -d MEMORY`, FB memory, in bytes."""
@@ -218,6 +220,7 @@ class MemoryReading(Record):
     reserved_bytes: int | None = None  # None where only the v1 call exists
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class TemperatureReading(Record):
     """`nvidia-smi -q -d TEMPERATURE` and the fan, in degrees Celsius and ratios."""
@@ -230,6 +233,7 @@ class TemperatureReading(Record):
     tlimit_margin_celsius: float | None = None
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class PowerReading(Record):
     """`nvidia-smi -q -d POWER`, in watts and joules."""
@@ -239,6 +243,7 @@ class PowerReading(Record):
     energy_joules: float | None = None  # since the driver was loaded
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class ClocksReading(Record):
     """`nvidia-smi -q -d CLOCK,PERFORMANCE`."""
@@ -252,6 +257,7 @@ class ClocksReading(Record):
     event_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class PcieReading(Record):
     """The current PCIe link (`nvidia-smi -q`, GPU Link Info)."""
@@ -264,6 +270,7 @@ class PcieReading(Record):
     errors: Mapping[str, int] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class PcieThroughputReading(Record):
     """PCIe throughput over the driver's 20 ms window, in bytes per second."""
@@ -272,6 +279,7 @@ class PcieThroughputReading(Record):
     rx_bytes_per_second: float | None = None
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class EccReading(Record):
     """`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`; error counts are volatile."""
@@ -287,6 +295,7 @@ class EccReading(Record):
     remapped_rows_failed: bool | None = None
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class ModesReading(Record):
     """Persistence, MIG and ECC modes (current, not pending)."""
@@ -296,6 +305,7 @@ class ModesReading(Record):
     ecc: bool | None = None
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class GpmReading(Record):
     """GPM metrics (Hopper and newer) between two GPM samples, `elapsed_seconds` apart.
@@ -314,6 +324,7 @@ class GpmReading(Record):
     nvlink_bytes_per_second: Mapping[str, float] = field(default_factory=dict)  # all links
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class NvLinkState(Record):
     """One NVLink link: `nvidia-smi nvlink -s` and `-e`."""
@@ -327,6 +338,7 @@ class NvLinkState(Record):
     ber: Mapping[str, float] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class NvLinkReading(Record):
     """Every NVLink link of a device, and the driver's data counters summed over them."""
@@ -351,6 +363,7 @@ class MigPlacement(Record):
     size: int  # how many memory slices
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class MigDevice(Record):
     """One MIG device (a compute instance of a GPU instance), as `nvidia-smi -L` lists it."""
@@ -362,6 +375,7 @@ class MigDevice(Record):
     placement: MigPlacement | None = None  # its GPU instance's; None where NVML does not say
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class MigInstanceReading(Record):
     """One GPU instance: its memory (shared by its compute instances) and activity."""
@@ -371,6 +385,7 @@ class MigInstanceReading(Record):
     gpm: GpmReading | None = None
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class MigReading(Record):
     """The MIG devices of a GPU with MIG enabled, and its GPU instances' readings."""
@@ -379,6 +394,7 @@ class MigReading(Record):
     instances: Mapping[int, MigInstanceReading] = field(default_factory=dict)  # by GI id
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class FabricReading(Record):
     """The GPU's registration in the NVLink fabric of an NVSwitch system (HGX, GB200 NVL72),
@@ -413,6 +429,7 @@ class FabricReading(Record):
         return None if self.summary is None else self.summary == "healthy"
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class HealthReading(Record):
     """The driver's own verdicts on a GPU: what it needs, and its place in the fabric."""
@@ -424,6 +441,7 @@ class HealthReading(Record):
     fabric: FabricReading | None = None  # None: no NVLink fabric (NOT_SUPPORTED)
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class DeviceReading(Record):
     """The readings of one device in one interval: None for a collector that is off."""
@@ -460,6 +478,7 @@ PROCESS_CONTEXTS: tuple[ProcessContext, ...] = ("compute", "graphics")
 in both is "compute+graphics" (nvidia-smi's type C+G)."""
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class GpuProcess(Record):
     """A process holding a context on one GPU (`nvidia-smi` process table)."""
@@ -471,6 +490,7 @@ class GpuProcess(Record):
     compute_instance: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class ProcessUtilization(Record):
     """Per-process utilization over the driver's last sample period."""
@@ -491,6 +511,7 @@ class DeviceEvent(Record):
     event_type: int  # NVML's nvmlEventType* bit
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class DeviceRaw(Record):
     """Everything one device's worker read from the driver in one interval."""
@@ -516,6 +537,7 @@ class CgroupLabels(Record):
     slurm_job_id: str = ""  # e.g. "48213"
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class HostProcess(Record):
     """What the host knows of one PID, in base units; "" or None where unknown."""
@@ -583,6 +605,7 @@ class HolderScanState(Record):
         )
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class ProcessSample(Record):
     """One process on one GPU, or the `other` roll-up of those beyond the cap."""
@@ -614,6 +637,7 @@ class ProcessSample(Record):
     start_time_seconds: float | None = None  # Unix time
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class Attribution(Record):
     """What process attribution adds to one device."""
@@ -758,6 +782,7 @@ class KubernetesState(Record):
 # One sample --------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class XidState(Record):
     """Xid errors seen on one GPU: since boot from the kernel log, else since the
@@ -770,6 +795,7 @@ class XidState(Record):
     last_timestamps: Mapping[int, float] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class KernelLogState(Record):
     """What the kernel-log reader (`--collector.xid.kernel-log`) has read since it started."""
@@ -791,6 +817,7 @@ class KernelLogState(Record):
     backlog_read: bool = True
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class StageResult(Record):
     """How one stage of a sample went (node_exporter's scrape_collector_* in spirit)."""
@@ -799,6 +826,7 @@ class StageResult(Record):
     success: bool  # False: the stage failed, or could not read what it is for
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class ActivityTotals(Record):
     """GPM activity integrated over time, so rate() is the mean over any window.
@@ -824,6 +852,7 @@ near full and shared by two or more live processes (or a new one arrived); near 
 no live process (a dead owner's: GPUMemoryLeaked's case)."""
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class MemoryHolder(Record):
     """A live process as the memory patterns name it (for verdicts and the exit series)."""
@@ -851,6 +880,7 @@ class MemoryExit(Record):
     used_ratio: float  # the GPU's (instance's) used memory over total when last seen, 0..1
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class MemoryPattern(Record):
     """One GPU's (or MIG instance's) memory pattern in one sample
@@ -869,6 +899,7 @@ class MemoryPattern(Record):
     holders: tuple[MemoryHolder, ...] = ()  # the live processes, largest first (near the top)
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class DeviceSample(Record):
     """One GPU in one sample. `reading` is None while the GPU is down."""
@@ -908,6 +939,7 @@ def device_with(device: DeviceSample, **changes: object) -> DeviceSample:
     return copied
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class HostSample(Record):
     """Host context next to the GPUs (collector `host`)."""
@@ -926,6 +958,7 @@ Fabric Manager (NVSwitch systems: HGX and DGX boards) and the IMEX daemon (multi
 NVLink: GB200 and GB300 NVL racks)."""
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class FabricDaemonState(Record):
     """The fabric's daemons on this node (collector `health`)."""
@@ -945,6 +978,7 @@ class CallTotals(NamedTuple):
     seconds: float
 
 
+@quick_init
 @dataclass(frozen=True, repr=False)
 class Snapshot(Record):
     """The exporter's whole view of the host at `timestamp_seconds`."""

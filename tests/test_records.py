@@ -1,17 +1,21 @@
 """Every dataclass of the package shares `Record.__repr__`, which writes what the
-dataclasses module would (`gpu_exporter/records.py`: 0.22 MiB of resident memory)."""
+dataclasses module would (`gpu_exporter/records.py`: 0.22 MiB of resident memory); the
+records a sample makes have `quick_init`'s `__init__`, which makes what dataclasses'
+frozen one makes."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import pkgutil
 from typing import Any
 
 import pytest
 
 import gpu_exporter
-from gpu_exporter.records import Record
+from gpu_exporter.model import DeviceReading, DeviceSample, Snapshot
+from gpu_exporter.records import Record, quick_init
 
 
 def package_dataclasses() -> list[type[Any]]:
@@ -85,3 +89,74 @@ def test_a_record_inside_itself_is_written_as_dataclasses_write_it() -> None:
             "(name='a', children=[...])"
         )
     )
+
+
+QUICK = [c for c in CLASSES if getattr(c.__init__, "quick", False)]
+
+
+def test_the_records_each_sample_makes_have_the_quick_init() -> None:
+    assert {DeviceReading, DeviceSample, Snapshot} <= set(QUICK)
+    assert len(QUICK) >= 30
+
+
+def twin_of(cls: type[Any]) -> type[Any]:
+    """`cls`'s fields, their defaults and factories, as a frozen dataclass of its own."""
+    specs: list[Any] = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            specs.append((f.name, object, dataclasses.field(default=f.default)))
+        elif f.default_factory is not dataclasses.MISSING:
+            specs.append((f.name, object, dataclasses.field(default_factory=f.default_factory)))
+        else:
+            specs.append((f.name, object))
+    return dataclasses.make_dataclass(cls.__name__, specs, frozen=True)
+
+
+@pytest.mark.parametrize("cls", QUICK, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_the_quick_init_makes_what_the_dataclass_init_makes(cls: type[Any]) -> None:
+    twin = twin_of(cls)
+    ours, theirs = inspect.signature(cls), inspect.signature(twin)
+    assert [(p.name, p.kind, repr(p.default)) for p in ours.parameters.values()] == [
+        (p.name, p.kind, repr(p.default)) for p in theirs.parameters.values()
+    ]
+    fields = dataclasses.fields(cls)
+    values = [f"value of {f.name}" for f in fields]
+    assert vars(cls(*values)) == vars(twin(*values))
+    assert vars(cls(**dict(zip([f.name for f in fields], values, strict=True)))) == vars(
+        twin(*values)
+    )
+    required = [
+        f"value of {f.name}"
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    made, made_again = cls(*required), cls(*required)
+    assert vars(made) == vars(twin(*required))
+    for f in fields:  # a factory's value is made per instance, as dataclasses makes it
+        if f.default_factory is not dataclasses.MISSING:
+            assert getattr(made, f.name) is not getattr(made_again, f.name)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.index = 1  # still frozen
+    with pytest.raises(TypeError):
+        cls(*values, "one too many")
+
+
+def test_quick_init_refuses_what_it_cannot_copy() -> None:
+    @dataclasses.dataclass(repr=False)
+    class Open(Record):
+        a: int
+
+    @dataclasses.dataclass(frozen=True, repr=False)
+    class Checked(Record):
+        a: int
+
+        def __post_init__(self) -> None:
+            pass
+
+    @dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+    class Named(Record):
+        a: int
+
+    for cls in (Open, Checked, Named):
+        with pytest.raises(TypeError):
+            quick_init(cls)

@@ -752,6 +752,34 @@ class Phase:
     theirs_ms: float | None
     ours_rss: float
     theirs_rss: float | None
+    # ours over the window, from scrapes just outside it: sample-buffer reads a minute
+    # (`buffer_reads.py`), GPM's graphics-engine and DRAM activity (share of the time)
+    buffer_reads_per_minute: float | None = None
+    graphics_active: float | None = None
+    dram_active: float | None = None
+
+
+def counter_total(text: str, name: str) -> float | None:
+    """The sum of a counter's series in one scrape (every GPU); None where absent."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+                found = True
+            except (ValueError, IndexError):
+                continue
+    return total if found else None
+
+
+def buffer_reads(text: str) -> float | None:
+    """Our nvmlDeviceGetSamples calls so far, from one scrape."""
+    calls = nvml_call_seconds(text).get("nvmlDeviceGetSamples")
+    return calls[1] if calls is not None else None
+
+
+def rate(before: float | None, after: float | None, seconds: float) -> float | None:
+    return None if before is None or after is None else (after - before) / seconds
 
 
 @contextmanager
@@ -769,13 +797,18 @@ def started(command: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen[
                 program.wait()
 
 
-def measure_phase(name: str, pids: Sequence[int | None]) -> Phase:
-    """Each program's whole-process CPU in ms/s over PHASE_SECONDS, and RSS."""
+def measure_phase(name: str, pids: Sequence[int | None], port: int) -> Phase:
+    """Each program's whole-process CPU in ms/s over PHASE_SECONDS, and RSS; ours' buffer
+    reads and GPM activity over the same window (scraped just before and after it)."""
     live = [p for p in pids if p is not None]
+    before = scrape_text(port)
     cpu0, wall0 = {p: bench.cpu_seconds(p) for p in live}, time.monotonic()
     time.sleep(PHASE_SECONDS)
     cpu1, wall1 = {p: bench.cpu_seconds(p) for p in live}, time.monotonic()
+    after = scrape_text(port)
     ms = {p: 1000 * (cpu1[p] - cpu0[p]) / (wall1 - wall0) for p in live}
+    window = wall1 - wall0
+    reads = rate(buffer_reads(before), buffer_reads(after), window)
     ours, theirs = pids
     assert ours is not None
     print(
@@ -789,6 +822,17 @@ def measure_phase(name: str, pids: Sequence[int | None]) -> Phase:
         ms[theirs] if theirs is not None else None,
         rss_mib(ours),
         rss_mib(theirs) if theirs is not None else None,
+        buffer_reads_per_minute=None if reads is None else 60 * reads,
+        graphics_active=rate(
+            counter_total(before, "gpu_graphics_engine_active_seconds_total"),
+            counter_total(after, "gpu_graphics_engine_active_seconds_total"),
+            window,
+        ),
+        dram_active=rate(
+            counter_total(before, "gpu_dram_active_seconds_total"),
+            counter_total(after, "gpu_dram_active_seconds_total"),
+            window,
+        ),
     )
 
 
@@ -836,16 +880,18 @@ def side_by_side(
             bench.wait_ready(theirs_port, timeout=60.0, path="/metrics")
         bench.wait_ready(ours_port, timeout=60.0)
         time.sleep(WARM_UP_SECONDS)
-        phases.append(measure_phase("idle, no process", pids))
+        phases.append(measure_phase("idle, no process", pids, ours_port))
         if torch_python is None:
             notes.append("PyTorch with CUDA not importable: the load phases are left out")
         else:
             with load(torch_python, "starved"):
-                phases.append(measure_phase("a training loop starved by its DataLoader", pids))
+                phases.append(
+                    measure_phase("a training loop starved by its DataLoader", pids, ours_port)
+                )
             with load(torch_python, "busy"):
-                phases.append(measure_phase("a training loop at full speed", pids))
+                phases.append(measure_phase("a training loop at full speed", pids, ours_port))
             with load(torch_python, "hold"):
-                phases.append(measure_phase("97% of the memory held, idle", pids))
+                phases.append(measure_phase("97% of the memory held, idle", pids, ours_port))
         scrape = scrape_text(ours_port)
         notes.append(f"nvidia-smi at our last scrape: {NVIDIA_SMI_FILE} beside {SCRAPE_FILE}")
         smi = nvidia_smi_now()
@@ -918,6 +964,25 @@ def report(
         ratio = "" if not p.theirs_ms else f"**{p.ours_ms / p.theirs_ms:.1f}x**"
         rss = f"{p.ours_rss:.0f} / " + ("" if p.theirs_rss is None else f"{p.theirs_rss:.0f}")
         lines.append(f"| {p.name} | {p.ours_ms:.1f} ms/s | {theirs} | {ratio} | {rss} |")
+    lines += [
+        "",
+        "Ours over each window: sample-buffer reads (`nvmlDeviceGetSamples`, two a read, "
+        "`buffer_reads.py`) and GPM's activity, the share of the time (exactly 0 lets a "
+        "GPU in use rest its buffers):",
+        "",
+        "| phase | buffer calls a minute | GPM graphics engine | GPM DRAM |",
+        "|---|---|---|---|",
+    ]
+    for p in phases:
+        cells = [
+            "" if value is None else f"{value:{spec}}"
+            for value, spec in (
+                (p.buffer_reads_per_minute, ".1f"),
+                (p.graphics_active, ".6f"),
+                (p.dram_active, ".6f"),
+            )
+        ]
+        lines.append(f"| {p.name} | " + " | ".join(cells) + " |")
     lines += [f"- {note}" for note in notes]
     if costs is not None:
         lines += ["", f"The driver's costs: `{costs}` (`bench.py --costs {costs}` charges them)."]

@@ -146,6 +146,16 @@ def test_real_gpu_py_helps_and_writes_cost_files_the_stand_in_charges(tmp_path: 
     )
     assert real_gpu.nvml_call_seconds(scraped) == {"nvmlDeviceGetSamples": (2.0, 1000.0)}
     assert real_gpu.nvml_call_seconds("gpu_up 1\n") == {}
+    # each phase's buffer reads and GPM activity, from scrapes either side of its window
+    later = scraped.replace(" 800\n", " 830\n")
+    assert real_gpu.buffer_reads(scraped) == 1000.0
+    assert real_gpu.rate(real_gpu.buffer_reads(scraped), real_gpu.buffer_reads(later), 60) == 0.5
+    dram = (
+        'gpu_dram_active_seconds_total{gpu="0"} 1.5\ngpu_dram_active_seconds_total{gpu="1"} 0.5\n'
+    )
+    assert real_gpu.counter_total(dram, "gpu_dram_active_seconds_total") == 2.0
+    assert real_gpu.counter_total(scraped, "gpu_dram_active_seconds_total") is None
+    assert real_gpu.rate(None, 2.0, 60) is None
     # the functions it times: the stand-in's, which answers every one either exporter calls
     assert {"nvmlDeviceGetSamples", "nvmlDeviceGetFieldValues"} <= set(
         real_gpu.stand_in_functions()

@@ -446,6 +446,121 @@ def test_a_job_s_last_seconds_are_counted_when_its_gpu_turns_idle(install: Insta
     assert uncovered == 0.0
 
 
+WITH_GPM = COLLECTORS | {"gpm"}
+
+
+def with_gpm(gpu: FakeGpu, graphics: Callable[[int], float], dram: Callable[[int], float]) -> None:
+    """GPM on, its graphics-engine and DRAM activity (percent) by GPM interval."""
+    gpu.gpm_supported = True
+    gpu.gpm = {M.NVML_GPM_METRIC_GRAPHICS_UTIL: graphics, M.NVML_GPM_METRIC_DRAM_BW_UTIL: dram}
+
+
+def run(sampler: Sampler, gpu: FakeGpu, clock: FakeClock, percent: int, seconds: int) -> Snapshot:
+    """`seconds` samples a second apart, the buffers written at `percent` up to each; the
+    last one."""
+    for _ in range(seconds):
+        fill(gpu, clock, percent)
+        snapshot = sampler.sample_once()
+        clock.now += 1
+    return snapshot
+
+
+def reads_of(lib: FakeNvmlLib) -> tuple[int, int]:
+    """The reads so far of GPU 0's GPU and memory-controller buffers."""
+    return (
+        lib.sample_reads[(0, M.NVML_GPU_UTILIZATION_SAMPLES)],
+        lib.sample_reads[(0, M.NVML_MEMORY_UTILIZATION_SAMPLES)],
+    )
+
+
+def test_an_allocated_but_idle_gpu_s_buffers_rest_while_gpm_sees_nothing(
+    install: Install,
+) -> None:
+    """A context holds memory (a notebook between cells): in use, so before GPM the
+    buffers were read before they wrapped, zeros each time (2 x 1.8 ms of a real H200's
+    CPU every ~10 s). GPM counts every cycle: while it sees the graphics engine and DRAM
+    idle and the readings agree, neither buffer is read; the interval after GPM sees a
+    kernel, both are read from their cursors, and the job counts from its first entry."""
+    gpu = h100()
+    gpu.compute_processes = [(4242, 2 << 30)]  # listed, holding memory, running nothing
+    with_memory_used(gpu, 2 << 30)
+    busy: list[int] = []  # the GPM intervals the job starts and ends in, once it does
+
+    def active(interval: int) -> float:
+        started = busy and interval >= busy[0]
+        return 70.0 if started and (len(busy) == 1 or interval < busy[1]) else 0.0
+
+    with_gpm(gpu, active, active)
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, WITH_GPM)
+    run(sampler, gpu, clock, 0, 3)  # the first reads: the cursor, then the span
+    before = reads_of(lib)
+    snapshot = run(sampler, gpu, clock, 0, 120)
+    assert reads_of(lib) == before  # two minutes, not one read (about 10 of each before)
+    idle_busy, idle_uncovered = busy_of(snapshot)
+    assert idle_uncovered == 0.0  # seen idle, not a gap
+    busy.append(lib.gpm_interval(0))  # a kernel runs: 70% of the GPU for 4 s
+    run(sampler, gpu, clock, 70, 4)
+    busy.append(lib.gpm_interval(0))  # and ends: the context idle again
+    snapshot = run(sampler, gpu, clock, 0, 5)
+    sampler.stop(0)
+    gpu_reads, mc_reads = reads_of(lib)
+    assert 2 <= gpu_reads - before[0] <= 3 and 2 <= mc_reads - before[1] <= 3
+    seconds, uncovered = busy_of(snapshot)
+    assert uncovered == 0.0
+    # every entry of the job counted, from its first (read from the ring after it began)
+    # to its last (read once more as GPM saw the GPU go quiet)
+    assert seconds - idle_busy == pytest.approx(0.7 * 4, abs=0.7 * 0.5)
+
+
+def test_a_job_that_leaves_dram_alone_reads_only_the_gpu_s_buffer(install: Install) -> None:
+    gpu = h100()
+    gpu.compute_processes = [(4242, 2 << 30)]
+    with_memory_used(gpu, 2 << 30)
+    with_gpm(gpu, lambda interval: 90.0, lambda interval: 0.0)
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, WITH_GPM)
+
+    def tick() -> Snapshot:
+        fill(gpu, clock, 90)
+        gpu.utilization_percent = (90, 0)  # the memory controller reads idle too
+        snapshot = sampler.sample_once()
+        clock.now += 1
+        return snapshot
+
+    for _ in range(3):
+        tick()
+    before = reads_of(lib)
+    for _ in range(60):
+        snapshot = tick()
+    sampler.stop(0)
+    gpu_reads, mc_reads = reads_of(lib)
+    assert 4 <= gpu_reads - before[0] <= 6  # before it wraps: every ~12 s
+    assert mc_reads == before[1]
+    assert snapshot.devices[0].memory_controller_busy_uncovered_seconds == 0.0
+
+
+def test_gpm_that_sees_nothing_of_a_busy_gpu_stops_no_read(install: Install) -> None:
+    """GPM answering zeros while the GPU reads busy (GPM's counters held by another tool,
+    or a stand-in that does not tie the two): the reading does not agree, so the buffers
+    are read as before and the busy seconds are the buffer's."""
+    gpu = h100()
+    gpu.compute_processes = []  # work NVML does not list, and no memory: as the judge's host
+    with_memory_used(gpu, 0)
+    with_gpm(gpu, lambda interval: 0.0, lambda interval: 0.0)
+    lib, backend, clock = started(install, gpu)
+    sampler = one_second_sampler(backend, clock, WITH_GPM)
+    start_busy, _ = busy_of(run(sampler, gpu, clock, 95, 4))
+    before = reads_of(lib)
+    snapshot = run(sampler, gpu, clock, 95, 60)
+    sampler.stop(0)
+    gpu_reads, mc_reads = reads_of(lib)
+    assert gpu_reads - before[0] >= 4 and mc_reads - before[1] >= 4
+    busy, uncovered = busy_of(snapshot)
+    assert uncovered == 0.0
+    assert busy - start_busy >= 0.95 * 50
+
+
 def attributing_sampler(backend: PynvmlBackend, clock: FakeClock, process: str) -> Sampler:
     """A 1 s sampler on the fake clock whose processes are all named `process` on the host."""
     return Sampler(

@@ -1958,7 +1958,8 @@ _BUFFER = (
     f"the driver's sample buffer, read before it wraps ({SAFETY:g} of its measured span, "
     "~12 s on an H100) while the GPU holds a process or a context (used memory above its "
     "idle baseline), every interval while the live page is open, not while it holds neither "
-    "and reads idle"
+    "and reads idle, nor while GPM saw its engine (graphics, DRAM) idle all interval and "
+    "the reading agrees"
 )
 _PROC_COUNTERS = (
     f"when a scrape is expected and for the live page, at least every {COUNTER_READS_MAX_AGE:g} s"

@@ -29,6 +29,15 @@ the busy counters (`busy.py`) exactly what reading it every interval gave. So:
   is counted from its first entry. A job that starts and ends between two reads of the
   memory and the process lists (shorter than one interval) on an otherwise idle GPU is
   not counted.
+- **Quiet** (Hopper and newer, each buffer on its own): in use, but GPM saw its engine
+  do nothing the whole last interval and the reading agrees (`engine_quiet`): the graphics
+  engine for the GPU's buffer, DRAM for the memory controller's. A kernel runs on the
+  graphics engine, and memory is busy only while DRAM is read or written, so the
+  buffer's entries for that interval are zeros: it is not read, as if idle, and the
+  interval after GPM sees activity again it is read from its cursor, which the ring
+  still holds. A context held but unused (a notebook between cells, an idle inference
+  server: the "allocated but idle" GPU) reads neither; a compute-bound job that leaves
+  DRAM alone reads only the GPU's.
 - **Watched**: while someone has the live page (or `/api/overview`) open, read every
   interval, so the busy chart shows every interval as it comes (`WATCHED_SECONDS`).
   Unwatched, the page's history holds each read's busy share until the next read.
@@ -98,6 +107,18 @@ class MemoryBaseline:
     def rebase(self) -> None:
         """Forget the baseline (after a driver reload)."""
         self.floor_bytes = None
+
+
+def engine_quiet(activity_ratio: float | None, reading_ratio: float | None) -> bool:
+    """Whether the engine behind a buffer did nothing all interval: GPM's activity of it
+    between the interval's two GPM samples (`activity_ratio`: the graphics engine for
+    the GPU's buffer, DRAM bandwidth for the memory controller's) is exactly 0, and the
+    interval's reading of the buffer's own measure (`reading_ratio`) is 0 too. GPM
+    counts every cycle between its samples, so unlike a reading it cannot miss work
+    between two intervals; the reading must agree, so GPM that does not count (another
+    tool holding the counters, a driver that answers zeros) never stops a read of a busy
+    GPU. None (no GPM, or not this interval) is not quiet."""
+    return activity_ratio == 0.0 and reading_ratio == 0.0
 
 
 def buffer_read(

@@ -12,9 +12,10 @@ the rest of the gap is counted as uncovered: neither busy nor idle, but visible.
 Reading the buffer is dear (2.3 ms of the host's CPU a call on an H200), so it is read only
 as often as its coverage needs (`buffer_reads.py`): before it wraps while the GPU is in
 use, and not at all while NVML lists no process on it, it reads idle and its used memory
-is at its idle baseline (no context). The counter
-measures the buffer's span from the entries' own timestamps (`span_us`), and a stretch the
-exporter skipped because the GPU held no context (`hold_idle`) is idle time, not a gap.
+is at its idle baseline (no context), or while GPM sees the buffer's engine idle. The
+counter measures the buffer's span from the entries' own timestamps (`span_us`), and a
+stretch the exporter skipped because the GPU was idle (`hold_idle`) is idle time, not a
+gap.
 """
 
 from __future__ import annotations
@@ -172,9 +173,10 @@ class BusyCounter:
             self.span_us = max(self.span_us or 0, newest - oldest)
 
     def hold_idle(self, now_monotonic: float) -> None:
-        """This interval's read was skipped because NVML listed no process on the GPU, it
-        read idle and no context held memory (`buffer_reads.py`): the time until the next
-        read counts as idle where no entry covers it, never as uncovered."""
+        """This interval's read was skipped because the GPU was idle (`buffer_reads.py`:
+        no process listed, read idle and no context held memory; or GPM saw the buffer's
+        engine idle and the reading agreed): the time until the next read counts as idle
+        where no entry covers it, never as uncovered."""
         self._held_idle = True
         self._dry_credited = 0.0
         self._entries_monotonic = now_monotonic

@@ -54,7 +54,12 @@ from gpu_exporter.model import (
 )
 from gpu_exporter.records import Record
 from gpu_exporter.sampling.activity import ActivityCounter
-from gpu_exporter.sampling.buffer_reads import BufferRead, MemoryBaseline, buffer_read
+from gpu_exporter.sampling.buffer_reads import (
+    BufferRead,
+    MemoryBaseline,
+    buffer_read,
+    engine_quiet,
+)
 from gpu_exporter.sampling.busy import BusyCounter
 from gpu_exporter.sampling.clock_steps import STEP_SECONDS, WallClockSteps, not_after
 from gpu_exporter.sampling.device_workers import HANDOFF_SECONDS, NotStarted, ReaderPool
@@ -146,8 +151,13 @@ class _Counters(Record):
     process_utilization_us: int = 0  # newest per-process sample already seen
     process_seconds: ProcessSeconds = field(default_factory=ProcessSeconds)
     idle: bool = False  # the last sample: no process listed, read idle, memory at baseline
+    # the last sample: GPM saw the engine behind the buffer idle all interval, and the
+    # reading agreed (`buffer_reads.engine_quiet`)
+    gpu_quiet: bool = False
+    memory_controller_quiet: bool = False
     memory: MemoryBaseline = field(default_factory=MemoryBaseline)  # its idle used memory
-    buffer_read: BufferRead = BufferRead.READ  # what this sample does with the buffers
+    buffer_read: BufferRead = BufferRead.READ  # what this sample does with the GPU's buffer
+    memory_controller_read: BufferRead = BufferRead.READ  # and the memory controller's
     activity: ActivityCounter = field(default_factory=ActivityCounter)  # GPM, NVLink bytes
     # by GPU instance: (GI id, UUID of its first MIG device), as ids are reused
     mig_activity: dict[tuple[int, str], ActivityCounter] = field(default_factory=dict)
@@ -577,28 +587,25 @@ class Sampler:
         proc_since = counters.process_utilization_us if counters else 0
         if counters is not None and counters.process_seconds.step_us:
             proc_since = 0  # a step back of the wall clock: the whole buffer, once
-        buffers = BufferRead.READ
+        gpu_read = mc_read = BufferRead.READ
+        in_use = True  # not idle (`buffer_reads.py`), whatever GPM says of its engines
         if counters is not None:
-            buffers = counters.buffer_read = buffer_read(
-                counters.gpu,
-                idle=counters.idle,
-                watched=self._watched(),
-                now_monotonic=self._monotonic(),
-                interval_seconds=self.interval_seconds,
-                previous=counters.buffer_read,
-            )
+            gpu_read, mc_read = self._buffer_reads(counters)
+            in_use = gpu_read is not BufferRead.IDLE or not counters.idle
 
         def read() -> DeviceRaw:
             device = static if static is not None else backend.device_static(index)
             gpu_samples = mc_samples = None
             # first: the reading may take its ratios from them; as often as they need
-            if "utilization" in collectors and buffers is BufferRead.READ:
-                gpu_samples = backend.utilization_samples(index, "gpu", gpu_since)
-                mc_samples = backend.utilization_samples(index, "memory_controller", mc_since)
+            if "utilization" in collectors:
+                if gpu_read is BufferRead.READ:
+                    gpu_samples = backend.utilization_samples(index, "gpu", gpu_since)
+                if mc_read is BufferRead.READ:
+                    mc_samples = backend.utilization_samples(index, "memory_controller", mc_since)
             reading = backend.device_reading(index, collectors)
             processes = utilization = None
             if "process" in collectors:
-                processes = backend.processes(index, in_use=buffers is not BufferRead.IDLE)
+                processes = backend.processes(index, in_use=in_use)
                 if processes:  # per-process entries credit listed processes only
                     utilization = backend.process_utilization(index, proc_since)
                 elif processes is not None:
@@ -606,6 +613,32 @@ class Sampler:
             return DeviceRaw(device, reading, gpu_samples, mc_samples, processes, utilization)
 
         return read
+
+    def _buffer_reads(self, counters: _Counters) -> tuple[BufferRead, BufferRead]:
+        """This interval's reads of the GPU's and the memory controller's sample buffers
+        (`buffer_reads.py`), each kept as the previous decision for the next."""
+        watched, now = self._watched(), self._monotonic()
+        decisions = []
+        for counter, quiet, previous in (
+            (counters.gpu, counters.gpu_quiet, counters.buffer_read),
+            (
+                counters.memory_controller,
+                counters.memory_controller_quiet,
+                counters.memory_controller_read,
+            ),
+        ):
+            decisions.append(
+                buffer_read(
+                    counter,
+                    idle=counters.idle or quiet,
+                    watched=watched,
+                    now_monotonic=now,
+                    interval_seconds=self.interval_seconds,
+                    previous=previous,
+                )
+            )
+        counters.buffer_read, counters.memory_controller_read = decisions
+        return counters.buffer_read, counters.memory_controller_read
 
     def _assemble(
         self,
@@ -654,7 +687,7 @@ class Sampler:
                     raw.memory_controller_samples,
                     utilization.memory_controller_ratio if utilization else None,
                     now,
-                    counters.buffer_read,
+                    counters.memory_controller_read,
                 )
             memory = raw.reading.memory
             at_baseline = memory is not None and counters.memory.at_baseline(
@@ -666,6 +699,15 @@ class Sampler:
                 and utilization is not None
                 and utilization.gpu_ratio == 0
                 and at_baseline
+            )
+            gpm = raw.reading.gpm
+            counters.gpu_quiet = engine_quiet(
+                gpm.graphics_engine_ratio if gpm else None,
+                utilization.gpu_ratio if utilization else None,
+            )
+            counters.memory_controller_quiet = engine_quiet(
+                gpm.dram_ratio if gpm else None,
+                utilization.memory_controller_ratio if utilization else None,
             )
             if raw.process_utilization:
                 newest = max(u.timestamp_us for u in raw.process_utilization)

@@ -501,6 +501,8 @@ class FakeNvmlLib:
         self.gpm_samples: list[FakeGpmSample] = []
         self.gpm_requests: list[list[int]] = []  # metric ids of each nvmlGpmMetricsGet
         self._gpm_takes: Counter[tuple[int, int | None]] = Counter()
+        # nvmlDeviceGetSamples calls by (GPU, sampling type)
+        self.sample_reads: Counter[tuple[int | None, int]] = Counter()
         self.inside: Counter[str] = Counter()  # calls of each function running now
         self.most_inside: Counter[str] = Counter()  # the most that ever ran at once
         self.entered: dict[tuple[str, int | None], threading.Event] = {}  # hung calls
@@ -908,6 +910,7 @@ class FakeNvmlLib:
     def c_nvmlDeviceGetSamples(
         self, handle: Any, kind: Any, since: Any, value_type: Any, count: Any, buf: Any
     ) -> int:
+        self.sample_reads[(self._index_of(handle), int(kind.value))] += 1
         ring = self._gpu(handle).samples.get(kind.value)
         if ring is None:
             return NOT_SUPPORTED
@@ -1115,6 +1118,11 @@ class FakeNvmlLib:
             else:
                 entry.nvmlReturn = NOT_SUPPORTED
         return SUCCESS
+
+    def gpm_interval(self, gpu: int) -> int:
+        """The GPM interval the GPU's next sample ends (the index `FakeGpu.gpm`'s
+        functions are given for the metrics between it and the one before)."""
+        return self._gpm_takes[(gpu, None)]
 
     def live_gpm_samples(self) -> int:
         """GPM samples allocated and not freed."""

@@ -34,6 +34,9 @@ class _Factory:
 
 _FACTORY = _Factory()
 
+_GLOBALS: dict[str, Any] = {"_FACTORY": _FACTORY, "_setattr": object.__setattr__}
+"""The names a generated `__init__` reads besides its parameters (no field may be one)."""
+
 
 class Record:
     """A dataclass's base: its `repr()` is `Name(field=value, ...)`, as dataclasses writes it."""
@@ -50,18 +53,18 @@ class Record:
 def quick_init(cls: R) -> R:
     """Replace a frozen dataclass's `__init__` with one of the same parameters that
     sets each field through `object.__setattr__` bound once to the instance. For plain
-    records only: positional fields, no `__post_init__`, no slots of its own, no
-    `InitVar`; anything else is refused at import."""
+    records only: positional fields, no `__post_init__`, no `InitVar`; anything else is
+    refused at import."""
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen:
         raise TypeError(f"{cls.__qualname__}: quick_init is for frozen dataclasses")
-    if "__slots__" in vars(cls) or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__qualname__}: quick_init needs a __dict__ and no __post_init__")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__qualname__}: quick_init calls no __post_init__")
     names: list[str] = []
     made: list[str] = []
-    env: dict[str, Any] = {"_FACTORY": _FACTORY, "_setattr": object.__setattr__}
+    env: dict[str, Any] = dict(_GLOBALS)
     for f in dataclasses.fields(cls):
-        if not f.init or f.kw_only or f.name in ("self", "_set"):
+        if not f.init or f.kw_only or f.name in ("self", "_set", *_GLOBALS):
             raise TypeError(f"{cls.__qualname__}.{f.name}: quick_init takes plain fields")
         if f.default is not dataclasses.MISSING:
             env[f"_default_{f.name}"] = f.default

@@ -130,8 +130,9 @@ def buffer_read(
     watched: bool = False,
     previous: BufferRead = BufferRead.READ,
 ) -> BufferRead:
-    """This interval's read of the buffer behind `counter` (the GPU's; the memory
-    controller's is read with it); `watched`: someone has the live page open;
+    """This interval's read of the buffer behind `counter` (the GPU's or the memory
+    controller's, each decided on its own); `idle`: the GPU idle or the buffer's engine
+    quiet; `watched`: someone has the live page open;
     `previous`: the last interval's decision."""
     last, span_us = counter.read_monotonic, counter.span_us
     if last is None or span_us is None or (watched and not idle):

@@ -506,7 +506,12 @@ def serve(settings: Settings, args: Sequence[str]) -> int:
     web_thread.start()
     exporter.start()
     while not stopping.is_set():
-        select.select([wakeup], [], [], 5.0)  # a signal ends the wait: SIGTERM stops at once
+        # No timeout: only a signal sets `stopping` or `reloading`, and every signal ends
+        # the wait (the wake of a timed one costs ~0.15 ms of CPU on a virtual machine).
+        # Python writes the wakeup byte after it marks the handler pending, and runs
+        # pending handlers on this thread at its next call: they have run before the
+        # checks below.
+        select.select([wakeup], [], [])
         with contextlib.suppress(BlockingIOError):  # the handlers have run by now
             wakeup.recv(4096)
         if reloading.is_set() and not stopping.is_set():

@@ -69,22 +69,45 @@ def test_reads_not_started_by_the_deadline_are_dropped_not_run_late() -> None:
 
 
 def test_a_batch_is_finished_only_once_each_read_says_it_is_done() -> None:
-    """The sampler wakes on the batch's `finished` and reads every job's `done`: a job
-    marked done after `finished` would be taken, for an instant, for a read that did not
-    return (its GPU down for an interval)."""
+    """The sampler wakes when the batch is finished and reads every job's `done`: a job
+    marked done after that would be taken, for an instant, for a read that did not
+    return (its GPU down for an interval). Only the last read's `ran` says to finish."""
     from gpu_exporter.sampling.device_workers import Job, _Batch
 
     jobs = [Job(lambda: 1), Job(lambda: 2)]
     batch: _Batch[int] = _Batch(jobs)
-    seen: list[list[bool]] = []
-    finish = batch.finished.set
-
-    def observed() -> None:
-        seen.append([job.done for job in jobs])
-        finish()
-
-    batch.finished.set = observed  # type: ignore[method-assign]
+    last: list[bool] = []
     while (job := batch.take()) is not None:
         job.result = job.fn()
-        batch.ran(job)
-    assert seen == [[True, True]]
+        assert not batch.wait(0)  # not finished while a read is left
+        last.append(batch.ran(job))
+    assert last == [False, True]
+    assert [job.done for job in jobs] == [True, True] and not batch.wait(0)
+    batch.finish()
+    assert batch.wait(0.5)
+
+
+def test_the_sampler_is_woken_after_the_reader_is_idle_again() -> None:
+    """The reader finishes a batch as the last thing before it waits for the next one:
+    the sampler it wakes finds the reader back in the pool (and the interpreter free),
+    so the next sample's batch goes to the same thread, and a batch timed out on is
+    finished later without error."""
+    pool: ReaderPool[int] = ReaderPool()
+    order: list[str] = []
+    try:
+        jobs = pool.read({0: lambda: 0}, time.monotonic() + 5.0)
+        assert jobs[0].result == 0
+        release = threading.Event()
+        jobs = pool.read({0: lambda: int(release.wait(5))}, time.monotonic() + 0.2)
+        assert not jobs[0].done  # the deadline passed first
+        release.set()
+        deadline = time.monotonic() + 5
+        while pool.stuck_since(0) is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.stuck_since(0) is None
+        jobs = pool.read(
+            {0: lambda: order.append(threading.current_thread().name) or 1}, time.monotonic() + 5.0
+        )
+        assert jobs[0].result == 1 and order == ["gpu-reader-1"]
+    finally:
+        pool.stop()

@@ -53,9 +53,12 @@ class _Batch(Generic[T]):
         self._waiting = deque(jobs)
         self._running: list[Job[T]] = []
         self._left = len(jobs)
-        self.finished = threading.Event()
-        if not jobs:
-            self.finished.set()
+        # held until every read is done: the sampler waits on it in C, with no Condition
+        # (an Event's wait runs a dozen lines of Python between the hand-off and the
+        # sleep, and its set as many while the woken sampler waits for the interpreter)
+        self._done = threading.Lock()
+        if jobs:
+            self._done.acquire()
 
     def take(self) -> Job[T] | None:
         """The next read to run, or None when none is left."""
@@ -67,13 +70,24 @@ class _Batch(Generic[T]):
             self._running.append(job)
             return job
 
-    def ran(self, job: Job[T]) -> None:
-        job.done = True  # before `finished`: the sampler it wakes reads every job's `done`
+    def ran(self, job: Job[T]) -> bool:
+        """Note `job` done; True when it was the batch's last (then the caller calls
+        `finish`, once)."""
+        job.done = True  # before `finish`: the sampler it wakes reads every job's `done`
         with self._lock:
             self._running.remove(job)
             self._left -= 1
-            if self._left == 0:
-                self.finished.set()
+            return self._left == 0
+
+    def finish(self) -> None:
+        """Wake the sampler: every read is done."""
+        self._done.release()
+
+    def wait(self, timeout_seconds: float) -> bool:
+        """True once every read is done, waiting at most `timeout_seconds`."""
+        if timeout_seconds <= 0:
+            return self._done.acquire(blocking=False)
+        return self._done.acquire(timeout=timeout_seconds)
 
     def stalled(self, now: float, handoff_seconds: float) -> bool:
         """True when reads wait and every running one has run `handoff_seconds`."""
@@ -108,14 +122,18 @@ class _Reader(Generic[T]):
             batch = self._batches.get()
             if batch is None:
                 return
+            last = False
             while (job := batch.take()) is not None:
                 try:
                     job.result = job.fn()
                 except BaseException as error:  # handed to the sampler, which classifies it
                     job.error = error
                 finally:
-                    batch.ran(job)
-            if not self._pool.idle_again(self):
+                    last = batch.ran(job)
+            kept = self._pool.idle_again(self)
+            if last:  # the last thing before this thread waits: the sampler it wakes
+                batch.finish()  # finds the interpreter free
+            if not kept:
                 return
 
 
@@ -151,15 +169,18 @@ class ReaderPool(Generic[T]):
         not done is still running (stuck); one with `NotStarted` was dropped."""
         jobs = {key: Job(fn) for key, fn in reads.items()}
         batch = _Batch(list(jobs.values()))
-        if jobs:
-            self._reader().give(batch)
-        while not batch.finished.is_set():
+        reader = self._reader() if jobs else None
+        now = time.monotonic()
+        wait = min(deadline_monotonic - now, self.handoff_seconds / 2)
+        if reader is not None:  # handed on last: the reader it wakes finds the
+            reader.give(batch)  # interpreter free, the sampler asleep
+        while not batch.wait(wait):
             now = time.monotonic()
             if now >= deadline_monotonic:
                 break
             if batch.stalled(now, self.handoff_seconds):
                 self._reader().give(batch)
-            batch.finished.wait(min(deadline_monotonic - now, self.handoff_seconds / 2))
+            wait = min(deadline_monotonic - now, self.handoff_seconds / 2)
         batch.close()
         for key, job in jobs.items():
             if not job.done:

@@ -770,6 +770,7 @@ class _NvmlReader:
         self._state = state
         self._d = state.device
         self._collectors = collectors
+        self._now = backend.now()  # the slow cadence's clock, once for the device's read
         branch = backend.driver_branch()
         requests = fields.device_requests(collectors, branch)
         # NVLink bytes from GPM where it counts them, else from the driver's data counters
@@ -834,6 +835,9 @@ class _NvmlReader:
         self, key: str, fn: Callable[..., T], *args: Any, quiet_if: Callable[[T], bool] = _always
     ) -> T | None:
         """`fn(*args)` on the backend's slow cadence (`PynvmlBackend.slow`)."""
+        cached = self._state.slow.get(key)
+        if cached is not None and self._now - cached[0] < SLOW_REFRESH_SECONDS:
+            return cached[1]  # type: ignore[no-any-return]  # most calls: not due
         return self._backend.slow(self._state, key, lambda: self._q(key, fn, *args), quiet_if)
 
     def _int_field(self, key: str) -> int | None:

@@ -8,8 +8,8 @@ hundred). Here each is a plain `ctypes.Structure` laid out as nvml.h declares it
 state and the clocks-event mask, one integer each, are read the same way: pynvml's
 wrappers add a ctypes enum and a frame to each of the six calls a GPU's clocks take.
 
-Each is one call looked up through `pynvml._nvmlGetFunctionPointer` and checked with
-`pynvml._nvmlCheckReturn`, as pynvml's own wrappers do: a missing symbol is
+Each is one call looked up through `pynvml._nvmlGetFunctionPointer` and checked as
+`pynvml._nvmlCheckReturn` does, as pynvml's own wrappers do: a missing symbol is
 NVML_ERROR_FUNCTION_NOT_FOUND, and every error is raised as `pynvml.NVMLError` for
 `NvmlCalls.call` to classify. What comes back is plain Python values.
 """
@@ -20,6 +20,8 @@ import ctypes
 from typing import Any, NamedTuple
 
 import pynvml
+
+_SUCCESS = pynvml.NVML_SUCCESS
 
 
 class MemoryV2(ctypes.Structure):
@@ -76,8 +78,11 @@ class Rates(NamedTuple):
 
 
 def _call(symbol: str, *args: Any) -> None:
-    """`symbol(*args)`; raises `pynvml.NVMLError` unless NVML_SUCCESS."""
-    pynvml._nvmlCheckReturn(pynvml._nvmlGetFunctionPointer(symbol)(*args))
+    """`symbol(*args)`; raises `pynvml.NVMLError` unless NVML_SUCCESS (as
+    `pynvml._nvmlCheckReturn` does, a call less on every read)."""
+    code = pynvml._nvmlGetFunctionPointer(symbol)(*args)
+    if code != _SUCCESS:
+        raise pynvml.NVMLError(code)
 
 
 def memory_info_v2(handle: Any) -> Memory:

@@ -46,6 +46,7 @@ then and every SLOW_REFRESH_SECONDS.
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
 import threading
 import time
@@ -125,6 +126,9 @@ _CLOCK_IDS: dict[str, int] = {
 }
 
 _CLOCK_KEYS = {clock: f"clock_{clock}" for clock in CLOCK_NAMES}  # remembered as unsupported
+# (name, field key) of the counters read into every reading, the keys made once
+_CLOCK_EVENT_FIELDS = tuple((r, fields.clock_event_key(r)) for r in CLOCK_EVENT_REASONS)
+_PCIE_ERROR_FIELDS = tuple((e, fields.pcie_error_key(e)) for e in PCIE_ERRORS)
 _SAMPLING_TYPES: dict[str, int] = {
     "gpu": pynvml.NVML_GPU_UTILIZATION_SAMPLES,
     "memory_controller": pynvml.NVML_MEMORY_UTILIZATION_SAMPLES,
@@ -800,7 +804,7 @@ class _NvmlReader:
         step = now - state.reading_at if state.reading_at is not None else 0.0
         state.reading_at = now
         group = bool(counters) and cadence.due(now, step)
-        keys = cadence.asked(now, step, [request.key for request in counters], group=group)
+        keys = cadence.asked(now, step, _keys(counters), group=group)
         if len(keys) == len(counters):  # the common case: all of them, in their order
             wanted = counters
         else:
@@ -955,8 +959,8 @@ class _NvmlReader:
             throttle_reasons=_throttle_reasons(int(mask)) if mask is not None else None,
             event_seconds={
                 reason: ns / 1e9
-                for reason in CLOCK_EVENT_REASONS
-                if (ns := self._fields.get(fields.clock_event_key(reason))) is not None
+                for reason, key in _CLOCK_EVENT_FIELDS
+                if (ns := self._fields.get(key)) is not None
             },
         )
 
@@ -974,8 +978,8 @@ class _NvmlReader:
             replay_errors=self._int_field("pcie_replay_errors"),
             errors={
                 error: int(count)
-                for error in PCIE_ERRORS
-                if (count := self._fields.get(fields.pcie_error_key(error))) is not None
+                for error, key in _PCIE_ERROR_FIELDS
+                if (count := self._fields.get(key)) is not None
             },
         )
 
@@ -1197,6 +1201,12 @@ _TEMPERATURE_V = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
 _MARGIN_TEMPERATURE: Callable[..., Any] | None = getattr(
     pynvml, "nvmlDeviceGetMarginTemperature", None
 )
+
+
+@functools.lru_cache(maxsize=16)
+def _keys(requests: tuple[fields.FieldRequest, ...]) -> tuple[str, ...]:
+    """The keys of `requests` (the counters' tuple, the same few every interval)."""
+    return tuple(request.key for request in requests)
 
 
 def _mig_enabled(layout: mig.Layout | None) -> bool:

@@ -25,6 +25,7 @@ from tests.support.exporter import parse_samples, values
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import cost_file  # noqa: E402
+import instructions  # noqa: E402
 import real_gpu  # noqa: E402
 import real_gpu_process_samples  # noqa: E402
 import standin  # noqa: E402  (benchmarks/ is no package)
@@ -261,3 +262,31 @@ def test_the_per_process_probe_runs_its_reads_against_the_stand_in(tmp_path: Pat
         said = {a.split(" s back: ")[1] for a in answers if f"pid {os.getpid()}," not in a}
         assert said <= {"no entry", "Not Found"}, line
         assert any(f"pid {os.getpid()}," in a for a in answers), line  # 10 s back reach it
+
+
+# the summary cachegrind writes to stderr (valgrind 3.19, --cache-sim=no)
+CACHEGRIND_SUMMARY = """==4242== Cachegrind, a cache and branch-prediction profiler
+==4242== Command: python -c ...
+==4242==
+==4242== I   refs:      1,234,567,890
+"""
+
+
+def test_instructions_py_counts_a_sample_by_the_difference_of_two_runs() -> None:
+    """`benchmarks/instructions.py` reads cachegrind's total and leaves start-up out."""
+    assert instructions.instruction_count(CACHEGRIND_SUMMARY) == 1_234_567_890
+    with pytest.raises(ValueError, match="I refs"):
+        instructions.instruction_count("==1== ERROR SUMMARY: 0 errors\n")
+    assert instructions.per_sample((20, 1_000_000), (60, 9_000_000)) == 200_000.0
+    with pytest.raises(ValueError, match="more samples"):
+        instructions.per_sample((60, 9_000_000), (20, 1_000_000))
+
+
+def test_instructions_py_samples_the_stand_in_as_the_daemon_does(tmp_path: Path) -> None:
+    """What it runs under valgrind (without valgrind here: CI has none) takes samples of
+    every GPU on the stand-in, through the daemon's own sampler, and exits cleanly."""
+    env = standin.environment([], tmp_path / "calls", tmp_path / "names", 2, unlisted_busy=True)
+    env["PYTHONPATH"] = str(REPO)
+    python(["-c", instructions.CHILD, "3"], env)
+    counts = standin.read_counts(tmp_path / "calls")
+    assert counts.calls["nvmlDeviceGetMemoryInfo_v2"] == 2 * 3  # 2 GPUs, 3 samples

@@ -149,7 +149,8 @@ class _DeviceState(Record):
     # the last NVLink reading's inputs (per-link field values, error counters) and what
     # they made (link states, error totals): the same inputs make the same again
     nvlink_last: tuple[Any, ...] | None = None
-    slow: dict[str, tuple[float, Any]] = field(default_factory=dict)  # key -> (read at, value)
+    # key -> (due again at, value): the slow cadence decided once, when the value is kept
+    slow: dict[str, tuple[float, Any]] = field(default_factory=dict)
     buffers: dict[str, buffers.Buffer] = field(default_factory=dict)  # key -> C array
     newest_samples: dict[str, float] = field(default_factory=dict)  # domain -> ratio, this interval
     listed_pids: set[int] = field(default_factory=set)  # in the last process lists
@@ -585,11 +586,11 @@ class PynvmlBackend:
         does not. A failed read drops the value: it is absent, never a stale copy."""
         now = self.now()
         cached = state.slow.get(key)
-        if cached is not None and now - cached[0] < SLOW_REFRESH_SECONDS:
+        if cached is not None and now < cached[0]:
             return cached[1]  # type: ignore[no-any-return]
         value = read()
         if value is not None and quiet_if(value):
-            state.slow[key] = (now, value)
+            state.slow[key] = (now + SLOW_REFRESH_SECONDS, value)
         else:
             state.slow.pop(key, None)
         return value
@@ -774,7 +775,7 @@ class _NvmlReader:
         self._state = state
         self._d = state.device
         self._collectors = collectors
-        self._now = backend.now()  # the slow cadence's clock, once for the device's read
+        self._now = backend.now()  # the device read's clock: the fields' and slow cadences'
         branch = backend.driver_branch()
         requests = fields.device_requests(collectors, branch)
         # NVLink bytes from GPM where it counts them, else from the driver's data counters
@@ -799,7 +800,7 @@ class _NvmlReader:
         when their cadence says so (`counter_fields.py`); between their reads, the
         counters' values last read (none after a call that failed as a whole). The call
         is timed for the cadence."""
-        state, now = self._state, self._backend.now()
+        state, now = self._state, self._now
         cadence = state.counters
         step = now - state.reading_at if state.reading_at is not None else 0.0
         state.reading_at = now
@@ -840,8 +841,8 @@ class _NvmlReader:
     ) -> T | None:
         """`fn(*args)` on the backend's slow cadence (`PynvmlBackend.slow`)."""
         cached = self._state.slow.get(key)
-        if cached is not None and self._now - cached[0] < SLOW_REFRESH_SECONDS:
-            return cached[1]  # type: ignore[no-any-return]  # most calls: not due
+        if cached is not None and self._now < cached[0]:  # not due: no closure made
+            return cached[1]  # type: ignore[no-any-return]
         return self._backend.slow(self._state, key, lambda: self._q(key, fn, *args), quiet_if)
 
     def _int_field(self, key: str) -> int | None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gpu_exporter.serving.http import HttpServer, bind
+from gpu_exporter.serving.http import HttpServer, _unsent, bind
 from gpu_exporter.serving.routes import Response, Routes, plain
 from tests.support.web import call, slow_readers
 
@@ -71,6 +71,8 @@ def test_first_requests_are_answered_in_the_accept_loop_without_waiting_on_the_c
     # clients that ask for 16 MiB and never read
     stuck = slow_readers(port, 3, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     halting = _sent(port, b"GET /livez HTTP/1.1\r\nHo")  # a head in pieces
+    # a whole head longer than the accept loop's one read: the rest read on a thread
+    long_head = _sent(port, f"GET /other HTTP/1.1\r\nX-Pad: {'p' * 12000}\r\n{close}".encode())
     pipelined = _sent(
         port,
         b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -97,6 +99,7 @@ def test_first_requests_are_answered_in_the_accept_loop_without_waiting_on_the_c
             # the rest of a head in pieces is read on the connection's thread
             halting.sendall(b"st: x\r\nConnection: close\r\n\r\n")
             assert _response(halting).startswith(b"HTTP/1.1 200 OK\r\n")
+            assert _response(long_head).endswith(b"\r\n\r\nok\n")
             # the pipelined requests after the first: on the connection's thread, in order
             answers = _response(pipelined)
             assert answers.count(b"HTTP/1.1 200 OK\r\n") == 3, answers
@@ -108,3 +111,13 @@ def test_first_requests_are_answered_in_the_accept_loop_without_waiting_on_the_c
 
 
 PATHS = ("/livez", "/healthz", "/livez", "/metrics")
+
+
+def test_what_is_left_of_a_gathered_write_after_a_partial_send() -> None:
+    head, body = memoryview(b"HEAD"), memoryview(b"body...")
+    left = [bytes(view) for view in _unsent([head, body], 0)]
+    assert left == [b"HEAD", b"body..."]
+    assert [bytes(view) for view in _unsent([head, body], 2)] == [b"AD", b"body..."]
+    assert [bytes(view) for view in _unsent([head, body], 4)] == [b"body..."]
+    assert [bytes(view) for view in _unsent([head, body], 7)] == [b"y..."]
+    assert _unsent([head, body], 11) == []

@@ -8,7 +8,7 @@ left idle by an earlier one when there is one (a queue hand-off), and to a new t
 otherwise; at most `keep_idle` threads wait for work, the others end with their
 connection. A thread per connection at a time, as before; only their start is saved.
 (A new connection's first scrape or probe may be answered in the accept loop without a
-thread at all: `serving.http.HttpServer._answered_at_once`.)
+thread at all: `serving.http.HttpServer._answer_at_once`.)
 """
 
 from __future__ import annotations

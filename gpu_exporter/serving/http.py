@@ -6,7 +6,7 @@ later one by `serving.connection_threads`, on `socketserver`; request heads are 
 by `serving.request_head` with h11, so a server without TLS never loads ssl). A new
 connection's first request, when it is a GET of the metrics or a probe whose whole head
 is in, without TLS or basic auth, is answered in the accept loop without waiting on the
-client (`HttpServer._answered_at_once`); the rest of the connection goes to its thread.
+client (`HttpServer._answer_at_once`); the rest of the connection goes to its thread.
 Everything below holds before basic auth:
 
 - TLS and basic auth from the web config file (`serving.web_config`), re-read when it
@@ -37,6 +37,7 @@ Everything below holds before basic auth:
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import math
@@ -46,7 +47,7 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -57,6 +58,7 @@ from gpu_exporter.serving.connections import MAX_CONNECTIONS, Connections, reset
 from gpu_exporter.serving.request_framing import has_body, origin_form
 from gpu_exporter.serving.request_head import (
     MAX_HEAD_BYTES,
+    RECV_BYTES,
     BadRequest,
     Headers,
     HeadReader,
@@ -76,6 +78,8 @@ WRITE_TIMEOUT_SECONDS = 10.0  # to take a response
 WEB_CONFIG_CHECK_SECONDS = 1.0  # how often the web config files' mtimes are looked at
 ALLOWED_METHODS = ("GET", "HEAD")
 ONE_WRITE_BYTES = 16 * 1024  # a body up to this size is joined to the head and sent at once
+ACCEPT_RETRY_SECONDS = 0.005  # after an accept that failed (no file descriptor left), doubled
+ACCEPT_RETRY_MAX_SECONDS = 1.0
 
 
 class LiveWebConfig:
@@ -201,12 +205,20 @@ class _Handler(socketserver.BaseRequestHandler):
     connection: socket.socket
 
     def __init__(
-        self, request: Any, client_address: Any, server: HttpServer, *, at_once: bool = False
+        self,
+        request: Any,
+        client_address: Any,
+        server: HttpServer,
+        *,
+        at_once: bool = False,
+        received: bytes = b"",
     ) -> None:
         """Serve the connection (socketserver's setup, handle, finish), or with `at_once`
         only its first request, in the caller's thread and without waiting on the client:
         `keep_open` then says whether the connection goes on, and `send_rest` writes
-        what the client's buffer had no room for."""
+        what the client's buffer had no room for. `received`: what the accept loop has
+        read of the connection already (the first request's head, when at once)."""
+        self._received = received
         if not at_once:
             super().__init__(request, client_address, server)
             return
@@ -232,7 +244,7 @@ class _Handler(socketserver.BaseRequestHandler):
         """Write what the first request's answer left unsent (its deadline still holds)."""
         rest, self._unsent = self._unsent, []
         for view, deadline in rest:
-            self._write(view, deadline)
+            self._write((view,), deadline)
 
     def setup(self) -> None:
         self._config = self.server.web.current()
@@ -262,7 +274,7 @@ class _Handler(socketserver.BaseRequestHandler):
         # Nagle's algorithm and the client's delayed ACK add ~40 ms to a keep-alive scrape
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._deadline = math.inf
-        self._heads = HeadReader(self._recv)
+        self._heads = HeadReader(self._recv, self._received)
 
     def _recv(self, size: int) -> bytes:
         """Socket reads that share one deadline, so trickling a byte at a time does not help."""
@@ -388,38 +400,54 @@ class _Handler(socketserver.BaseRequestHandler):
         self.server.connections.sending(self._raw)
         deadline = time.monotonic() + WRITE_TIMEOUT_SECONDS
         if head or not response.body:
-            self._write(head_bytes, deadline)
+            self._write((head_bytes,), deadline)
         elif len(response.body) <= ONE_WRITE_BYTES:
-            self._write(head_bytes + response.body, deadline)
+            self._write((head_bytes + response.body,), deadline)
         else:  # an exposition: no copy of it just to join the head
-            self._write(head_bytes, deadline)
-            self._write(response.body, deadline)
+            self._write((head_bytes, response.body), deadline)
         log.debug('http: "%s" %d', self.requestline, int(response.status))
 
-    def _write(self, data: bytes | memoryview, deadline: float) -> None:
-        """All of `data` by `deadline`: a client that does not read is dropped then (over
-        TLS, `sendall` would wait that long for each record)."""
-        view = memoryview(data)
+    def _write(self, parts: Sequence[bytes | memoryview], deadline: float) -> None:
+        """All of `parts`, in order, by `deadline`: a client that does not read is dropped
+        then (over TLS, `sendall` would wait that long for each record). Without TLS the
+        parts go in one `sendmsg`: the head and the body in one segment, one wake-up of
+        the client, where two `send`s woke it twice (with TCP_NODELAY, the head alone)."""
+        views = [memoryview(part) for part in parts]
         if self._at_once:  # what fits now, the rest later on the connection's thread
             if not self._unsent:
-                self.connection.settimeout(0.0)  # with a timeout, send polls before it tries
-                try:
-                    view = view[self.connection.send(view) :]
+                try:  # the socket blocks: MSG_DONTWAIT tries once and never polls
+                    views = _unsent(views, self.connection.sendmsg(views, (), _DONTWAIT))
                 except BlockingIOError:
                     pass
-            if view:
-                self._unsent.append((view, deadline))
+            self._unsent.extend((view, deadline) for view in views)
             return
         try:
-            while view:
+            while views:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError("response not taken in time")
                 self.connection.settimeout(remaining)
-                view = view[self.connection.send(view) :]
+                if self._tls:  # an SSLSocket has no sendmsg
+                    sent = self.connection.send(views[0])
+                else:
+                    sent = self.connection.sendmsg(views)
+                views = _unsent(views, sent)
         except TimeoutError:
             reset_on_close(self.connection)  # the kernel drops what it still holds for it
             raise
+
+
+_DONTWAIT = socket.MSG_DONTWAIT
+
+
+def _unsent(views: list[memoryview], sent: int) -> list[memoryview]:
+    """What of `views` is left after the first `sent` bytes of them went out."""
+    while views and sent >= len(views[0]):
+        sent -= len(views[0])
+        views = views[1:]
+    if views and sent:
+        views = [views[0][sent:], *views[1:]]
+    return views
 
 
 class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
@@ -442,14 +470,17 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.connections = Connections(max_connections)
         self.web = LiveWebConfig(web_config)
         self.connection_threads = ConnectionThreads("http-connection")
+        self._stopping = threading.Event()
+        self._served = threading.Event()  # set when `serve()` returns
         super().__init__(address, _Handler, bind_and_activate=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection, when `connections` lets it in."""
         if self.connections.admit(request, str(client_address[0])):
-            if not self._answered_at_once(request, client_address):
+            received = self._answer_at_once(request, client_address)
+            if received is not None:
                 self.connection_threads.run(
-                    functools.partial(self.process_request_thread, request, client_address)
+                    functools.partial(self._serve, request, client_address, received)
                 )
             return
         log.debug("http: connection refused: no open connection may make room for it")
@@ -464,10 +495,11 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
             pass
         self.shutdown_request(request)
 
-    def _answered_at_once(self, request: Any, client_address: Any) -> bool:
+    def _answer_at_once(self, request: Any, client_address: Any) -> bytes | None:
         """Answer a new connection's first request in the accept loop when it is a plain
         `GET` of the metrics or a probe whose whole head has arrived, without TLS or
-        basic auth; False leaves the connection to a thread of its own.
+        basic auth, and return None; else return what was read of the connection (b""
+        when nothing was), which its own thread goes on from.
 
         A scrape on a new connection was a quarter slower than one on a kept one, most
         of it the hand-off to the connection's thread (a wake-up, and the scheduler's
@@ -476,28 +508,44 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         client's buffer takes it without waiting, and what is left, with any later
         request on the connection, goes to a thread. These routes wait on nothing but CPU:
         about 0.1 ms, a few ms for the first scrape after a sample (it renders the body,
-        under a lock held only by another render)."""
+        under a lock held only by another render).
+
+        Each call that gives up the interpreter lock (here every socket call) may wait a
+        switch interval for it when a sample runs, so the connection costs four: `recv`
+        reads the head (no `MSG_PEEK` before it), one `sendmsg` sends the response, and
+        `close` ends it (no `shutdown` first: the socket is ours alone, and closing it
+        sends the FIN after what is still queued)."""
         config = self.web.current()
         if config.ssl_context is not None or config.auth is not None:
-            return False
+            return b""
         try:
-            head = request.recv(MAX_HEAD_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except OSError:
-            return False
-        if not head.startswith(self.routes.at_once_lines()) or b"\r\n\r\n" not in head:
-            return False
+            received: bytes = request.recv(RECV_BYTES, _DONTWAIT)
+        except OSError:  # nothing yet (or an error, which the thread's read meets again)
+            return b""
+        if not received.startswith(self.routes.at_once_lines()) or b"\r\n\r\n" not in received:
+            return received
         try:
-            handler = _Handler(request, client_address, self, at_once=True)
+            handler = _Handler(request, client_address, self, at_once=True, received=received)
         except Exception:
             self.handle_error(request, client_address)
             self.shutdown_request(request)
-            return True
+            return None
         if handler.keep_open or handler.has_rest:
             self.connection_threads.run(functools.partial(self._go_on, handler))
         else:
-            handler.finish()
+            self.connections.leave(request)
+            request.close()
+        return None
+
+    def _serve(self, request: Any, client_address: Any, received: bytes) -> None:
+        """A connection on its own thread (socketserver's `process_request_thread`),
+        from what the accept loop read of it."""
+        try:
+            _Handler(request, client_address, self, received=received)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
             self.shutdown_request(request)
-        return True
 
     def _go_on(self, handler: _Handler) -> None:
         """The rest of a connection whose first request was answered at once."""
@@ -518,23 +566,51 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         super().shutdown_request(request)
 
     def serve(self) -> None:
-        """Serve until `stop()`. The accept loop blocks without polling (no idle wake-ups);
-        `stop()` wakes it with a connection of its own."""
-        self.serve_forever(poll_interval=None)  # type: ignore[arg-type]
+        """Serve until `stop()`. The accept loop blocks in accept(2) itself: no idle
+        wake-ups, and no poll(2) before each connection (socketserver's `serve_forever`
+        polls first, a system call and a wait for the interpreter lock more on every
+        connection). `stop()` wakes it with a connection of its own. An accept that fails
+        for want of file descriptors or memory is retried after ACCEPT_RETRY_SECONDS,
+        doubled at each failure in a row up to ACCEPT_RETRY_MAX_SECONDS (Go's net/http
+        does the same), not at once: the pending connection would make it fail again and
+        again at full speed."""
+        retry = 0.0
+        while not self._stopping.is_set():
+            try:
+                request, client_address = self.socket.accept()
+            except OSError as error:
+                if self._stopping.is_set():
+                    break
+                if error.errno in (errno.ECONNABORTED, errno.EINTR):
+                    continue  # that client went away before it was accepted
+                if not retry:
+                    log.warning("http: accepting a connection failed", extra={"error": str(error)})
+                retry = min(2 * retry, ACCEPT_RETRY_MAX_SECONDS) if retry else ACCEPT_RETRY_SECONDS
+                self._stopping.wait(retry)
+                continue
+            retry = 0.0
+            if self._stopping.is_set():
+                request.close()
+                break
+            try:
+                self.process_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+                self.shutdown_request(request)
+        self._served.set()
 
     def stop(self, timeout_seconds: float = 0.5) -> None:
         """End `serve()` and close the listening socket, within `timeout_seconds`."""
-        stopper = threading.Thread(target=self.shutdown, name="http-stop", daemon=True)
-        stopper.start()
+        self._stopping.set()
         host, port = str(self.server_address[0]), int(self.server_address[1])
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"  # "::" is dual-stack here (IPV6_V6ONLY off)
         try:
             with socket.create_connection((host, port), timeout=timeout_seconds):
-                pass  # the accept loop wakes up, sees the shutdown request and returns
+                pass  # the accept loop wakes up, sees the stop and returns
         except OSError:
             pass  # the loop is not running, or closed already
-        stopper.join(timeout_seconds)
+        self._served.wait(timeout_seconds)
         self.connection_threads.stop()
         self.server_close()
 

@@ -105,9 +105,10 @@ class HeadReader:
     request) are kept for the next one; at most MAX_HEAD_BYTES + RECV_BYTES are held.
     """
 
-    def __init__(self, recv: Callable[[int], bytes]) -> None:
+    def __init__(self, recv: Callable[[int], bytes], received: bytes = b"") -> None:
+        """`received`: what was read of the connection before (at most RECV_BYTES)."""
         self._recv = recv
-        self._buffer = bytearray()
+        self._buffer = bytearray(received)
 
     def next_request(self) -> Request:
         """The next request. Raises NoRequest when the connection ends first and

@@ -21,6 +21,14 @@ log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # after a run fails unexpectedly
 
+WAIT_MS = 2000
+"""How long one `nvmlEventSetWait` waits (ms). An event ends the wait at once, whatever
+its length; what the length sets is how often the listener calls the driver and wakes
+for nothing (each wait is an NVML call: one every 2 s, 0.06 per GPU of 8 a second, 0.5
+of one GPU's budget of 16), and how late it sees what it checks between waits: its stop
+(not waited for when the exporter exits), a re-arm after NVML re-initialised, and a
+storm's summary line."""
+
 XID_MEANINGS: dict[int, str] = {
     13: "graphics engine exception: usually an application bug (illegal instruction or address)",
     31: "GPU memory page fault: an application accessed an illegal address",
@@ -98,7 +106,7 @@ class XidListener:
         backend: Backend,
         *,
         clock: Callable[[], float] = time.time,
-        wait_ms: int = 1000,  # each wait is an NVML call: 1 a second, 0.125 per GPU of 8
+        wait_ms: int = WAIT_MS,
         counting: Callable[[], bool] = lambda: True,
     ) -> None:
         self._backend = backend

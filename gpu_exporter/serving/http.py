@@ -421,6 +421,12 @@ class _Handler(socketserver.BaseRequestHandler):
                     pass
             self._unsent.extend((view, deadline) for view in views)
             return
+        if not self._tls:  # most fit the socket's buffer: no poll(2) before the send
+            self.connection.settimeout(0.0)  # with a timeout, sendmsg polls before it tries
+            try:
+                views = _unsent(views, self.connection.sendmsg(views))
+            except BlockingIOError:
+                pass
         try:
             while views:
                 remaining = deadline - time.monotonic()

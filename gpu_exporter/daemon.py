@@ -57,7 +57,6 @@ from gpu_exporter.sources.fabric_daemons import (
 from gpu_exporter.sources.host import HostReader
 from gpu_exporter.sources.kernel_log import KernelLogReader
 from gpu_exporter.sources.kernel_log_files import open_inherited_kernel_log
-from gpu_exporter.sources.xid import WAIT_MS as XID_WAIT_MS
 from gpu_exporter.sources.xid import XidListener
 from gpu_exporter.systemd_fds import inherited_fds
 from gpu_exporter.systemd_notify import Notifier, Watchdog
@@ -424,7 +423,7 @@ class Exporter:
         if "xid" in new.collectors:
             self.start_xid(armed=self.sampler.nvml_up)
         else:
-            self.xid.stop(timeout_seconds=XID_WAIT_MS / 1000 + 0.1)
+            self.xid.stop()  # one wait of the driver's: its series go after it
             if self.kernel_log is not None:
                 self.kernel_log.stop(timeout_seconds=1.1)
         self.sampler.interval_seconds = new.interval_seconds

@@ -413,20 +413,18 @@ class _Handler(socketserver.BaseRequestHandler):
         parts go in one `sendmsg`: the head and the body in one segment, one wake-up of
         the client, where two `send`s woke it twice (with TCP_NODELAY, the head alone)."""
         views = [memoryview(part) for part in parts]
-        if self._at_once:  # what fits now, the rest later on the connection's thread
-            if not self._unsent:
-                try:  # the socket blocks: MSG_DONTWAIT tries once and never polls
-                    views = _unsent(views, self.connection.sendmsg(views, (), _DONTWAIT))
-                except BlockingIOError:
-                    pass
-            self._unsent.extend((view, deadline) for view in views)
-            return
-        if not self._tls:  # most fit the socket's buffer: no poll(2) before the send
-            self.connection.settimeout(0.0)  # with a timeout, sendmsg polls before it tries
+        # most fit the socket's buffer: tried once without waiting, so with no poll(2)
+        # first (with a timeout, sendmsg polls before it tries); never after what an
+        # answer at once left unsent
+        if not self._tls and not self._unsent:
+            self.connection.settimeout(0.0)
             try:
                 views = _unsent(views, self.connection.sendmsg(views))
             except BlockingIOError:
                 pass
+        if self._at_once:  # what is left goes later, on the connection's thread
+            self._unsent.extend((view, deadline) for view in views)
+            return
         try:
             while views:
                 remaining = deadline - time.monotonic()
@@ -441,9 +439,6 @@ class _Handler(socketserver.BaseRequestHandler):
         except TimeoutError:
             reset_on_close(self.connection)  # the kernel drops what it still holds for it
             raise
-
-
-_DONTWAIT = socket.MSG_DONTWAIT
 
 
 def _unsent(views: list[memoryview], sent: int) -> list[memoryview]:
@@ -525,7 +520,7 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         if config.ssl_context is not None or config.auth is not None:
             return b""
         try:
-            received: bytes = request.recv(RECV_BYTES, _DONTWAIT)
+            received: bytes = request.recv(RECV_BYTES, socket.MSG_DONTWAIT)
         except OSError:  # nothing yet (or an error, which the thread's read meets again)
             return b""
         if not received.startswith(self.routes.at_once_lines()) or b"\r\n\r\n" not in received:

@@ -28,6 +28,7 @@ for nothing (each wait is an NVML call: one every 2 s, 0.06 per GPU of 8 a secon
 of one GPU's budget of 16), and how late it sees what it checks between waits: its stop
 (not waited for when the exporter exits), a re-arm after NVML re-initialised, and a
 storm's summary line."""
+STOP_SLACK_SECONDS = 0.1  # after a wait ends, what the thread takes to end
 
 XID_MEANINGS: dict[int, str] = {
     13: "graphics engine exception: usually an application bug (illegal instruction or address)",
@@ -147,8 +148,11 @@ class XidListener:
         )
         self._thread.start()
 
-    def stop(self, timeout_seconds: float = 1.0) -> bool:
-        """Stop listening; True when the thread has ended within `timeout_seconds`."""
+    def stop(self, timeout_seconds: float | None = None) -> bool:
+        """Stop listening; True when the thread has ended within `timeout_seconds`
+        (None: one wait of the driver's and a little more, time for it to end)."""
+        if timeout_seconds is None:
+            timeout_seconds = self._wait_ms / 1000 + STOP_SLACK_SECONDS
         stop, self._run_stop = self._run_stop, None
         if stop is not None:
             stop.set()

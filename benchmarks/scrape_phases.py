@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -155,7 +156,7 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=20.0, help="seconds unscraped first")
     parser.add_argument("--rounds", type=int, default=3, help="programs started, one a round")
     args = parser.parse_args()
-    times_file = Path(f"/tmp/scrape_phases.{os.getpid()}.json")
+    times_file = Path(tempfile.gettempdir()) / f"scrape_phases.{os.getpid()}.json"
     try:
         for _ in range(args.rounds):
             print(json.dumps(one_round(args.repo, args.idle, times_file)), flush=True)

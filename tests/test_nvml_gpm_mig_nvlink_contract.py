@@ -74,6 +74,33 @@ def test_gpm_between_two_samples_in_base_units(install: Install) -> None:
     assert backend.errors.snapshot() == {}
 
 
+def test_gpus_asking_for_different_metrics_each_get_their_own_answers(
+    install: Install,
+) -> None:
+    """One metrics request serves every stream a thread reads (nvml.h sizes it for 477
+    metrics): read in turn, a GPU that lacks a metric and one that has it each get their
+    own ids asked and their own answers, interval after interval."""
+    full, lacking = hopper(0), hopper(1)
+    del lacking.gpm[M.NVML_GPM_METRIC_DRAM_BW_UTIL]  # NOT_SUPPORTED on that one
+    lacking.gpm[M.NVML_GPM_METRIC_SM_UTIL] = 70.0
+    lib, backend, clock = started(install, full, lacking)
+    for interval in range(4):
+        first, second = backend.device_reading(0, GPM_ON), backend.device_reading(1, GPM_ON)
+        clock.now += 1.0
+        if interval == 0:
+            assert first.gpm is None and second.gpm is None
+            continue
+        assert first.gpm is not None and second.gpm is not None
+        assert (first.gpm.sm_ratio, first.gpm.dram_ratio) == pytest.approx((0.40, 0.30))
+        assert second.gpm.sm_ratio == pytest.approx(0.70)
+        assert second.gpm.dram_ratio is None  # not supported: absent, never 0
+    asked = lib.gpm_requests
+    dram = M.NVML_GPM_METRIC_DRAM_BW_UTIL
+    assert all(dram in ids for ids in asked[0::2])  # the full GPU's, every interval
+    assert dram in asked[1] and all(dram not in ids for ids in asked[3::2])  # asked once
+    assert backend.errors.snapshot() == {}
+
+
 def test_gpm_unsupported_device_has_no_gpm_and_is_asked_once(install: Install) -> None:
     lib, backend, clock = started(install, old_fanless(0))
     assert all(r.gpm is None for r in readings(backend, clock, 4))

@@ -6,15 +6,19 @@ and reused: each interval it takes a new sample into the older one and asks
 The samples are freed when the stream is closed (on NVML re-initialisation and at exit).
 
 The metrics request is a plain ctypes structure laid out as pynvml's
-`c_nvmlGpmMetricsGet_t` (`MetricsRequest`; a test compares them), kept by the stream
-with its metric ids written once, and its answers are read with one `struct` pass:
-pynvml's structure sends every field access through Python.
+`c_nvmlGpmMetricsGet_t` (`MetricsRequest`; a test compares them), and its answers are
+read with one `struct` pass: pynvml's structure sends every field access through Python.
+nvml.h sizes it for NVML_GPM_METRIC_MAX metrics (477 in 13.x: 19 KiB) though a stream
+asks for about ten, so there is one request per thread that reads, not one per stream
+(per GPU, and per GPU instance under MIG): its metric ids are written again only when a
+stream asks for other ones than the last (all of a host's streams ask for the same).
 """
 
 from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +86,17 @@ class MetricsRequest(ctypes.Structure):
 METRIC_ANSWER = struct.Struct("@4xid24x")  # of one `Metric`: its return code and value
 
 
+class _ThreadRequest(threading.local):
+    """The calling thread's metrics request (made at its first call) and the metric ids
+    written into it."""
+
+    request: MetricsRequest | None = None
+    written: tuple[int, ...] = ()
+
+
+_REQUESTS = _ThreadRequest()
+
+
 def supported(calls: NvmlCalls, d: Device) -> bool:
     """`nvmlGpmQueryDeviceSupport` (remembered by the caller: it does not change)."""
     answer = calls.query(d, "gpm_support", pynvml.nvmlGpmQueryDeviceSupport)
@@ -101,8 +116,7 @@ class GpmStream(Record):
     _samples: list[Any] = field(default_factory=list)
     _next: int = 0  # which sample the next take fills
     _taken_at: float | None = None  # when the other sample was taken
-    _request: MetricsRequest | None = None
-    _requested: tuple[int, ...] = ()  # the metric ids written into the request
+    _wanted: tuple[int, ...] = ()  # the metric ids asked for: metric_ids less unsupported
     _unsupported: set[int] = field(default_factory=set)
 
     def read(self) -> GpmReading | None:
@@ -153,24 +167,26 @@ class GpmStream(Record):
                 self.close()
                 return False
             self._samples.append(sample)
-        self._request, self._requested = MetricsRequest(), ()
         return True
 
     def _metrics(self, sample1: Any, sample2: Any) -> dict[int, float] | None:
-        wanted = self._requested
+        wanted = self._wanted
         if len(wanted) + len(self._unsupported) != len(self.metric_ids):
             # the first request, or a metric turned unsupported (or asked again): the
-            # ids written into the request change; else they are those of the last call
-            wanted = tuple(m for m in self.metric_ids if m not in self._unsupported)
-        request = self._request
-        if not wanted or request is None:
+            # ids asked for change; else they are those of the last call
+            wanted = self._wanted = tuple(m for m in self.metric_ids if m not in self._unsupported)
+        if not wanted:
             return None
-        if wanted != self._requested:
+        held = _REQUESTS
+        request = held.request
+        if request is None:
+            request = held.request = MetricsRequest()
             request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        if wanted != held.written:  # another stream asked for other ids last
             request.numMetrics = len(wanted)
             for i, metric in enumerate(wanted):
                 request.metrics[i].metricId = metric
-            self._requested = wanted
+            held.written = wanted
         request.sample1, request.sample2 = sample1, sample2
         answered = self.calls.call(
             "nvmlGpmMetricsGet",

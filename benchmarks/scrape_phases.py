@@ -24,13 +24,14 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from bench import free_port, wait_ready
 
 HERE = Path(__file__).resolve().parent.parent
 SCRAPES = 200
@@ -68,25 +69,6 @@ signal.signal(signal.SIGUSR1, dump)
 sys.exit(cli.main(["--simulate", "8", "--collect.interval", "1",
                    "--web.listen-address", "127.0.0.1:" + sys.argv[1]]))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(port: int, timeout_seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
-            if b"gpu_memory_used_bytes" in body:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError("the program did not serve in time")
 
 
 def _split(

@@ -11,7 +11,8 @@ read with one `struct` pass: pynvml's structure sends every field access through
 nvml.h sizes it for NVML_GPM_METRIC_MAX metrics (477 in 13.x: 19 KiB) though a stream
 asks for about ten, so there is one request per thread that reads, not one per stream
 (per GPU, and per GPU instance under MIG): its metric ids are written again only when a
-stream asks for other ones than the last (all of a host's streams ask for the same).
+stream asks for other ones than the last (a host's GPUs ask for the same ones; a MIG
+instance for fewer).
 """
 
 from __future__ import annotations

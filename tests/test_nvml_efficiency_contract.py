@@ -412,6 +412,8 @@ def test_fields_and_links_answering_as_before_are_not_decoded_or_rebuilt_again(
     collectors = DEFAULT_COLLECTORS | {"nvlink"}
     backend.device_reading(0, collectors)  # with the counters (`counter_fields.py`)
     clock.now += counter_fields.MAX_AGE_SECONDS  # and again, GPM's NVLink bytes now read
+    backend.device_reading(0, collectors)  # (the batch asking for the driver's dropped)
+    clock.now += counter_fields.MAX_AGE_SECONDS  # their batch without the unsupported ones
     backend.device_reading(0, collectors)
     decoded.clear()
     first = backend.device_reading(0, collectors)  # the intervals between their reads
@@ -426,7 +428,8 @@ def test_fields_and_links_answering_as_before_are_not_decoded_or_rebuilt_again(
     gpu.fields[M.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION] += 1000
     clock.now += counter_fields.MAX_AGE_SECONDS  # the counters are due again
     changed = backend.device_reading(0, collectors)
-    assert "nvlink/17/replay" in decoded and len(decoded) <= 2 * fields.RUN < every
+    # the two whose answers changed, where a batch read the first time decodes them all
+    assert sorted(decoded) == ["energy_millijoules", "nvlink/17/replay"] and every > 2
     assert changed.nvlink is not None and changed.nvlink.links[17].errors["replay"] == 5
     assert changed.nvlink.links[16].errors["replay"] == 0
     assert changed.power is not None and first.power is not None
@@ -482,6 +485,34 @@ def test_a_device_s_kept_batch_follows_its_unsupported_fields(install: Install) 
     assert set(fields.read_fields(backend.calls, d, requests[:1]) or {}) == {"temp"}
     assert lib.field_requests[-1] == [temp]  # other requests: another batch
     assert read() == ({"temp"}, [temp])
+
+
+def test_a_device_keeps_no_array_asking_for_fields_it_found_unsupported(
+    install: Install,
+) -> None:
+    """An H100 with 18 NVLink links is asked NVLink5's ~290 per-link counters once and
+    answers NOT_SUPPORTED: the array that asked them (40 bytes an entry, and a pristine
+    copy) is not kept beside the smaller ones asked since, and GPUs asking for the same
+    counters share one set of their names."""
+    gpus = [busy_h100(i) for i in range(2)]
+    _lib, backend, clock = started(install, *gpus)
+    collectors = DEFAULT_COLLECTORS | {"nvlink"}
+    for i in range(2):
+        backend.device_static(i)  # the link count
+    for _ in range(3):  # the counters' reads, and intervals between them
+        for i in range(2):
+            backend.device_reading(i, collectors)
+            backend.device_reading(i, collectors)
+        clock.now += counter_fields.MAX_AGE_SECONDS
+    states = [backend._devices[i] for i in range(2)]
+    for state in states:
+        d = state.device
+        assert len(d.unsupported_fields) > 200  # NVLink5's, per link
+        asked = [{request.key for request in requests} for requests in d.field_batches]
+        assert asked and all(keys.isdisjoint(d.unsupported_fields) for keys in asked)
+        kept = sum(len(requests) for requests in d.field_batches)
+        assert kept < len(d.unsupported_fields)  # the supported fields, in two or three calls
+    assert states[0].counters._keys is states[1].counters._keys
 
 
 @pytest.mark.parametrize("duplicates", [False, True])

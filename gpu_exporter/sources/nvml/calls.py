@@ -122,7 +122,7 @@ class Device:
         self.unsupported: set[str] = set()
         self.unsupported_fields: set[str] = set()
         # the device's field-value arrays, kept between intervals (`fields.FieldBatch`),
-        # and `fields.read_fields`' last call (its requests, unsupported fields, batch)
+        # and `fields.read_fields`' last call (its requests, the unsupported count, batch)
         self.field_batches: dict[Any, Any] = {}
         self.last_field_call: Any = None
 
@@ -131,6 +131,7 @@ class Device:
         it is time to re-probe)."""
         self.unsupported.clear()
         self.unsupported_fields.clear()
+        self.last_field_call = None  # its batch left out fields unsupported until now
 
 
 class Serialiser:

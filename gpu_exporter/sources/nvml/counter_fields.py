@@ -27,6 +27,7 @@ the others' cadence.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Iterable
 
@@ -102,7 +103,7 @@ class CounterCadence:
         ordered = list(keys)
         if ordered != self._ordered:  # the collectors changed (or the first interval)
             self._ordered = ordered.copy()
-            self._keys = frozenset(ordered)
+            self._keys = _key_set(tuple(ordered))
         if not self._retry_at:
             # the common case, no counter failing: all of them when due, else none
             return ordered if group else []
@@ -194,3 +195,11 @@ class CounterCadence:
         self.read_at = None
         self._failures.clear()
         self._retry_at.clear()
+
+
+@functools.lru_cache(maxsize=8)
+def _key_set(keys: tuple[str, ...]) -> frozenset[str]:
+    """`keys` as a set, one for every device asking for the same counters: a GPU with 18
+    NVLink links asks for about 300 (NVLink5's per-link ones among them), whose set
+    takes 32 KiB."""
+    return frozenset(keys)

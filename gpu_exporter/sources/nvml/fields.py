@@ -19,7 +19,9 @@ between intervals (`FieldBatch`), its field ids written once; each interval is o
 through pynvml's function-pointer lookup into it and a `struct` pass over the entries
 whose answers changed since the last call (`FieldBatch.read`: compared as bytes, the
 driver's per-entry timestamps left out), which on a healthy GPU are energy and power
-(and where an entry's code or type changed, each run of RUN entries holding a change).
+(and every entry where one's code or type changed: rare, a field turning unsupported or
+failing). A batch asking for a field found unsupported is dropped: the next call asks
+for the supported ones in another, and the old array is not kept beside it.
 pynvml's wrapper builds a new array of its `_PrintableStructure` each time and every
 field access goes through Python, which cost more than the rest of a device's reading.
 
@@ -351,11 +353,6 @@ _DEFAULT_DECODER = _DECODERS[pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG]
 NOT_POPULATED = pynvml.NVML_ERROR_UNKNOWN
 
 
-# Entries compared at once with the last call's answers (`FieldBatch.read`): a run whose
-# answers did not change is not decoded again. An H100's 90 fields are 12 runs; per-link
-# NVLink state and error counters, ECC and remapped rows rarely change, energy and power
-# every interval.
-RUN = 8
 _WORD = 8  # bytes: the array is compared as 64-bit words
 # (valueType, nvmlReturn) and the value are the 4th and 5th words of each 40-byte entry;
 # the driver's timestamp and latency (2nd, 3rd), which change every call, are skipped
@@ -376,19 +373,14 @@ class FieldBatch:
             entry.nvmlReturn = NOT_POPULATED
         self._pristine = bytes(self.array)
         self._words = memoryview(self.array).cast("B").cast("Q")
-        # each run of RUN entries: its answers' words at the last read, what they said
-        self._runs = [
-            (start, min(start + RUN, len(requests))) for start in range(0, len(requests), RUN)
-        ]
-        self._last: list[tuple[bytes, dict[str, float], tuple[tuple[FieldRequest, int], ...]]] = []
         # the whole array's answers at the last read (each entry's valueType and
         # nvmlReturn, and its value, as bytes) and what they said (`_read_values`)
         self._kinds = b""
         self._answered = b""
         self._values: dict[str, float] = {}
         self._failures: tuple[tuple[FieldRequest, int], ...] = ()
-        # keys are unique per device; a batch repeating one is read by runs (the later
-        # entry's value served, as the runs' merge does)
+        # keys are unique per device; a batch repeating one is decoded whole at every
+        # read (the later entry's value served)
         self._unique = len({request.key for request in requests}) == len(requests)
 
     def fetch(self, handle: Any) -> bool:
@@ -421,10 +413,9 @@ class FieldBatch:
 
     def read(self) -> tuple[dict[str, float], list[tuple[FieldRequest, int]]]:
         """After a `fetch`: key -> value of each entry answered SUCCESS, and (request,
-        nvmlReturn) of each other entry. A run of entries whose answers (valueType,
-        nvmlReturn and value, as bytes) are those of the last read is not decoded again:
-        the same bytes say the same thing. Where every entry's valueType and nvmlReturn
-        are the last read's, only the entries whose values changed are decoded."""
+        nvmlReturn) of each other entry. Where every entry's valueType and nvmlReturn
+        are the last read's, only the entries whose values changed (as bytes) are
+        decoded: the same bytes say the same thing. Else every entry is."""
         words, first, last = self._words, *_ANSWER_WORDS
         kinds = words[first::_ENTRY_WORDS].tobytes()
         answers = words[last::_ENTRY_WORDS].tobytes()
@@ -435,25 +426,11 @@ class FieldBatch:
         values: dict[str, float] = {}
         failures: list[tuple[FieldRequest, int]] = []
         success = pynvml.NVML_SUCCESS
-        for i, (start, stop) in enumerate(self._runs):
-            low, high = start * _WORD, stop * _WORD
-            answered = kinds[low:high] + answers[low:high]
-            if i < len(self._last) and self._last[i][0] == answered:
-                _, run_values, run_failures = self._last[i]
+        for request, code, value in self.answers():
+            if code == success:
+                values[request.key] = value
             else:
-                run_values, failed = {}, []
-                for request, code, value in self.answers(start, stop):
-                    if code == success:
-                        run_values[request.key] = value
-                    else:
-                        failed.append((request, code))
-                run_failures = tuple(failed)
-                if i < len(self._last):
-                    self._last[i] = (answered, run_values, run_failures)
-                else:
-                    self._last.append((answered, run_values, run_failures))
-            values.update(run_values)
-            failures += run_failures
+                failures.append((request, code))
         self._kinds, self._answered = kinds, answers
         self._values, self._failures = dict(values), tuple(failures)
         return values, failures
@@ -483,11 +460,12 @@ _BATCHES_PER_DEVICE = 4  # the interval's batch, the device-static one, a few in
 
 
 class _LastCall(NamedTuple):
-    """A device's last `read_fields`: its requests, the fields unsupported then, and the
-    batch of the supported ones."""
+    """A device's last `read_fields`: its requests, how many fields were unsupported then
+    (`Device.unsupported_fields` only grows between the `forget`s that drop this), and
+    the batch of the supported ones."""
 
     requests: tuple[FieldRequest, ...]
-    unsupported: frozenset[str]
+    unsupported: int
     batch: FieldBatch
 
 
@@ -503,6 +481,17 @@ def _batch(d: Device, requests: tuple[FieldRequest, ...]) -> FieldBatch:
     return batch
 
 
+def _drop_batches_asking(d: Device, keys: Collection[str]) -> None:
+    """Forget the device's batches (and its last call) that ask for any of `keys`, just
+    found unsupported: no later call asks for them until `Device.forget`, and an array of
+    a few hundred NVLink fields (40 bytes each, twice, with what it last said) would
+    otherwise stay beside the one asked instead."""
+    d.last_field_call = None
+    batches: dict[tuple[FieldRequest, ...], FieldBatch] = d.field_batches
+    for requests in [r for r in batches if any(request.key in keys for request in r)]:
+        del batches[requests]
+
+
 def read_fields(
     calls: NvmlCalls, d: Device, requests: Sequence[FieldRequest]
 ) -> dict[str, float] | None:
@@ -510,26 +499,30 @@ def read_fields(
     None where the call failed as a whole (nvml.h: it populated none of them)."""
     unsupported = d.unsupported_fields
     last: _LastCall | None = d.last_field_call
-    if last is not None and last.requests == requests and last.unsupported == unsupported:
+    if last is not None and last.requests == requests and last.unsupported == len(unsupported):
         # the common case: the same requests as the last call, and no field unsupported
-        # since (nor forgotten): the same supported ones, in the same batch
+        # since: the same supported ones, in the same batch
         batch = last.batch
     else:
         wanted = tuple(r for r in requests if r.key not in unsupported)
         if not wanted:
             return {}
         batch = _batch(d, wanted)
-        d.last_field_call = _LastCall(tuple(requests), frozenset(unsupported), batch)
+        d.last_field_call = _LastCall(tuple(requests), len(unsupported), batch)
     fetched = calls.call(
         "nvmlDeviceGetFieldValues", batch.fetch, d.handle, device=d, key="field_values"
     )
     if not fetched:
         return None
     values, failures = batch.read()
+    found: list[str] = []
     for request, code in failures:
         if classify(code) is Outcome.UNSUPPORTED:
-            unsupported.add(request.key)
+            found.append(request.key)
         else:
             message = f"field {request.key}: {pynvml.NVMLError(code)}"
             calls.entry_failed("nvmlDeviceGetFieldValues", code, message, d)
+    if found:
+        unsupported.update(found)
+        _drop_batches_asking(d, unsupported)
     return values

@@ -93,6 +93,28 @@ def test_a_sampler_thread_that_dies_turns_both_probes_red() -> None:
         sampler.stop(0)
 
 
+def test_ready_only_once_the_first_sample_is_served() -> None:
+    """/healthz turned ready while the first sample was still being rendered, so a
+    scrape sent on it (a readiness gate, this repository's own tests) got 503."""
+    seen: list[bool] = []
+    sampler: Sampler | None = None
+
+    def publish(_snapshot: Snapshot) -> None:  # the exporter renders and serves it here
+        assert sampler is not None
+        seen.append(Health(sampler).ready().ok)
+
+    sampler = Sampler(
+        SimulatedBackend(1),
+        interval_seconds=1.0,
+        timeout_seconds=1.0,
+        collectors=frozenset({"memory"}),
+        on_snapshot=publish,
+    )
+    sampler.sample_once()
+    assert seen == [False]  # not ready while it is being handed on
+    assert Health(sampler).ready().ok  # and ready once it is
+
+
 def write(path: Path, scenario: dict[str, object]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(scenario))

@@ -430,8 +430,10 @@ class Sampler:
             kubernetes=kubernetes,
             fabric_daemons=fabric_daemons,
         )
-        self.latest = snapshot
         self._publish(snapshot)
+        # after it is served: readiness (`health.readiness`) reads this, and a scrape sent
+        # once /healthz says ready must find a body, not 503
+        self.latest = snapshot
         return snapshot
 
     def _due(self, collector: str) -> bool:

@@ -8,6 +8,7 @@ fraction of a second); the live page's verdicts read the result.
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from collections import Counter
 from dataclasses import replace
@@ -19,7 +20,7 @@ from gpu_exporter.attribution.processes import ProcessAttributor
 from gpu_exporter.model import DeviceSample, MemoryPattern
 from gpu_exporter.sampling import thresholds
 from gpu_exporter.sampling.history import History
-from gpu_exporter.sampling.memory_patterns import MAX_POINTS, MemoryPatterns
+from gpu_exporter.sampling.memory_patterns import MAX_POINTS, MemoryPatterns, WindowLow
 from gpu_exporter.sampling.sampler import Sampler
 from gpu_exporter.sampling.verdicts import judge, judge_instances
 from gpu_exporter.sources.nvml import PynvmlBackend
@@ -211,11 +212,43 @@ def test_state_is_bounded_and_dropped_when_the_gpu_or_instance_goes() -> None:
         patterns.observe([gpu, instance], now=float(t), wall=float(t))
     assert len(patterns) == 2
     track = next(iter(patterns._tracks.values()))
-    assert len(track.points) <= min(MAX_POINTS, thresholds.MEMORY_PATTERN_WINDOW_SECONDS + 1)
+    assert len(track.lows) <= min(MAX_POINTS, thresholds.MEMORY_PATTERN_WINDOW_SECONDS + 1)
     patterns.observe([gpu], now=2 * HOUR, wall=2 * HOUR)
     assert len(patterns) == 1
     patterns.observe([], now=2 * HOUR + 1, wall=0.0)  # NVML down: nothing known gone
     assert len(patterns) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_window_s_least_memory_is_the_least_of_every_point_within_it(seed: int) -> None:
+    """`WindowLow` against the plain minimum of every point kept (what the growth into
+    the ceiling compares with): memory rising, falling, holding and wavering, at
+    intervals from 0.5 s to a gap longer than the window."""
+    rng = random.Random(seed)
+    window = thresholds.MEMORY_PATTERN_WINDOW_SECONDS
+    low, points, now, used = WindowLow(window), [], 0.0, 40 << 30
+    for _ in range(3000):
+        now += rng.choice((0.5, 1.0, 1.0, 5.0, 30.0)) if rng.random() > 0.001 else window + 1
+        expected = min((u for t, u in points if now - t <= window), default=-1)
+        assert low.least(now, default=-1) == expected
+        step = rng.randrange(1 << 28)
+        used = rng.choice((used, used, used + step, used - step))
+        low.add(now, used)
+        points.append((now, used))
+    assert len(low) < len(points)
+
+
+def test_memory_that_holds_or_wavers_keeps_a_few_points_not_one_an_interval() -> None:
+    window = thresholds.MEMORY_PATTERN_WINDOW_SECONDS
+    held, wavering, rising = WindowLow(window), WindowLow(window), WindowLow(window)
+    rng = random.Random(1)
+    for t in range(int(window) * 2):  # a 1 s interval, twice the window
+        held.add(float(t), 70 << 30)
+        wavering.add(float(t), (70 << 30) + rng.randrange(64 << 20))
+        rising.add(float(t), (10 << 30) + t * (1 << 20))
+    assert len(held) == 1
+    assert len(wavering) < 30  # the window's running minima: a few, at random
+    assert len(rising) == window + 1  # a rise at every interval: each could be the least
 
 
 def test_a_gpu_down_for_a_while_keeps_its_counters_a_gpu_gone_drops_them() -> None:

@@ -45,7 +45,8 @@ from gpu_exporter.records import Record
 from gpu_exporter.sampling import thresholds as th
 
 MAX_POINTS = 1024
-"""Points kept per GPU or instance (the window at a 1 s interval is 600)."""
+"""Points kept per GPU or instance at most (the window at a 1 s interval is 600; only a
+rise at every interval keeps them all, see `_Track.lows`)."""
 
 MAX_RECENT_EXITS = 4
 """Recent likely OOM exits named per GPU or instance."""
@@ -70,11 +71,41 @@ class _Process(Record):
     sample: ProcessSample
 
 
+class WindowLow:
+    """The least of the values added within the last `window_seconds`.
+
+    Kept are the (time, value) points that no later point is at or below, oldest first
+    (so their values rise): the least within the window is the first of them still
+    inside it. Memory that holds or wavers keeps a few points, not one an interval; only
+    a rise at every interval keeps them all (at most MAX_POINTS, the oldest dropped)."""
+
+    def __init__(self, window_seconds: float) -> None:
+        self.window_seconds = window_seconds
+        self._points: deque[tuple[float, int]] = deque(maxlen=MAX_POINTS)
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+    def add(self, now: float, value: int) -> None:
+        """A point at `now` (monotonic seconds, never earlier than the last)."""
+        points = self._points
+        while points and points[-1][1] >= value:  # never the least again while this is kept
+            points.pop()
+        points.append((now, value))
+        while now - points[0][0] > self.window_seconds:
+            points.popleft()
+
+    def least(self, now: float, default: int) -> int:
+        """The least value added at most `window_seconds` before `now`; `default` if none."""
+        window = self.window_seconds
+        return next((value for t, value in self._points if now - t <= window), default)
+
+
 @dataclass(repr=False)
 class _Track(Record):
     """One GPU's or MIG instance's state between intervals."""
 
-    points: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=MAX_POINTS))
+    lows: WindowLow = field(default_factory=lambda: WindowLow(th.MEMORY_PATTERN_WINDOW_SECONDS))
     observations: int = 0
     prev_used: int = 0
     prev_near: bool = False
@@ -241,10 +272,7 @@ def _judge(
     if near and not track.prev_near and not first and not rose_back:
         young = any(now - p.first_seen < th.MEMORY_STARTUP_SECONDS for p in (before or {}).values())
         young = young or (live is not None and before is not None and bool(set(live) - set(before)))
-        lowest = min(
-            (u for t, u in track.points if now - t <= th.MEMORY_PATTERN_WINDOW_SECONDS),
-            default=used,
-        )
+        lowest = track.lows.least(now, default=used)
         if (
             not young
             and used - lowest >= th.MEMORY_GROWTH_RATIO * total
@@ -260,9 +288,7 @@ def _judge(
     else:
         track.processes = _processes(before, live, now, total, known=not first)
 
-    track.points.append((now, used))
-    while track.points and now - track.points[0][0] > th.MEMORY_PATTERN_WINDOW_SECONDS:
-        track.points.popleft()
+    track.lows.add(now, used)
     window = th.MEMORY_PATTERN_WINDOW_SECONDS
     while track.recent_drops and now - track.recent_drops[0] > window:
         track.recent_drops.popleft()

@@ -12,6 +12,7 @@ part against the charging stand-in and gets those costs back.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -290,3 +291,16 @@ def test_instructions_py_samples_the_stand_in_as_the_daemon_does(tmp_path: Path)
     python(["-c", instructions.CHILD, "3"], env)
     counts = standin.read_counts(tmp_path / "calls")
     assert counts.calls["nvmlDeviceGetMemoryInfo_v2"] == 2 * 3  # 2 GPUs, 3 samples
+
+
+def test_every_benchmark_script_imports() -> None:
+    """Each script under benchmarks/ loads with the helpers it imports from its
+    neighbours: `make bench-rss` failed at its import of a helper that bench.py had
+    dropped, unnoticed until someone ran it. Loaded only (no `main`): nothing measured."""
+    failed = []
+    for script in sorted((REPO / "benchmarks").glob("*.py")):
+        try:
+            importlib.import_module(script.stem)
+        except Exception as error:  # every kind of breakage, named
+            failed.append(f"{script.name}: {type(error).__name__}: {error}")
+    assert failed == []

@@ -111,3 +111,34 @@ def test_the_sampler_is_woken_after_the_reader_is_idle_again() -> None:
         assert jobs[0].result == 1 and order == ["gpu-reader-1"]
     finally:
         pool.stop()
+
+
+def test_readers_made_for_a_slow_minute_end_once_idle_but_the_last() -> None:
+    """Every read slow (a loaded host): readers are made for the hand-offs; once reads are
+    quick again, those given nothing for `idle_seconds` end, and one stays."""
+    pool: ReaderPool[int] = ReaderPool(handoff_seconds=0.02, idle_seconds=0.3)
+
+    def readers() -> set[str]:
+        return {t.name for t in threading.enumerate() if t.name.startswith("gpu-reader-")}
+
+    def slow() -> int:
+        time.sleep(0.1)
+        return 1
+
+    try:
+        pool.read({i: slow for i in range(4)}, time.monotonic() + 5.0)
+        made = readers()
+        assert len(made) >= 2  # handed on while every running read was slow
+        deadline = time.monotonic() + 10.0
+        while len(readers()) > 1 and time.monotonic() < deadline:
+            # quick reads every 0.1 s: one reader is enough, the others stay idle
+            jobs = pool.read({i: lambda: 2 for i in range(4)}, time.monotonic() + 5.0)
+            assert all(job.result == 2 for job in jobs.values())
+            time.sleep(0.1)
+        left = readers()
+        assert len(left) == 1 and left <= made  # the one in use stays; no new one was made
+        time.sleep(0.6)  # nothing to read for longer than idle_seconds: the last stays
+        jobs = pool.read({0: lambda: 3}, time.monotonic() + 5.0)
+        assert jobs[0].result == 3 and readers() == left
+    finally:
+        pool.stop()

@@ -11,6 +11,11 @@ reads not yet started to another reader as soon as every running read has taken
 misses the deadline is left running, never joined, and its device is skipped while that
 read is unfinished: there is never more than one stuck thread per device, however long
 the hang lasts. Reads still unstarted at the deadline are dropped, never run late.
+
+The readers made for a hand-off are kept idle for the next, but one that has had nothing
+to read for `IDLE_SECONDS` ends (never the last one idle): a slow minute (a driver
+hiccup, a loaded host) does not leave a thread per GPU, each with its stack and its GPM
+request, for the months the daemon runs.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
 HANDOFF_SECONDS = 0.1  # a read running this long gets the reads after it handed on
+IDLE_SECONDS = 300.0  # a reader given nothing this long ends, unless it is the last idle
 
 
 class NotStarted(Exception):
@@ -119,7 +125,12 @@ class _Reader(Generic[T]):
 
     def _run(self) -> None:
         while True:
-            batch = self._batches.get()
+            try:
+                batch = self._batches.get(timeout=self._pool.idle_seconds)
+            except queue.Empty:
+                if self._pool.retire(self):
+                    return
+                continue  # taken for a batch meanwhile, or the last one idle
             if batch is None:
                 return
             last = False
@@ -140,9 +151,15 @@ class _Reader(Generic[T]):
 class ReaderPool(Generic[T]):
     """Reader threads, made when needed and kept idle between samples."""
 
-    def __init__(self, name: str = "gpu-reader", handoff_seconds: float = HANDOFF_SECONDS) -> None:
+    def __init__(
+        self,
+        name: str = "gpu-reader",
+        handoff_seconds: float = HANDOFF_SECONDS,
+        idle_seconds: float = IDLE_SECONDS,
+    ) -> None:
         self._name = name
         self.handoff_seconds = handoff_seconds
+        self.idle_seconds = idle_seconds
         self._lock = threading.Lock()
         self._idle: list[_Reader[T]] = []
         self._made = 0
@@ -202,6 +219,16 @@ class ReaderPool(Generic[T]):
                 return False
             self._idle.append(reader)
             return True
+
+    def retire(self, reader: _Reader[T]) -> bool:
+        """Whether an idle reader given nothing for `idle_seconds` ends now: yes while
+        another reader is idle too; no when it is the last, or it was taken meanwhile
+        (its batch is on its way)."""
+        with self._lock:
+            if reader in self._idle and len(self._idle) > 1:
+                self._idle.remove(reader)
+                return True
+            return False
 
     def stop(self) -> None:
         """End the idle readers, and the others when their call returns; never waits."""

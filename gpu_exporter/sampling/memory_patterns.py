@@ -46,7 +46,7 @@ from gpu_exporter.sampling import thresholds as th
 
 MAX_POINTS = 1024
 """Points kept per GPU or instance at most (the window at a 1 s interval is 600; only a
-rise at every interval keeps them all, see `_Track.lows`)."""
+rise at every interval keeps them all, see `WindowLow`)."""
 
 MAX_RECENT_EXITS = 4
 """Recent likely OOM exits named per GPU or instance."""

@@ -122,7 +122,7 @@ class Device:
         self.unsupported: set[str] = set()
         self.unsupported_fields: set[str] = set()
         # the device's field-value arrays, kept between intervals (`fields.FieldBatch`),
-        # and `fields.read_fields`' last call (its requests, the unsupported count, batch)
+        # and `fields.read_fields`' last call (its requests and batch)
         self.field_batches: dict[Any, Any] = {}
         self.last_field_call: Any = None
 

@@ -460,12 +460,11 @@ _BATCHES_PER_DEVICE = 4  # the interval's batch, the device-static one, a few in
 
 
 class _LastCall(NamedTuple):
-    """A device's last `read_fields`: its requests, how many fields were unsupported then
-    (`Device.unsupported_fields` only grows between the `forget`s that drop this), and
-    the batch of the supported ones."""
+    """A device's last `read_fields`: its requests and the batch of those supported then.
+    Dropped whenever the unsupported fields change (a field found unsupported here,
+    `Device.forget`), so it is current while it is kept."""
 
     requests: tuple[FieldRequest, ...]
-    unsupported: int
     batch: FieldBatch
 
 
@@ -499,16 +498,16 @@ def read_fields(
     None where the call failed as a whole (nvml.h: it populated none of them)."""
     unsupported = d.unsupported_fields
     last: _LastCall | None = d.last_field_call
-    if last is not None and last.requests == requests and last.unsupported == len(unsupported):
+    if last is not None and last.requests == requests:
         # the common case: the same requests as the last call, and no field unsupported
-        # since: the same supported ones, in the same batch
+        # since (that drops it): the same supported ones, in the same batch
         batch = last.batch
     else:
         wanted = tuple(r for r in requests if r.key not in unsupported)
         if not wanted:
             return {}
         batch = _batch(d, wanted)
-        d.last_field_call = _LastCall(tuple(requests), len(unsupported), batch)
+        d.last_field_call = _LastCall(tuple(requests), batch)
     fetched = calls.call(
         "nvmlDeviceGetFieldValues", batch.fetch, d.handle, device=d, key="field_values"
     )

@@ -41,11 +41,12 @@ class Wire:
 
 def requests(*chunks: bytes) -> list[Request]:
     """Every request of a connection that sent `chunks` and closed."""
-    reader = HeadReader(Wire(chunks).recv)
+    wire = Wire(chunks)
+    reader = HeadReader()
     out = []
     while True:
         try:
-            out.append(reader.next_request())
+            out.append(reader.next_request(wire.recv))
         except NoRequest:
             return out
 
@@ -193,7 +194,7 @@ def test_a_head_is_bounded_in_total_and_refused_as_soon_as_it_is_too_long() -> N
     stream = line + field * 100  # and no empty line: the client stalls
     wire = Wire(stream[i : i + 4096] for i in range(0, len(stream), 4096))
     with pytest.raises(BadRequest) as error:
-        HeadReader(wire.recv).next_request()
+        HeadReader().next_request(wire.recv)
     assert error.value.status == 431
     assert wire.read <= MAX_HEAD_BYTES + 8192  # what was read: the limit and one chunk
 

@@ -5,8 +5,10 @@ keeps the connection for more requests is left to a thread of its own."""
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -121,3 +123,56 @@ def test_what_is_left_of_a_gathered_write_after_a_partial_send() -> None:
     assert [bytes(view) for view in _unsent([head, body], 4)] == [b"body..."]
     assert [bytes(view) for view in _unsent([head, body], 7)] == [b"y..."]
     assert _unsent([head, body], 11) == []
+
+
+def test_a_served_connection_leaves_nothing_for_the_cyclic_collector() -> None:
+    """Each connection's handler, head reader and socket are freed when it ends, by
+    reference counting: none is left in a reference cycle for the cyclic collector, which
+    would free them later in whichever thread it runs in, often a scrape (at 8 GPUs a
+    young collection over the last render's families, 0.6-0.9 ms, in about one scrape of
+    120). Covers the answer at once, the connection's thread (a head in pieces), a kept
+    connection's second request, and a 404."""
+    routes = BigMetrics()
+    routes.big = b"x" * 1000
+    server = bind("127.0.0.1", 0, routes, max_requests=4)
+    close = b"Host: x\r\nConnection: close\r\n\r\n"
+    with serving(server) as port:
+        clients = [  # (first part, the rest after 50 ms or None)
+            (b"GET /metrics HTTP/1.1\r\n" + close, None),
+            (b"GET /metrics HTTP/1.1\r\n", close),
+            (b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /livez HTTP/1.1\r\n" + close),
+            (b"GET /nowhere HTTP/1.1\r\n" + close, None),
+        ]
+        for first, rest in clients:  # the server's first-use objects made outside the count
+            _in_pieces(port, first, rest)
+        was_enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(5):
+                for first, rest in clients:
+                    _in_pieces(port, first, rest)
+            time.sleep(0.2)  # the last connection's thread ends it after the client read
+            gc.collect()
+            left = [
+                type(o).__name__
+                for o in gc.garbage
+                if type(o).__module__.startswith(("gpu_exporter", "socket"))
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            if was_enabled:
+                gc.enable()
+    assert left == []
+
+
+def _in_pieces(port: int, first: bytes, rest: bytes | None) -> bytes:
+    """What the server answers to `first`, and `rest` sent 50 ms later (a head in pieces
+    is served on the connection's thread)."""
+    sock = _sent(port, first)
+    if rest is not None:
+        time.sleep(0.05)
+        sock.sendall(rest)
+    return _response(sock)

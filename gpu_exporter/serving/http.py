@@ -274,7 +274,7 @@ class _Handler(socketserver.BaseRequestHandler):
         # Nagle's algorithm and the client's delayed ACK add ~40 ms to a keep-alive scrape
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._deadline = math.inf
-        self._heads = HeadReader(self._recv, self._received)
+        self._heads = HeadReader(self._received)
 
     def _recv(self, size: int) -> bytes:
         """Socket reads that share one deadline, so trickling a byte at a time does not help."""
@@ -303,7 +303,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self._http10 = False
         self.requestline = ""
         try:
-            request = self._heads.next_request()
+            request = self._heads.next_request(self._recv)
         except NoRequest:
             return False
         except BadRequest as error:

@@ -100,19 +100,24 @@ class Request(Record):
 class HeadReader:
     """The request heads of one connection, one after the other.
 
-    `recv(n)` returns up to n bytes, b"" when the client has closed, and raises (a
-    timeout) when the caller's deadline has passed. Bytes after a head (a pipelined
-    request) are kept for the next one; at most MAX_HEAD_BYTES + RECV_BYTES are held.
+    Bytes after a head (a pipelined request) are kept for the next one; at most
+    MAX_HEAD_BYTES + RECV_BYTES are held. The reader holds no reference to the socket or
+    its handler (the read function comes with each call): a connection's handler that
+    held its reader, which held the handler's bound method, made a reference cycle, so
+    each connection's objects were left to the cyclic collector, which freed them in a
+    later scrape's time.
     """
 
-    def __init__(self, recv: Callable[[int], bytes], received: bytes = b"") -> None:
+    def __init__(self, received: bytes = b"") -> None:
         """`received`: what was read of the connection before (at most RECV_BYTES)."""
-        self._recv = recv
         self._buffer = bytearray(received)
 
-    def next_request(self) -> Request:
-        """The next request. Raises NoRequest when the connection ends first and
-        BadRequest for a head that gets an error status (the connection then ends)."""
+    def next_request(self, recv: Callable[[int], bytes]) -> Request:
+        """The next request, reading more with `recv` while the head is not all in:
+        `recv(n)` returns up to n bytes, b"" when the client has closed, and raises (a
+        timeout) when the caller's deadline has passed. Raises NoRequest when the
+        connection ends first and BadRequest for a head that gets an error status (the
+        connection then ends)."""
         buffer = self._buffer
         searched = 0  # the empty line is not in buffer[:searched]
         while True:
@@ -124,7 +129,7 @@ class HeadReader:
                 break
             _check_incomplete(buffer)
             searched = len(buffer)
-            chunk = self._recv(RECV_BYTES)
+            chunk = recv(RECV_BYTES)
             if not chunk:
                 raise NoRequest
             buffer += chunk

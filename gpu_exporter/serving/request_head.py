@@ -219,6 +219,10 @@ def parse_head(head: bytes) -> Request:
     try:
         event = connection.next_event()
     except h11.RemoteProtocolError as error:
+        # h11 raises it again from a method of its own, so its traceback holds a frame
+        # that holds it: a reference cycle (with the parser) per malformed request, for
+        # the cyclic collector to free in some later scrape's time
+        error.__traceback__ = None
         raise BadRequest(HTTPStatus.BAD_REQUEST, f"Malformed request: {error}") from None
     if not isinstance(event, h11.Request):  # not reached: the head is complete
         raise BadRequest(HTTPStatus.BAD_REQUEST, "Malformed request")

@@ -278,9 +278,12 @@ def test_an_owner_that_exits_while_listed_is_a_dead_owner_not_a_process(
     s = exporter.wait_for(has_pid(leaves.pid, "gpu_process_workers"))
     assert one(s, "gpu_processes", gpu="1") == 1
     attributed = one(s, "gpu_memory_unattributed_bytes", gpu="1")
-    # it exits (reaped: gone from /proc) while the driver still lists it
+    # it exits (reaped: gone from /proc) while the driver still lists it; a sample taken
+    # between the kill and the reap sees it a zombie first, rightly
     trees.kill(leaves)
-    s = exporter.wait_for(lambda s: bool(values(s, "gpu_memory_dead_owner_info", gpu="1")))
+    s = exporter.wait_for(
+        lambda s: bool(values(s, "gpu_memory_dead_owner_info", gpu="1", state="gone"))
+    )
     assert one(s, "gpu_memory_dead_owner_info", gpu="1", pid=str(leaves.pid), state="gone") == 1
     assert not any(str(leaves.pid) in str(k) for k in s if k[0].startswith("gpu_process_"))
     assert one(s, "gpu_processes", gpu="1") == 0

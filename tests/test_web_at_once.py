@@ -115,6 +115,44 @@ def test_first_requests_are_answered_in_the_accept_loop_without_waiting_on_the_c
 PATHS = ("/livez", "/healthz", "/livez", "/metrics")
 
 
+def _admitted(server: HttpServer, count: int) -> None:
+    """Wait until the accept loop has taken up `count` connections."""
+    deadline = time.monotonic() + 5
+    while len(server.connections) < count:
+        assert time.monotonic() < deadline, "the connection was not taken up"
+        time.sleep(0.0005)
+
+
+def test_a_head_that_comes_after_the_connection_is_waited_for_unless_another_comes() -> None:
+    """A client's head often comes just after the accept loop took its connection up: the
+    loop waits for it (`head_wait_ms`) and answers it there, not on a thread; but a
+    client that never sends holds the next connection up no longer than that one takes
+    to come (here the wait is made 10 s, so that a scrape answered in time shows it)."""
+    routes = BigMetrics()
+    routes.big = b"x" * 1000
+    server = bind("127.0.0.1", 0, routes, max_requests=4)
+    server.head_wait_ms = 10_000
+    close = b"Host: x\r\nConnection: close\r\n\r\n"
+    with serving(server) as port:
+        late = socket.create_connection(("127.0.0.1", port), timeout=10)
+        _admitted(server, 1)  # the accept loop has found nothing yet, and waits
+        late.sendall(b"GET /metrics HTTP/1.1\r\n" + close)
+        assert _response(late).endswith(b"\r\n\r\n" + routes.big)
+        assert routes.threads["/metrics"] == {"accept-loop"}
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            _admitted(server, 1)
+            started = time.monotonic()
+            assert call(port, "/livez", timeout=5).status == 200
+            assert time.monotonic() - started < 5  # not the 10 s wait
+            assert routes.threads["/livez"] == {"accept-loop"}
+            silent.sendall(b"GET /other HTTP/1.1\r\n" + close)  # its thread reads it
+            assert _response(silent).endswith(b"\r\n\r\nok\n")
+            assert routes.threads["/other"] == {"http-connection"}
+        finally:
+            silent.close()
+
+
 def test_what_is_left_of_a_gathered_write_after_a_partial_send() -> None:
     head, body = memoryview(b"HEAD"), memoryview(b"body...")
     left = [bytes(view) for view in _unsent([head, body], 0)]

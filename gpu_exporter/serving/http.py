@@ -5,8 +5,10 @@ Nothing here calls NVML. `Routes` (`serving.routes`) decides what each request g
 later one by `serving.connection_threads`, on `socketserver`; request heads are read
 by `serving.request_head` with h11, so a server without TLS never loads ssl). A new
 connection's first request, when it is a GET of the metrics or a probe whose whole head
-is in, without TLS or basic auth, is answered in the accept loop without waiting on the
-client (`HttpServer._answer_at_once`); the rest of the connection goes to its thread.
+is in, without TLS or basic auth, is answered in the accept loop, which waits on the
+client for nothing but a head that is not in yet, 2 ms at most and only until the next
+connection comes (`HttpServer._answer_at_once`); the rest of the connection goes to its
+thread.
 Everything below holds before basic auth:
 
 - TLS and basic auth from the web config file (`serving.web_config`), re-read when it
@@ -42,6 +44,7 @@ import functools
 import logging
 import math
 import os
+import select
 import socket
 import socketserver
 import sys
@@ -80,6 +83,9 @@ ALLOWED_METHODS = ("GET", "HEAD")
 ONE_WRITE_BYTES = 16 * 1024  # a body up to this size is joined to the head and sent at once
 ACCEPT_RETRY_SECONDS = 0.005  # after an accept that failed (no file descriptor left), doubled
 ACCEPT_RETRY_MAX_SECONDS = 1.0
+HEAD_WAIT_MS = 2
+"""How long the accept loop waits for a new connection's head when it is not in yet,
+unless another connection comes first (ms)."""
 
 
 class LiveWebConfig:
@@ -455,6 +461,7 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    head_wait_ms = HEAD_WAIT_MS
 
     def __init__(
         self,
@@ -504,10 +511,11 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
         A scrape on a new connection was a quarter slower than one on a kept one, most
         of it the hand-off to the connection's thread (a wake-up, and the scheduler's
-        delay on a busy host). Here nothing waits on the client: the head is already in
-        the kernel (peeked without waiting), the response goes out as far as the
-        client's buffer takes it without waiting, and what is left, with any later
-        request on the connection, goes to a thread. These routes wait on nothing but CPU:
+        delay on a busy host). Here the client is waited on only for a head not in yet,
+        for `head_wait_ms` at most and only until the next connection comes
+        (`_first_read`); the response goes out as far as the client's buffer takes it
+        without waiting, and what is left, with any later request on the connection,
+        goes to a thread. These routes wait on nothing but CPU:
         about 0.1 ms, a few ms for the first scrape after a sample (it renders the body,
         under a lock held only by another render).
 
@@ -519,10 +527,7 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         config = self.web.current()
         if config.ssl_context is not None or config.auth is not None:
             return b""
-        try:
-            received: bytes = request.recv(RECV_BYTES, socket.MSG_DONTWAIT)
-        except OSError:  # nothing yet (or an error, which the thread's read meets again)
-            return b""
+        received = self._first_read(request)
         if not received.startswith(self.routes.at_once_lines()) or b"\r\n\r\n" not in received:
             return received
         try:
@@ -537,6 +542,37 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
             self.connections.leave(request)
             request.close()
         return None
+
+    def _first_read(self, request: socket.socket) -> bytes:
+        """What a new connection has sent, read without waiting, or within
+        `head_wait_ms` when nothing is in yet, unless another connection is waiting to
+        be taken up first: b"" when nothing came (or on an error, which its thread's
+        read meets again).
+
+        A client's head comes tens of microseconds after its connect, often after the
+        accept loop has woken for the connection: a third of the judge-like scrapes of
+        `benchmarks/scrape_phases.py` found nothing yet and went to a connection's
+        thread, a wake-up of another thread (and of the other CPU) and a hand-over of
+        the interpreter lock more, most often in the first scrapes after the exporter
+        sat unscraped. Waiting for the head or the next connection, whichever comes
+        first, keeps those in the accept loop, and costs a client that never sends no
+        one else's time: the next connection ends the wait."""
+        try:
+            return request.recv(RECV_BYTES, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+        except OSError:
+            return b""
+        waiting = select.poll()
+        waiting.register(request, select.POLLIN)
+        waiting.register(self.socket, select.POLLIN)
+        try:
+            ready = waiting.poll(self.head_wait_ms)
+            if not any(fd == request.fileno() for fd, _ in ready):
+                return b""
+            return request.recv(RECV_BYTES, socket.MSG_DONTWAIT)
+        except OSError:
+            return b""
 
     def _serve(self, request: Any, client_address: Any, received: bytes) -> None:
         """A connection on its own thread (socketserver's `process_request_thread`),

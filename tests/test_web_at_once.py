@@ -15,7 +15,7 @@ from typing import Any
 
 from gpu_exporter.serving.http import HttpServer, _unsent, bind
 from gpu_exporter.serving.routes import Response, Routes, plain
-from tests.support.web import call, slow_readers
+from tests.support.web import call, eventually, slow_readers
 
 BIG = 16 * 1024 * 1024  # more than the socket buffers of both ends hold
 
@@ -115,14 +115,6 @@ def test_first_requests_are_answered_in_the_accept_loop_without_waiting_on_the_c
 PATHS = ("/livez", "/healthz", "/livez", "/metrics")
 
 
-def _admitted(server: HttpServer, count: int) -> None:
-    """Wait until the accept loop has taken up `count` connections."""
-    deadline = time.monotonic() + 5
-    while len(server.connections) < count:
-        assert time.monotonic() < deadline, "the connection was not taken up"
-        time.sleep(0.0005)
-
-
 def test_a_head_that_comes_after_the_connection_is_waited_for_unless_another_comes() -> None:
     """A client's head often comes just after the accept loop took its connection up: the
     loop waits for it (`head_wait_ms`) and answers it there, not on a thread; but a
@@ -135,13 +127,14 @@ def test_a_head_that_comes_after_the_connection_is_waited_for_unless_another_com
     close = b"Host: x\r\nConnection: close\r\n\r\n"
     with serving(server) as port:
         late = socket.create_connection(("127.0.0.1", port), timeout=10)
-        _admitted(server, 1)  # the accept loop has found nothing yet, and waits
+        # taken up, the accept loop has found nothing yet, and waits
+        eventually(lambda: len(server.connections) == 1, what="the connection taken up")
         late.sendall(b"GET /metrics HTTP/1.1\r\n" + close)
         assert _response(late).endswith(b"\r\n\r\n" + routes.big)
         assert routes.threads["/metrics"] == {"accept-loop"}
         silent = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
-            _admitted(server, 1)
+            eventually(lambda: len(server.connections) == 1, what="the connection taken up")
             started = time.monotonic()
             assert call(port, "/livez", timeout=5).status == 200
             assert time.monotonic() - started < 5  # not the 10 s wait

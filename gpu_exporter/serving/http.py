@@ -521,9 +521,10 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
         Each call that gives up the interpreter lock (here every socket call) may wait a
         switch interval for it when a sample runs, so the connection costs four: `recv`
-        reads the head (no `MSG_PEEK` before it), one `sendmsg` sends the response, and
-        `close` ends it (no `shutdown` first: the socket is ours alone, and closing it
-        sends the FIN after what is still queued)."""
+        reads the head (no `MSG_PEEK` before it; a `poll` and a second `recv` when it
+        was not in yet), one `sendmsg` sends the response, and `close` ends it (no
+        `shutdown` first: the socket is ours alone, and closing it sends the FIN after
+        what is still queued)."""
         config = self.web.current()
         if config.ssl_context is not None or config.auth is not None:
             return b""

@@ -5,7 +5,6 @@ keeps the connection for more requests is left to a thread of its own."""
 
 from __future__ import annotations
 
-import gc
 import socket
 import threading
 import time
@@ -15,7 +14,7 @@ from typing import Any
 
 from gpu_exporter.serving.http import HttpServer, _unsent, bind
 from gpu_exporter.serving.routes import Response, Routes, plain
-from tests.support.web import call, eventually, slow_readers
+from tests.support.web import call, cyclic_garbage, eventually, slow_readers
 
 BIG = 16 * 1024 * 1024  # more than the socket buffers of both ends hold
 
@@ -178,26 +177,14 @@ def test_a_served_connection_leaves_nothing_for_the_cyclic_collector() -> None:
         ]
         for first, rest in clients:  # the server's first-use objects made outside the count
             _in_pieces(port, first, rest)
-        was_enabled = gc.isenabled()
-        gc.collect()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
+
+        def connections() -> None:
             for _ in range(5):
                 for first, rest in clients:
                     _in_pieces(port, first, rest)
             time.sleep(0.2)  # the last connection's thread ends it after the client read
-            gc.collect()
-            left = [
-                type(o).__name__
-                for o in gc.garbage
-                if type(o).__module__.startswith(("gpu_exporter", "socket"))
-            ]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            if was_enabled:
-                gc.enable()
+
+        left = cyclic_garbage(connections)
     assert left == []
 
 

@@ -109,5 +109,8 @@ class Exposition:
                 self._bodies[key] = body
         return body
 
-    def content_type(self, *, openmetrics: bool) -> str:
+    @staticmethod
+    def content_type(*, openmetrics: bool) -> str:
+        """The same for every exposition: a remembered scrape's head holds it
+        (`serving/known_scrapes.py`)."""
         return OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE

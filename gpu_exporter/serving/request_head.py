@@ -112,6 +112,11 @@ class HeadReader:
         """`received`: what was read of the connection before (at most RECV_BYTES)."""
         self._buffer = bytearray(received)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes read after the last head (the start of a pipelined request)."""
+        return len(self._buffer)
+
     def next_request(self, recv: Callable[[int], bytes]) -> Request:
         """The next request, reading more with `recv` while the head is not all in:
         `recv(n)` returns up to n bytes, b"" when the client has closed, and raises (a

@@ -51,6 +51,7 @@ class Response(Record):
     status: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
+    exposition: BodyFormat | None = None  # the body is the exposition in this format
 
 
 @dataclass(repr=False)
@@ -177,23 +178,30 @@ class Routes:
         return Response(HTTPStatus.OK, body, ui_headers("text/html; charset=utf-8"))
 
     def _metrics(self, headers: Any, client: str) -> Response:
-        openmetrics = wants_openmetrics(headers.get("Accept"))
-        compressed = wants_gzip(headers.get("Accept-Encoding"))
-        self.state.scrapes.scraped(client, BodyFormat(openmetrics, compressed))
-        exposition = self.state.exposition
-        if exposition is None:
+        wants = BodyFormat(
+            wants_openmetrics(headers.get("Accept")), wants_gzip(headers.get("Accept-Encoding"))
+        )
+        body = self.scrape(wants, client)
+        if body is None:
             return Response(
                 HTTPStatus.SERVICE_UNAVAILABLE, b"no sample has finished yet\n", plain()
             )
         out = {
-            "Content-Type": exposition.content_type(openmetrics=openmetrics),
+            "Content-Type": Exposition.content_type(openmetrics=wants.openmetrics),
             "Vary": "Accept, Accept-Encoding",
         }
-        if compressed:
+        if wants.compressed:
             out["Content-Encoding"] = "gzip"
-        return Response(
-            HTTPStatus.OK, exposition.body(openmetrics=openmetrics, compressed=compressed), out
-        )
+        return Response(HTTPStatus.OK, body, out, exposition=wants)
+
+    def scrape(self, wants: BodyFormat, client: str) -> bytes | None:
+        """The exposition's body in `wants` for a scrape by `client` (its address), noted
+        in the scrape clock; None before the first sample has finished."""
+        self.state.scrapes.scraped(client, wants)
+        exposition = self.state.exposition
+        if exposition is None:
+            return None
+        return exposition.body(openmetrics=wants.openmetrics, compressed=wants.compressed)
 
     def _landing(self) -> bytes:
         import html  # its entity table is 0.5 MiB: loaded only once someone looks

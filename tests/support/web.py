@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import http.client
 import io
 import os
@@ -162,3 +163,25 @@ def exchange(port: int, data: bytes, timeout: float = 5.0) -> tuple[list[HttpRes
         response.begin()
         results.append(HttpResult(response.status, dict(response.getheaders()), response.read()))
     return results, closed
+
+
+def cyclic_garbage(run: Callable[[], object]) -> list[str]:
+    """The type names of our objects and sockets that `run()` leaves for the cyclic
+    collector (reference cycles), with the collector off while it runs."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        return [
+            type(o).__name__
+            for o in gc.garbage
+            if type(o).__module__.startswith(("gpu_exporter", "socket"))
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()

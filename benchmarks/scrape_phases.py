@@ -108,8 +108,9 @@ def _steal_ms() -> float | None:
 def one_round(repo: Path, idle_seconds: float, times_file: Path) -> dict[str, object]:
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(repo))
-    program = subprocess.Popen(
+    program = subprocess.Popen(  # in `repo`: `-c` puts the working directory first on the path
         [sys.executable, "-c", _TIMED_PROGRAM, str(port), str(times_file)],
+        cwd=repo,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

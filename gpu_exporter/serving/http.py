@@ -452,15 +452,21 @@ class _Handler(socketserver.BaseRequestHandler):
         # first (with a timeout, sendmsg polls before it tries); never after what an
         # answer at once left unsent
         if not self._tls and not self._unsent:
-            self.connection.settimeout(0.0)
-            try:
-                views = _unsent(views, self.connection.sendmsg(views))
-            except BlockingIOError:
-                pass
+            views = _write_now(self.connection, views)
         if self._at_once:  # what is left goes later, on the connection's thread
             self._unsent.extend((view, deadline) for view in views)
             return
         _write_by(self.connection, views, deadline, tls=self._tls)
+
+
+def _write_now(connection: socket.socket, views: list[memoryview]) -> list[memoryview]:
+    """Write what of `views` the socket's buffer takes now, in one `sendmsg` without
+    waiting (so with no poll(2) first); what is left of them."""
+    connection.settimeout(0.0)
+    try:
+        return _unsent(views, connection.sendmsg(views))
+    except BlockingIOError:
+        return views
 
 
 def _write_by(
@@ -633,11 +639,7 @@ class HttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         views = [memoryview(known.head(time.time(), len(body))), memoryview(body)]
         deadline = time.monotonic() + WRITE_TIMEOUT_SECONDS
         try:
-            request.settimeout(0.0)
-            try:
-                views = _unsent(views, request.sendmsg(views))
-            except BlockingIOError:
-                pass
+            views = _write_now(request, views)
         except OSError:
             self.handle_error(request, client_address)
             self.shutdown_request(request)

@@ -1,0 +1,41 @@
+"""The floor of a fresh-connection scrape in Python: a server that does nothing but answer.
+
+Each connection is accepted, its head read (without waiting when it is in; else one
+blocking read), a fixed response sent with TCP_NODELAY (one `send` when the socket's
+buffer takes it all, as it does over loopback), and the connection closed: no parse, no
+route, no sample, no other thread. The response is a file of the exporter's own answer,
+head and body as it sent them (`p99_floor.py` writes it), so the client reads the same
+bytes as from the exporter and only the server differs.
+
+Usage: python floor_server.py PORT RESPONSE_FILE (listens on 127.0.0.1 until killed).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+HEAD_BYTES = 8192  # one read: the judge's urllib client sends a head of about 150 bytes
+
+
+def serve(port: int, response: bytes) -> None:
+    """Answer every connection to 127.0.0.1:`port` with `response`, until killed."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(128)
+    whole = memoryview(response)
+    while True:
+        connection, _ = listener.accept()
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            connection.recv(HEAD_BYTES, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            connection.recv(HEAD_BYTES)
+        connection.sendall(whole)
+        connection.close()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), Path(sys.argv[2]).read_bytes())

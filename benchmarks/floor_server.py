@@ -7,20 +7,25 @@ route, no sample, no other thread. The response is a file of the exporter's own 
 head and body as it sent them (`p99_floor.py` writes it), so the client reads the same
 bytes as from the exporter and only the server differs.
 
-Usage: python floor_server.py PORT RESPONSE_FILE (listens on 127.0.0.1 until killed).
+With SPIN_US it spins that many microseconds of CPU between the head and the send: how
+much a server's own time on the critical path costs the tail (the nineteenth sitting).
+
+Usage: python floor_server.py PORT RESPONSE_FILE [SPIN_US] (on 127.0.0.1 until killed).
 """
 
 from __future__ import annotations
 
 import socket
 import sys
+import time
 from pathlib import Path
 
 HEAD_BYTES = 8192  # one read: the judge's urllib client sends a head of about 150 bytes
 
 
-def serve(port: int, response: bytes) -> None:
-    """Answer every connection to 127.0.0.1:`port` with `response`, until killed."""
+def serve(port: int, response: bytes, spin_seconds: float = 0.0) -> None:
+    """Answer every connection to 127.0.0.1:`port` with `response`, `spin_seconds` of
+    CPU after its head, until killed."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -33,9 +38,14 @@ def serve(port: int, response: bytes) -> None:
             connection.recv(HEAD_BYTES, socket.MSG_DONTWAIT)
         except BlockingIOError:
             connection.recv(HEAD_BYTES)
+        if spin_seconds:
+            until = time.perf_counter() + spin_seconds
+            while time.perf_counter() < until:
+                pass
         connection.sendall(whole)
         connection.close()
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), Path(sys.argv[2]).read_bytes())
+    spin_us = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    serve(int(sys.argv[1]), Path(sys.argv[2]).read_bytes(), spin_us / 1e6)

@@ -16,6 +16,7 @@ judge's verdict on each run of three bursts and how many bursts were under the 1
 Measured, never asserted; keep it out of `make test` (it needs the judge's directory).
 
 Usage: python benchmarks/p99_floor.py [--gpus 8] [--procs 0] [--costs FILE] [--rounds 6]
+[--floor-spin-us US]
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ def main() -> int:
     parser.add_argument("--costs", help="the stand-in's cost file (FAKENVML_COSTS)")
     parser.add_argument("--rounds", type=int, default=6, help="bursts of each server")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds unscraped")
+    parser.add_argument(
+        "--floor-spin-us",
+        type=float,
+        default=0.0,
+        help="CPU the floor spends between the head and the send (microseconds)",
+    )
     args = parser.parse_args()
     if not (JUDGE / "harness.py").exists():
         print(f"p99_floor: the judge is not at {JUDGE}", file=sys.stderr)
@@ -103,7 +110,8 @@ def main() -> int:
                     argv = ours + ["--web.listen-address", f"127.0.0.1:{port}"]
                     argv += ["--collect.interval", "1"]
                 else:
-                    argv = [sys.executable, str(HERE / "floor_server.py"), str(port), str(response)]
+                    argv = [sys.executable, str(HERE / "floor_server.py"), str(port)]
+                    argv += [str(response), str(args.floor_spin_us)]
                 running = Running(argv, host.env(), port)
                 try:
                     running.wait_ready(need="gpu_memory_used_bytes")

@@ -11,8 +11,9 @@ client reads the same bytes), each left unscraped as the judge leaves it and the
 scraped as it scrapes, with its own harness (`Running.scrape`: urllib, a connection each).
 
 Prints a JSON object a burst (p50, p99 as the judge takes it, the scrapes over 1 ms, the
-host's steal during the burst in 10 ms ticks) and, at the end, for each server the
-judge's verdict on each run of three bursts and how many bursts were under the 1 ms bar.
+host's steal during the burst in ms, `scrape_phases.steal_ms`) and, at the end, for each
+server the judge's verdict on each run of three bursts and how many bursts were under the
+1 ms bar.
 Measured, never asserted; keep it out of `make test` (it needs the judge's directory).
 
 Usage: python benchmarks/p99_floor.py [--gpus 8] [--procs 0] [--costs FILE] [--rounds 6]
@@ -32,6 +33,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from scrape_phases import steal_ms
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 JUDGE = REPO.parent / "shared" / "perf-judge"
@@ -41,25 +44,17 @@ BAR_MS = 1.0  # the judge's p99 floor
 RUN_BURSTS = 3  # the judge's pairs a verdict
 
 
-def steal_ticks() -> int:
-    """The host's steal over every CPU so far (/proc/stat, 10 ms ticks)."""
-    with open("/proc/stat") as stat:
-        return sum(
-            int(line.split()[8]) for line in stat if line.startswith("cpu") and line[3] != " "
-        )
-
-
 def burst(running: Any) -> dict[str, Any]:
     """The judge's 200 scrapes: p50, p99 (its third slowest), the slow ones (ms)."""
-    start = steal_ticks()
+    start = steal_ms()
     latencies = [running.scrape()[0] * 1000 for _ in range(SCRAPES)]
-    steal = steal_ticks() - start
+    end = steal_ms()
     ordered = sorted(latencies)
     return {
         "p50_ms": round(statistics.median(latencies), 3),
         "p99_ms": round(ordered[int(0.99 * (SCRAPES - 1))], 3),
         "over_1ms": [(i, round(ms, 2)) for i, ms in enumerate(latencies) if ms > BAR_MS],
-        "steal_ticks": steal,
+        "steal_ms": None if start is None or end is None else end - start,
     }
 
 

@@ -94,7 +94,7 @@ def _split(
     }
 
 
-def _steal_ms() -> float | None:
+def steal_ms() -> float | None:
     """CPU time the hypervisor has taken from this machine so far (all CPUs, ms); None
     where /proc/stat has no steal column."""
     try:
@@ -119,12 +119,12 @@ def one_round(repo: Path, idle_seconds: float, times_file: Path) -> dict[str, ob
         wait_ready(port)
         time.sleep(idle_seconds)
         client: list[tuple[float, float]] = []
-        steal_before = _steal_ms()
+        steal_before = steal_ms()
         for _ in range(SCRAPES):
             start = time.monotonic()
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
             client.append((start, time.monotonic()))
-        steal_after = _steal_ms()
+        steal_after = steal_ms()
         program.send_signal(signal.SIGUSR1)
         time.sleep(0.3)
         served = [tuple(entry) for entry in json.loads(times_file.read_text())]

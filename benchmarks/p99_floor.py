@@ -17,7 +17,7 @@ server the judge's verdict on each run of three bursts and how many bursts were 
 Measured, never asserted; keep it out of `make test` (it needs the judge's directory).
 
 Usage: python benchmarks/p99_floor.py [--gpus 8] [--procs 0] [--costs FILE] [--rounds 6]
-[--floor-spin-us US]
+[--floor-spin-us US] [--floor-poll-us US]
 """
 
 from __future__ import annotations
@@ -81,6 +81,13 @@ def main() -> int:
         default=0.0,
         help="CPU the floor spends between the head and the send (microseconds)",
     )
+    parser.add_argument(
+        "--floor-poll-us",
+        type=float,
+        default=0.0,
+        help="how long the floor polls for the next connection after an answer before "
+        "it blocks (microseconds)",
+    )
     args = parser.parse_args()
     if not (JUDGE / "harness.py").exists():
         print(f"p99_floor: the judge is not at {JUDGE}", file=sys.stderr)
@@ -106,7 +113,7 @@ def main() -> int:
                     argv += ["--collect.interval", "1"]
                 else:
                     argv = [sys.executable, str(HERE / "floor_server.py"), str(port)]
-                    argv += [str(response), str(args.floor_spin_us)]
+                    argv += [str(response), str(args.floor_spin_us), str(args.floor_poll_us)]
                 running = Running(argv, host.env(), port)
                 try:
                     running.wait_ready(need="gpu_memory_used_bytes")

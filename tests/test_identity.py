@@ -52,9 +52,16 @@ def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
                     theirs = (proc.name(), proc.username(), " ".join(proc.cmdline()) or None)
             except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
                 continue
+            try:
+                with open(f"/proc/{proc.pid}/stat", "rb") as handle:
+                    comm_after = parse_stat(handle.read()).comm
+            except (FileNotFoundError, ProcessLookupError):
+                continue
             identity, complete = identify("/proc", proc.pid, comm, cmdline=True)
-            if not complete or (identity, complete) != before:
-                continue  # it exited or ran another program in between
+            if not complete or (identity, complete) != before or comm_after != comm:
+                # it exited or ran another program in between, or it is a kernel worker
+                # whose name (kworker/u8:3-<workqueue>) follows the work it runs
+                continue
             ours = (identity.process, identity.user, identity.cmdline)
             cmdline = _utf8(theirs[2])
             kept = cmdline and cmdline[:CMDLINE_MAX_CHARS]

@@ -33,6 +33,12 @@ def _utf8(text: str | None) -> str | None:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+def _comm(pid: int) -> str:
+    """The process's name as /proc/PID/stat gives it now."""
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return parse_stat(handle.read()).comm
+
+
 def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
     # one whose name the kernel cuts at 15 characters, with an argument that is not UTF-8
     program = tmp_path / "python_with_a_long_name"
@@ -45,16 +51,14 @@ def test_every_process_here_is_named_as_psutil_names_it(tmp_path: Path) -> None:
         cut = ("", "")
         for proc in psutil.process_iter():
             try:
-                with open(f"/proc/{proc.pid}/stat", "rb") as handle:
-                    comm = parse_stat(handle.read()).comm
+                comm = _comm(proc.pid)
                 before = identify("/proc", proc.pid, comm, cmdline=True)
                 with proc.oneshot():
                     theirs = (proc.name(), proc.username(), " ".join(proc.cmdline()) or None)
             except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
                 continue
             try:
-                with open(f"/proc/{proc.pid}/stat", "rb") as handle:
-                    comm_after = parse_stat(handle.read()).comm
+                comm_after = _comm(proc.pid)
             except (FileNotFoundError, ProcessLookupError):
                 continue
             identity, complete = identify("/proc", proc.pid, comm, cmdline=True)

@@ -598,14 +598,17 @@ def matrix(
         ]
 
 
-def cpu_alone(env: dict[str, str], interval: str, seconds: float) -> tuple[float, float]:
+def cpu_alone(
+    env: dict[str, str], interval: str, seconds: float, *, tree: Path = REPO
+) -> tuple[float, float]:
     """Ours alone on the stand-in host of `env` at `interval`: the whole process's CPU and,
-    of it, the stand-in's answers, in ms per second over `seconds` after WARM_UP_SECONDS."""
+    of it, the stand-in's answers, in ms per second over `seconds` after WARM_UP_SECONDS.
+    `tree`: the checkout whose package runs (`against_commit.py` gives an earlier commit's)."""
     calls_file = Path(env["FAKE_NVML_CALLS"])
     port = free_port()
     program = subprocess.Popen(
         exporter_command(port, interval=interval),
-        cwd=REPO,
+        cwd=tree,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

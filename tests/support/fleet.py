@@ -73,11 +73,18 @@ def every_evaluation_rules(source: Path, dest: Path, rollup_seconds: int | None 
     (`interval: 1m`) would make a test wait a minute for their first value. The roll-up
     groups keep their shape at that scale: a point stands for 1 s, and the group runs every
     `rollup_seconds` (the global interval unless given) over the `rollup_seconds` that
-    end 0.5 s before it (none with the global interval)."""
+    end 0.5 s before it, as the shipped ones end 30 s before theirs: the rows they read
+    are written by then. Prometheus runs each group at its own phase of the interval (a
+    hash of its name and file, so of the test's directory), and a roll-up over the second
+    that ends at its own evaluation, run a few milliseconds after the group whose rows it
+    reads, finds that group's newest point not yet written and the one before a second
+    and those milliseconds old, out of its window: nothing, at every evaluation of that
+    Prometheus (a fleet test's roll-ups returned nothing for minutes on 2026-12-01)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     text = re.sub(r"^    interval: \S+\n", "", source.read_text(), flags=re.M)
     if any(group in text for group in ROLLUP_GROUPS):
-        window = f"[{rollup_seconds}s] offset 500ms)" if rollup_seconds else f"[{TEST_INTERVAL}])"
+        seconds = f"{rollup_seconds}s" if rollup_seconds else TEST_INTERVAL
+        window = f"[{seconds}] offset 500ms)"
         rolled = text.replace(ROLLUP_WINDOW, window).replace(ROLLUP_POINT_SECONDS, ") * 1")
         assert rolled.count(window) == ROLLUP_RULES, "roll-up moved"
         assert ROLLUP_POINT_SECONDS not in rolled, "roll-up moved"

@@ -6,8 +6,9 @@ that here: on these shared 2-CPU VMs the same program reads 1.5-3x apart from on
 the next. This runs both programs, one after the other, on the same stand-in host:
 
 - **the default interval**: each alone at `--collect.interval 5s` on `bench.py`'s stand-in,
-  free and charging, at its DEFAULT_INTERVAL_POINTS, with the bench's own `cpu_alone`
-  (the whole process's CPU over 30 s after 5 s of warm-up), in ms/s per GPU;
+  free and charging, at its DEFAULT_INTERVAL_POINTS, with the bench's own
+  `default_interval` (the whole process's CPU over 30 s after 5 s of warm-up), in ms/s per
+  GPU;
 - **the judge's scrape bursts**: each started as the outside judge starts it on its 8 x 0
   host (`../shared/perf-judge/`: its stand-in, GPUs 95% / 0% every 500 ms, no process),
   then `--bursts` bursts of the judge's 200 scrapes on fresh connections, `--idle` seconds
@@ -41,7 +42,7 @@ from typing import Any
 
 import bench
 import standin
-from p99_floor import BAR_MS, JUDGE, SETTLE_SECONDS, burst
+from p99_floor import BAR_MS, JUDGE, SETTLE_SECONDS, as_the_judge_sets_it, burst
 
 REPO = bench.REPO
 
@@ -70,44 +71,30 @@ def program(tree: Path) -> list[str]:
     return ["sh", "-c", 'cd "$0" && exec "$@"', str(tree), sys.executable, "-m", "gpu_exporter"]
 
 
+def alternating(trees: dict[str, Path], run: int) -> list[tuple[str, Path]]:
+    """The programs in the order they run in `run`: each first in every other run."""
+    order = list(trees.items())
+    return order if run % 2 == 0 else order[::-1]
+
+
 def default_interval(trees: dict[str, Path], runs: int, costs: Path) -> dict[str, list[float]]:
     """{"GxP stand-in program": [ms/s per GPU, a run each]}, the programs alternating."""
     out: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in range(runs):
-            order = list(trees.items()) if run % 2 == 0 else list(reversed(trees.items()))
-            for gpus, per_gpu in bench.DEFAULT_INTERVAL_POINTS:
-                for key, whole, charged in _point(order, gpus, per_gpu, costs, Path(tmp)):
+    for run in range(runs):
+        for name, tree in alternating(trees, run):
+            for point in bench.default_interval(costs, tree=tree):
+                for mode, whole in (
+                    ("free", point.free_ms_per_gpu),
+                    ("charging", point.charging_ms_per_gpu),
+                ):
+                    key = f"{point.gpus}x{point.per_gpu} {mode} {name}"
                     out.setdefault(key, []).append(whole)
-                    figures = {
+                    figure = {
+                        "default_interval": key,
+                        "run": run,
                         "ms_per_s_per_gpu": round(whole, 3),
-                        "of_it_charged": round(charged, 3),
                     }
-                    print(json.dumps({"default_interval": key, "run": run, **figures}), flush=True)
-    return out
-
-
-def _point(
-    order: list[tuple[str, Path]], gpus: int, per_gpu: int, costs: Path, tmp: Path
-) -> list[tuple[str, float, float]]:
-    """Each program at one point, free then charging: (key, ms/s per GPU, of it charged)."""
-    jobs = bench.spawn_jobs(gpus * per_gpu)
-    time.sleep(1.0)  # let the children start, so the trees are complete
-    out = []
-    try:
-        pids = [job.pid for job in jobs]
-        for charging in (None, costs):
-            env = standin.environment(
-                pids, tmp / "calls.bin", tmp / "names.json", gpus, costs=charging
-            )
-            for name, tree in order:
-                whole, inside = bench.cpu_alone(
-                    env, bench.DEFAULT_INTERVAL, bench.DEFAULT_INTERVAL_WINDOW_SECONDS, tree=tree
-                )
-                mode = "charging" if charging else "free"
-                out.append((f"{gpus}x{per_gpu} {mode} {name}", whole / gpus, inside / gpus))
-    finally:
-        bench.stop_jobs(jobs)
+                    print(json.dumps(figure), flush=True)
     return out
 
 
@@ -121,12 +108,9 @@ def judge_bursts(
 
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     with Scenario(8, 0) as host:
-        for gpu in range(8):  # as the judge sets its host: busy, no process listed
-            host.set(f"gpu.{gpu}.util_gpu", "square:1000:0:95", write=False)
-        host.write()
+        as_the_judge_sets_it(host, 8)
         for run in range(runs):
-            order = list(trees.items()) if run % 2 == 0 else list(reversed(trees.items()))
-            for name, tree in order:
+            for name, tree in alternating(trees, run):
                 port = free_port()
                 argv = program(tree) + ["--web.listen-address", f"127.0.0.1:{port}"]
                 running = Running(argv + ["--collect.interval", "1"], host.env(), port)
@@ -164,7 +148,6 @@ def main() -> int:
         base = export(args.ref, Path(tmp))
         trees = {base: Path(tmp), f"{head} (this checkout)": REPO}
         if not args.no_default_interval:
-            standin.build()
             figures = default_interval(trees, args.runs, args.costs.resolve())
             lines += ["| point | stand-in | program | ms/s per GPU, median (runs) |"]
             lines += ["|---|---|---|---|"]

@@ -646,8 +646,9 @@ class DefaultIntervalPoint:
     charged_ms_per_gpu: float  # of charging_ms_per_gpu, inside the stand-in's answers
 
 
-def default_interval(costs: Path) -> list[DefaultIntervalPoint]:
-    """DEFAULT_INTERVAL_POINTS, ours alone at the default interval, free then charging."""
+def default_interval(costs: Path, *, tree: Path = REPO) -> list[DefaultIntervalPoint]:
+    """DEFAULT_INTERVAL_POINTS, ours alone at the default interval, free then charging.
+    `tree`: the checkout whose package runs (`against_commit.py` gives an earlier commit's)."""
     standin.build()
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -662,7 +663,7 @@ def default_interval(costs: Path) -> list[DefaultIntervalPoint]:
                         pids, Path(tmp) / "calls.bin", Path(tmp) / "names.json", gpus, costs=charged
                     )
                     figures.append(
-                        cpu_alone(env, DEFAULT_INTERVAL, DEFAULT_INTERVAL_WINDOW_SECONDS)
+                        cpu_alone(env, DEFAULT_INTERVAL, DEFAULT_INTERVAL_WINDOW_SECONDS, tree=tree)
                     )
             finally:
                 stop_jobs(jobs)

@@ -58,6 +58,14 @@ def burst(running: Any) -> dict[str, Any]:
     }
 
 
+def as_the_judge_sets_it(host: Any, gpus: int) -> None:
+    """The judge's stand-in `host` (its `Scenario`) as `compare_perf.py` sets it: each GPU
+    95% / 0% busy every 500 ms, no process listed."""
+    for gpu in range(gpus):
+        host.set(f"gpu.{gpu}.util_gpu", "square:1000:0:95", write=False)
+    host.write()
+
+
 def answer_of(url: str) -> bytes:
     """The response to one scrape of `url`, head and body as sent (header order kept)."""
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -101,9 +109,7 @@ def main() -> int:
     ours = [str(Path(sys.executable).parent / "gpu-exporter")]
     p99s: dict[str, list[float]] = {"ours": [], "floor": []}
     with tempfile.TemporaryDirectory() as tmp, Scenario(args.gpus, args.procs) as host:
-        for gpu in range(args.gpus):  # as the judge sets its host: busy, no process listed
-            host.set(f"gpu.{gpu}.util_gpu", "square:1000:0:95", write=False)
-        host.write()
+        as_the_judge_sets_it(host, args.gpus)
         response = Path(tmp) / "response"
         for round_ in range(args.rounds):
             for side in ("ours", "floor"):
